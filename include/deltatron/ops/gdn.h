@@ -1,0 +1,77 @@
+// Gated DeltaNet kernel families (../shared/docs/gdn-math.md). Each op dispatches on the
+// device of its views: CPU reference (src/ops/cpu/<family>.cpp, fp32 views; the templated
+// float64 versions in include/deltatron/ops/cpu/gdn_ref.h serve finite-difference tests) or
+// CUDA (src/ops/cuda/<family>.cu, bf16 or f32 activations, fp32 math).
+//
+// Conventions: activations are token-major THD views; every sequence boundary comes from
+// the VarlenMeta (padded boundaries). Activation gradients are OVERWRITTEN (=); parameter
+// gradients ACCUMULATE (+=) and are always f32. Reductions are deterministic (no atomics).
+// Scratch comes from the caching allocator (no cudaMalloc once warm).
+#pragma once
+#include "deltatron/core/tensor.h"
+#include "deltatron/ops/varlen.h"
+
+namespace dt::ops {
+
+// ---- 1. causal_conv1d_varlen (gdn-math.md section 7) ----------------------------------------
+// y[t, c] = act( bias[c] + sum_{i<W} w[c, i] * x[t - (W-1) + i, c] ), where positions before the
+// start of t's sequence read 0. act = SiLU when `silu`, identity otherwise.
+//   x, y: [T, D] (bf16|f32; rows may be strided, unit inner stride)
+//   w:    [D, W] f32 (HF conv1d.weight [D, 1, W] viewed as [D, W]), 2 <= W <= 8
+//   bias: [D] f32 or an empty view
+void causal_conv1d_fwd(const TensorView& y, const TensorView& x, const TensorView& w, const TensorView& bias,
+                       bool silu, const VarlenMeta& m, Stream s = {});
+// dx (=) [T, D]; dw (+=) [D, W] f32; dbias (+=) [D] f32 or empty.
+void causal_conv1d_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias, const TensorView& dy,
+                       const TensorView& x, const TensorView& w, const TensorView& bias, bool silu,
+                       const VarlenMeta& m, Stream s = {});
+
+// ---- 2. l2norm over the last dim (gdn-math.md section 6) ----------------------------------
+// y = x * rstd, rstd = 1 / sqrt(sum(x^2) + eps) per row (eps inside the root of the SUM).
+//   x, y: [rows, d] (bf16|f32; rows may be strided); rstd: [rows] f32 (saved for backward)
+void l2norm_fwd(const TensorView& y, const TensorView& rstd, const TensorView& x, float eps = 1e-6f, Stream s = {});
+// dx = rstd * (dy - y * sum(dy * y)), with y recomputed from x and rstd.
+void l2norm_bwd(const TensorView& dx, const TensorView& dy, const TensorView& x, const TensorView& rstd,
+                Stream s = {});
+
+// ---- 3. gates (gdn-math.md section 1.1, B9, B10) -----------------------------------------
+// g = -exp(A_log[h]) * softplus(a + dt_bias[h]) (softplus(x) = x for x > 20), beta = sigmoid(b).
+//   a, b: [T, Hv] (bf16|f32; rows may be strided); A_log, dt_bias: [Hv] f32; g, beta: [T, Hv] f32
+void gdn_gate_fwd(const TensorView& g, const TensorView& beta, const TensorView& a, const TensorView& b,
+                  const TensorView& A_log, const TensorView& dt_bias, Stream s = {});
+// da, db (=) [T, Hv] like a, b; dA_log, ddt_bias (+=) [Hv] f32. dg, dbeta: [T, Hv] f32.
+void gdn_gate_bwd(const TensorView& da, const TensorView& db, const TensorView& dA_log, const TensorView& ddt_bias,
+                  const TensorView& dg, const TensorView& dbeta, const TensorView& a, const TensorView& b,
+                  const TensorView& A_log, const TensorView& dt_bias, Stream s = {});
+
+// ---- 4. chunk_gated_delta_rule_varlen (gdn-math.md sections 2-5) --------------------------
+// Per sequence n and v-head h (key head h / (Hv/Hk)), token by token:
+//   S <- exp(g_t) S;  u = beta_t (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = scale * S^T q_t
+// with S = h0[n, h] (or 0) at the sequence start; ht[n, h] = S at its end.
+//   q, k: [T, Hk, dk]; v, o: [T, Hv, dv] (bf16|f32, one dtype); g, beta: [T, Hv] f32 (g: natural
+//   log decay per token, NOT cumulated); h0, ht: [N, Hv, dk, dv] f32 or empty views.
+struct GdnArgs {
+  float scale = 0.0f;  // 0: dk^-0.5
+};
+void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k,
+                   const TensorView& v, const TensorView& g, const TensorView& beta, const TensorView& h0,
+                   const GdnArgs& args, const VarlenMeta& m, Stream s = {});
+// All gradients overwritten (=): dq, dk like q, k; dv like v; dg, dbeta [T, Hv] f32;
+// dh0 [N, Hv, dk, dv] f32 or empty. dht: [N, Hv, dk, dv] f32 or empty (= zero).
+void gdn_chunk_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& dg,
+                   const TensorView& dbeta, const TensorView& dh0, const TensorView& do_, const TensorView& dht,
+                   const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& g,
+                   const TensorView& beta, const TensorView& h0, const GdnArgs& args, const VarlenMeta& m,
+                   Stream s = {});
+
+// ---- 5. gated_rmsnorm (gdn-math.md section 8.1) ------------------------------------------
+// y = o * rstd * w * silu(z), rstd = 1 / sqrt(mean(o^2) + eps) over the last dim (dv) per row.
+//   o, z, y: [rows, dv] (bf16|f32; rows may be strided); w: [dv] f32; rstd: [rows] f32 (saved)
+void gated_rmsnorm_fwd(const TensorView& y, const TensorView& rstd, const TensorView& o, const TensorView& z,
+                       const TensorView& w, float eps, Stream s = {});
+// do_, dz (=) like o, z; dw (+=) [dv] f32.
+void gated_rmsnorm_bwd(const TensorView& do_, const TensorView& dz, const TensorView& dw, const TensorView& dy,
+                       const TensorView& o, const TensorView& z, const TensorView& w, const TensorView& rstd,
+                       Stream s = {});
+
+}  // namespace dt::ops

@@ -1,0 +1,361 @@
+// CUDA basic ops: fill, strided copy with casts, elementwise add/mul/scale/axpy, deterministic
+// sum / sum of squares, counter-based RNG fill (bit-identical to the CPU for uniform; normal
+// within an ulp), and GEMM through cuBLASLt. Float element types f32, bf16, f16; fp32 math.
+// Reductions: a fixed grid derived from n only (never from the device), one partial per
+// block, then one block sums the partials in order: the same bits on every run.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/cuda_check.h"
+#include "deltatron/core/allocator.h"
+#include "deltatron/core/numeric.h"
+#include "deltatron/core/rng.h"
+#include "ops/basic_backends.h"
+
+namespace dt::ops::cuda {
+namespace {
+
+// ---- element access -------------------------------------------------------------------
+__device__ __forceinline__ float ld(const void* p, DType t, int64_t i) {
+  if (t == DType::f32) return static_cast<const float*>(p)[i];
+  if (t == DType::bf16) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  return __half2float(static_cast<const __half*>(p)[i]);
+}
+// Stores round to nearest even through the same bit functions as the CPU backend.
+__device__ __forceinline__ void st(void* p, DType t, int64_t i, float v) {
+  if (t == DType::f32) static_cast<float*>(p)[i] = v;
+  else if (t == DType::bf16) static_cast<uint16_t*>(p)[i] = f32_to_bf16_bits(v);
+  else static_cast<uint16_t*>(p)[i] = f32_to_f16_bits(v);
+}
+
+struct StridedIndex {  // row-major unravel of a linear index over a strided view
+  int ndim;
+  int64_t shape[kMaxDims];
+  int64_t stride[kMaxDims];
+  explicit StridedIndex(const TensorView& v) : ndim(v.ndim()) {
+    for (int d = 0; d < kMaxDims; ++d) {
+      shape[d] = d < ndim ? v.shape[d] : 1;
+      stride[d] = d < ndim ? v.stride[d] : 0;
+    }
+  }
+  __device__ __forceinline__ int64_t operator()(int64_t i) const {
+    int64_t off = 0;
+    for (int d = ndim - 1; d >= 0; --d) {
+      off += (i % shape[d]) * stride[d];
+      i /= shape[d];
+    }
+    return off;
+  }
+};
+
+constexpr int kThreads = 256;
+inline unsigned blocks_for(int64_t n) {
+  int64_t b = (n + kThreads - 1) / kThreads;
+  return unsigned(b < 65536 * 16 ? (b > 0 ? b : 1) : 65536 * 16);  // grid-stride loops cover the rest
+}
+
+// ---- kernels --------------------------------------------------------------------------
+template <typename T>
+__global__ void fill_kernel(T* x, StridedIndex idx, int64_t n, T v) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[idx(i)] = v;
+}
+
+__global__ void copy_cast_kernel(void* dst, DType dt, StridedIndex di, const void* src, DType stt, StridedIndex si,
+                                 int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    st(dst, dt, di(i), ld(src, stt, si(i)));
+}
+
+template <typename T>
+__global__ void copy_same_kernel(T* dst, StridedIndex di, const T* src, StridedIndex si, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[di(i)] = src[si(i)];
+}
+
+enum class Bin { add, mul, axpy, scale };
+__global__ void binary_kernel(Bin op, void* out, DType ot, const void* a, DType at, const void* b, DType bt,
+                              float alpha, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float r;
+    switch (op) {
+      case Bin::add: r = ld(a, at, i) + ld(b, bt, i); break;
+      case Bin::mul: r = ld(a, at, i) * ld(b, bt, i); break;
+      case Bin::axpy: r = ld(out, ot, i) + alpha * ld(a, at, i); break;
+      default: r = ld(out, ot, i) * alpha; break;
+    }
+    st(out, ot, i, r);
+  }
+}
+
+constexpr int kReduceBlocks = 1024;  // upper bound on partials; the grid size depends on n only
+__device__ __forceinline__ float block_sum(float v, float* s_buf) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) s_buf[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < blockDim.x / 32 ? s_buf[threadIdx.x] : 0.f;
+  if (warp == 0)
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  return v;
+}
+__global__ void reduce_partial_kernel(float* g_partial, const void* x, DType t, int64_t n, bool squares) {
+  __shared__ float s_buf[32];
+  float acc = 0.f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float v = ld(x, t, i);
+    acc += squares ? v * v : v;
+  }
+  acc = block_sum(acc, s_buf);
+  if (threadIdx.x == 0) g_partial[blockIdx.x] = acc;
+}
+__global__ void reduce_final_kernel(float* out, const float* g_partial, int nparts) {
+  __shared__ float s_buf[32];
+  float acc = 0.f;
+  for (int i = threadIdx.x; i < nparts; i += blockDim.x) acc += g_partial[i];
+  acc = block_sum(acc, s_buf);
+  if (threadIdx.x == 0) *out = acc;
+}
+
+struct RngArgs {
+  int ndim;
+  int64_t local[kMaxDims], global[kMaxDims], offset[kMaxDims];
+};
+__global__ void rng_kernel(void* x, DType t, int64_t n, RngArgs r, uint64_t seed, uint64_t stream, bool normal,
+                           float p0, float p1) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t rem = i, g = 0, gs = 1;
+    for (int d = r.ndim - 1; d >= 0; --d) {
+      g += (rem % r.local[d] + r.offset[d]) * gs;
+      rem /= r.local[d];
+      gs *= r.global[d];
+    }
+    st(x, t, i, normal ? rng_normal_at(seed, stream, uint64_t(g), p0, p1) : rng_uniform_at(seed, stream, uint64_t(g), p0, p1));
+  }
+}
+
+struct Range {  // NVTX range for the launcher's lifetime
+  explicit Range(const char* name) { nvtxRangePushA(name); }
+  ~Range() { nvtxRangePop(); }
+};
+
+}  // namespace
+
+// ---- launchers ------------------------------------------------------------------------
+void fill(const TensorView& x, double value, Stream s) {
+  int64_t n = x.numel();
+  if (!n) return;
+  Range r("dt::fill");
+  StridedIndex idx(x);
+  auto go = [&](auto v) {
+    using T = decltype(v);
+    fill_kernel<T><<<blocks_for(n), kThreads, 0, cuda_stream(s)>>>(static_cast<T*>(x.data), idx, n, v);
+  };
+  switch (x.dtype) {
+    case DType::f32: case DType::i32: {
+      uint32_t bits = x.dtype == DType::f32 ? float_bits(float(value)) : uint32_t(int32_t(value));
+      go(bits);
+      break;
+    }
+    case DType::bf16: go(f32_to_bf16_bits(float(value))); break;
+    case DType::f16: go(f32_to_f16_bits(float(value))); break;
+    case DType::u16: go(uint16_t(value)); break;
+    case DType::i64: go(int64_t(value)); break;
+    case DType::u8: go(uint8_t(value)); break;
+  }
+  DT_CUDA_LAUNCH_CHECK();
+}
+
+void copy(const TensorView& dst, const TensorView& src, Stream s) {
+  int64_t n = dst.numel();
+  if (!n) return;
+  Range r("dt::copy");
+  if (dst.dtype == src.dtype && dst.is_contiguous() && src.is_contiguous()) {
+    DT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDeviceToDevice, cuda_stream(s)));
+    return;
+  }
+  StridedIndex di(dst), si(src);
+  if (dst.dtype == src.dtype) {
+    switch (dtype_size(dst.dtype)) {
+      case 1: copy_same_kernel<<<blocks_for(n), kThreads, 0, cuda_stream(s)>>>(dst.ptr<uint8_t>(), di, src.ptr<uint8_t>(), si, n); break;
+      case 2: copy_same_kernel<<<blocks_for(n), kThreads, 0, cuda_stream(s)>>>(dst.ptr<uint16_t>(), di, src.ptr<uint16_t>(), si, n); break;
+      case 4: copy_same_kernel<<<blocks_for(n), kThreads, 0, cuda_stream(s)>>>(dst.ptr<uint32_t>(), di, src.ptr<uint32_t>(), si, n); break;
+      default: copy_same_kernel<<<blocks_for(n), kThreads, 0, cuda_stream(s)>>>(dst.ptr<uint64_t>(), di, src.ptr<uint64_t>(), si, n); break;
+    }
+  } else {
+    copy_cast_kernel<<<blocks_for(n), kThreads, 0, cuda_stream(s)>>>(dst.data, dst.dtype, di, src.data, src.dtype, si, n);
+  }
+  DT_CUDA_LAUNCH_CHECK();
+}
+
+static void binary(Bin op, const TensorView& out, const TensorView& a, const TensorView& b, float alpha, Stream s) {
+  int64_t n = out.numel();
+  if (!n) return;
+  Range r("dt::elementwise");
+  binary_kernel<<<blocks_for(n), kThreads, 0, cuda_stream(s)>>>(op, out.data, out.dtype, a.data, a.dtype, b.data,
+                                                                 b.dtype, alpha, n);
+  DT_CUDA_LAUNCH_CHECK();
+}
+void add(const TensorView& out, const TensorView& a, const TensorView& b, Stream s) { binary(Bin::add, out, a, b, 0.f, s); }
+void mul(const TensorView& out, const TensorView& a, const TensorView& b, Stream s) { binary(Bin::mul, out, a, b, 0.f, s); }
+void scale(const TensorView& x, float alpha, Stream s) { binary(Bin::scale, x, x, x, alpha, s); }
+void axpy(const TensorView& y, float alpha, const TensorView& x, Stream s) { binary(Bin::axpy, y, x, x, alpha, s); }
+
+void sum(const TensorView& out, const TensorView& x, bool squares, Stream s) {
+  Range r("dt::sum");
+  int64_t n = x.numel();
+  int nparts = int(std::min<int64_t>(kReduceBlocks, std::max<int64_t>(1, (n + 4 * kThreads - 1) / (4 * kThreads))));
+  Tensor partial = Tensor::empty(Shape{nparts}, DType::f32, out.device);
+  reduce_partial_kernel<<<nparts, kThreads, 0, cuda_stream(s)>>>(partial.ptr<float>(), x.data, x.dtype, n, squares);
+  DT_CUDA_LAUNCH_CHECK();
+  reduce_final_kernel<<<1, 1024, 0, cuda_stream(s)>>>(out.ptr<float>(), partial.ptr<float>(), nparts);
+  DT_CUDA_LAUNCH_CHECK();
+}
+
+void rng_fill(const TensorView& x, uint64_t seed, uint64_t stream, bool normal, float p0, float p1,
+              const RngSlice& w, Stream s) {
+  int64_t n = x.numel();
+  if (!n) return;
+  Range r("dt::rng_fill");
+  RngArgs a{};
+  a.ndim = x.ndim();
+  for (int d = 0; d < a.ndim; ++d) {
+    a.local[d] = x.shape[d];
+    a.global[d] = w.global[d];
+    a.offset[d] = w.offset[d];
+  }
+  rng_kernel<<<blocks_for(n), kThreads, 0, cuda_stream(s)>>>(x.data, x.dtype, n, a, seed, stream, normal, p0, p1);
+  DT_CUDA_LAUNCH_CHECK();
+}
+
+void memcpy_async(const TensorView& dst, const TensorView& src, Stream s) {
+  DT_CHECK(dst.nbytes() == src.nbytes(), "memcpy_async: sizes differ {} vs {}", dst.str(), src.str());
+  if (!dst.nbytes()) return;
+  DT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDefault, cuda_stream(s)));
+}
+
+void stream_sync(Stream s) { DT_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(s))); }
+
+// ---- GEMM (cuBLASLt) ------------------------------------------------------------------
+// Row-major C[M,N] = A[M,K] B[K,N] is column-major C^T[N,M] = B^T A^T: cuBLASLt gets B as its
+// first operand and A as its second, so no data is transposed.
+namespace {
+constexpr size_t kLtWorkspace = size_t(32) << 20;
+
+struct LtDevice {
+  cublasLtHandle_t handle = nullptr;
+  Tensor workspace;  // from the caching allocator
+};
+LtDevice& lt_device(int dev) {
+  static std::mutex mu;
+  static auto* per_dev = new std::map<int, LtDevice>;  // leaked: handles outlive static destructors
+  std::lock_guard<std::mutex> g(mu);
+  LtDevice& d = (*per_dev)[dev];
+  if (!d.handle) {
+    DT_CUBLAS_CHECK(cublasLtCreate(&d.handle));
+    d.workspace = Tensor::empty(Shape{int64_t(kLtWorkspace)}, DType::u8, Device::cuda(dev));
+  }
+  return d;
+}
+
+using AlgoKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, int, int>;
+struct AlgoEntry {
+  cublasLtMatmulAlgo_t algo;
+};
+
+int alignment(const void* p, int64_t ld, size_t es) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(p) | uintptr_t(ld * int64_t(es));
+  int al = 256;
+  while (al > 1 && (a % al)) al >>= 1;
+  return al;
+}
+
+cudaDataType_t lt_type(DType t) {
+  switch (t) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+    default: DT_FAIL("gemm: unsupported dtype {}", dtype_name(t));
+  }
+}
+}  // namespace
+
+void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const GemmOpts& o, Stream s) {
+  int64_t M = c.shape[0], N = c.shape[1], K = o.trans_a ? a.shape[0] : a.shape[1];
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // nothing to multiply: C = beta * C
+    if (o.beta == 0.f) fill(c, 0.0, s);
+    else binary(Bin::scale, c, c, c, o.beta, s);
+    return;
+  }
+  Range r("dt::gemm");
+  DT_CHECK(a.dtype == DType::bf16 || a.dtype == DType::f32 || a.dtype == DType::f16,
+           "CUDA gemm: inputs must be bf16, f16 or f32, got {}", a.str());
+  DT_CHECK(c.dtype == a.dtype || c.dtype == DType::f32, "CUDA gemm: C must be f32 or the input dtype ({}), got {}",
+           dtype_name(a.dtype), c.str());
+  LtDevice& dev = lt_device(c.device.index);
+  cudaDataType_t in_t = lt_type(a.dtype), c_t = lt_type(c.dtype);
+  cublasComputeType_t compute =
+      a.dtype == DType::f32 ? (o.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F) : CUBLAS_COMPUTE_32F;
+  cublasOperation_t op1 = o.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // first operand: B
+  cublasOperation_t op2 = o.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // second operand: A
+  int64_t ldb = b.stride[0], lda = a.stride[0], ldc = c.stride[0];
+  size_t es = dtype_size(a.dtype);
+  int al_b = alignment(b.data, ldb, es), al_a = alignment(a.data, lda, es), al_c = alignment(c.data, ldc, dtype_size(c.dtype));
+
+  cublasLtMatmulDesc_t desc;
+  DT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F));
+  DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof(op1)));
+  DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof(op2)));
+  cublasLtMatrixLayout_t l1, l2, lc;
+  // Column-major shapes as stored: B (row-major [K,N] or [N,K]) is [N,K] or [K,N] column-major.
+  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l1, in_t, o.trans_b ? K : N, o.trans_b ? N : K, ldb));
+  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l2, in_t, o.trans_a ? M : K, o.trans_a ? K : M, lda));
+  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, c_t, N, M, ldc));
+
+  static std::mutex mu;
+  static std::map<AlgoKey, AlgoEntry> cache;
+  AlgoKey key{c.device.index, M, N, K, lda, ldb, ldc, int(a.dtype), int(c.dtype),
+              int(o.trans_a) | (int(o.trans_b) << 1) | (int(o.allow_tf32) << 2), al_a, al_b, al_c};
+  cublasLtMatmulAlgo_t algo;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) {
+      algo = it->second.algo;
+    } else {
+      cublasLtMatmulPreference_t pref;
+      DT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      uint64_t ws = kLtWorkspace;
+      uint32_t a1 = al_b, a2 = al_a, a3 = al_c;
+      DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+      DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a1, sizeof(a1)));
+      DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &a2, sizeof(a2)));
+      DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &a3, sizeof(a3)));
+      DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &a3, sizeof(a3)));
+      cublasLtMatmulHeuristicResult_t res{};
+      int found = 0;
+      DT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(dev.handle, desc, l1, l2, lc, lc, pref, 1, &res, &found));
+      cublasLtMatmulPreferenceDestroy(pref);
+      DT_CHECK(found > 0, "cuBLASLt found no algorithm for C {} = op(A) {} op(B) {} (trans_a {}, trans_b {})", c.str(),
+               a.str(), b.str(), o.trans_a, o.trans_b);
+      algo = res.algo;
+      cache.emplace(key, AlgoEntry{algo});
+    }
+  }
+  float alpha = o.alpha, beta = o.beta;
+  DT_CUBLAS_CHECK(cublasLtMatmul(dev.handle, desc, &alpha, b.data, l1, a.data, l2, &beta, c.data, lc, c.data, lc, &algo,
+                                 dev.workspace.data(), kLtWorkspace, cuda_stream(s)));
+  cublasLtMatrixLayoutDestroy(l1);
+  cublasLtMatrixLayoutDestroy(l2);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(desc);
+  if (DT_SYNC_CHECK) DT_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(s)));
+}
+
+}  // namespace dt::ops::cuda

@@ -1,0 +1,39 @@
+// Internal: the CPU and CUDA implementations behind include/deltatron/ops/gdn.h. Both
+// namespaces declare the same signatures; gdn_dispatch.cpp picks one by device.
+#pragma once
+#include "deltatron/ops/gdn.h"
+
+#define DT_GDN_DECLS                                                                                              \
+  void causal_conv1d_fwd(const TensorView& y, const TensorView& x, const TensorView& w, const TensorView& bias,    \
+                         bool silu, const VarlenMeta& m, Stream s);                                              \
+  void causal_conv1d_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias, const TensorView& dy, \
+                         const TensorView& x, const TensorView& w, const TensorView& bias, bool silu,            \
+                         const VarlenMeta& m, Stream s);                                                         \
+  void l2norm_fwd(const TensorView& y, const TensorView& rstd, const TensorView& x, float eps, Stream s);          \
+  void l2norm_bwd(const TensorView& dx, const TensorView& dy, const TensorView& x, const TensorView& rstd,        \
+                  Stream s);                                                                                     \
+  void gdn_gate_fwd(const TensorView& g, const TensorView& beta, const TensorView& a, const TensorView& b,        \
+                    const TensorView& A_log, const TensorView& dt_bias, Stream s);                               \
+  void gdn_gate_bwd(const TensorView& da, const TensorView& db, const TensorView& dA_log,                        \
+                    const TensorView& ddt_bias, const TensorView& dg, const TensorView& dbeta, const TensorView& a, \
+                    const TensorView& b, const TensorView& A_log, const TensorView& dt_bias, Stream s);          \
+  void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k,         \
+                     const TensorView& v, const TensorView& g, const TensorView& beta, const TensorView& h0,     \
+                     const GdnArgs& args, const VarlenMeta& m, Stream s);                                        \
+  void gdn_chunk_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& dg,      \
+                     const TensorView& dbeta, const TensorView& dh0, const TensorView& do_, const TensorView& dht, \
+                     const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& g,         \
+                     const TensorView& beta, const TensorView& h0, const GdnArgs& args, const VarlenMeta& m,     \
+                     Stream s);                                                                                  \
+  void gated_rmsnorm_fwd(const TensorView& y, const TensorView& rstd, const TensorView& o, const TensorView& z,   \
+                         const TensorView& w, float eps, Stream s);                                              \
+  void gated_rmsnorm_bwd(const TensorView& do_, const TensorView& dz, const TensorView& dw, const TensorView& dy, \
+                         const TensorView& o, const TensorView& z, const TensorView& w, const TensorView& rstd,  \
+                         Stream s);
+
+namespace dt::ops::cpu {
+DT_GDN_DECLS
+}
+namespace dt::ops::cuda {
+DT_GDN_DECLS
+}
