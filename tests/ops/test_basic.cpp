@@ -1,0 +1,83 @@
+// CPU basic ops against independent double-precision loops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "deltatron/core/numeric.h"
+#include "deltatron/ops/basic.h"
+#include "deltatron/ops/gemm.h"
+#include "test_util.h"
+
+using namespace dt;
+using dt::testing::close_rel;
+using dt::testing::rand_host;
+
+namespace {
+std::vector<double> gemm_ref(const TensorView& a, const TensorView& b, const TensorView& c0, const ops::GemmOpts& o) {
+  int64_t M = c0.shape[0], N = c0.shape[1], K = o.trans_a ? a.shape[0] : a.shape[1];
+  auto A = [&](int64_t i, int64_t k) { return double(a.ptr<float>()[o.trans_a ? k * a.stride[0] + i : i * a.stride[0] + k]); };
+  auto B = [&](int64_t k, int64_t j) { return double(b.ptr<float>()[o.trans_b ? j * b.stride[0] + k : k * b.stride[0] + j]); };
+  std::vector<double> out(size_t(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += A(i, k) * B(k, j);
+      out[size_t(i * N + j)] = o.alpha * acc + o.beta * double(c0.ptr<float>()[i * c0.stride[0] + j]);
+    }
+  return out;
+}
+std::vector<double> rows(const TensorView& c) {
+  std::vector<double> out;
+  for (int64_t i = 0; i < c.shape[0]; ++i)
+    for (int64_t j = 0; j < c.shape[1]; ++j) out.push_back(c.ptr<float>()[i * c.stride[0] + j]);
+  return out;
+}
+}  // namespace
+
+TEST(BasicCpu, GemmAllTransposesAndStridedRows) {
+  const int64_t M = 37, N = 29, K = 53;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      ops::GemmOpts o{bool(ta), bool(tb), 0.75f, 0.5f};
+      // Operands are column slices of wider buffers, so rows are strided.
+      Tensor abuf = rand_host(ta ? Shape{K, M + 3} : Shape{M, K + 3});
+      Tensor bbuf = rand_host(tb ? Shape{N, K + 5} : Shape{K, N + 5});
+      Tensor cbuf = rand_host(Shape{M, N + 2});
+      TensorView a = abuf.view().slice(1, 0, ta ? M : K), b = bbuf.view().slice(1, 0, tb ? K : N);
+      TensorView c = cbuf.view().slice(1, 1, N + 1);
+      std::vector<double> want = gemm_ref(a, b, c, o);
+      ops::gemm(c, a, b, o);
+      EXPECT_TRUE(close_rel(rows(c), want, 1e-6)) << "trans_a " << ta << " trans_b " << tb;
+    }
+}
+
+TEST(BasicCpu, ElementwiseReductionsAndCasts) {
+  Tensor a = rand_host(Shape{1000}), b = rand_host(Shape{1000});
+  Tensor out = Tensor::empty(Shape{1000}, DType::f32);
+  ops::add(out, a, b);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(out.ptr<float>()[i], a.ptr<float>()[i] + b.ptr<float>()[i]);
+  ops::mul(out, a, b);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(out.ptr<float>()[i], a.ptr<float>()[i] * b.ptr<float>()[i]);
+  ops::copy(out, a);
+  ops::axpy(out, -2.f, b);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(out.ptr<float>()[i], a.ptr<float>()[i] + -2.f * b.ptr<float>()[i]);
+  ops::scale(out, 0.5f);
+  Tensor s = Tensor::empty(Shape{1}, DType::f32), s2 = Tensor::empty(Shape{1}, DType::f32);
+  ops::sum(s, a);
+  ops::sum_squares(s2, a);
+  double ref = 0, ref2 = 0;
+  for (int i = 0; i < 1000; ++i) {
+    ref += a.ptr<float>()[i];
+    ref2 += double(a.ptr<float>()[i]) * a.ptr<float>()[i];
+  }
+  EXPECT_NEAR(*s.ptr<float>(), ref, 1e-5 * (1 + std::fabs(ref)));
+  EXPECT_NEAR(*s2.ptr<float>(), ref2, 1e-5 * ref2);
+  // f32 -> bf16 -> f32 rounds each element to nearest even (checked against numeric.h).
+  Tensor h = Tensor::empty(Shape{1000}, DType::bf16), back = Tensor::empty(Shape{1000}, DType::f32);
+  ops::copy(h, a);
+  ops::copy(back, h);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(back.ptr<float>()[i], bf16_bits_to_f32(f32_to_bf16_bits(a.ptr<float>()[i])));
+  ops::fill(h, 3.0);
+  ops::copy(back, h);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(back.ptr<float>()[i], 3.0f);
+}

@@ -1,0 +1,158 @@
+// CUDA basic ops against the CPU backend on fresh random data; RNG bit equality; the
+// caching allocator performs no cudaMalloc in a repeated step; cuBLASLt GEMM in bf16/fp32.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "deltatron/core/allocator.h"
+#include "deltatron/core/numeric.h"
+#include "deltatron/ops/basic.h"
+#include "deltatron/ops/gemm.h"
+#include "test_util.h"
+
+using namespace dt;
+using dt::testing::close_rel;
+using dt::testing::rand_host;
+
+namespace {
+const Device kGpu = Device::cuda(0);
+Tensor dev(const TensorView& h) { return ops::to_device(h, kGpu); }
+Tensor host(const TensorView& d) { return ops::to_host(d); }
+Tensor as(const TensorView& x, DType t) {
+  Tensor o = Tensor::empty(x.shape, t, x.device);
+  ops::copy(o, x);
+  return o;
+}
+}  // namespace
+
+TEST(BasicCuda, FillCopyCastAreBitExact) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    Tensor a = rand_host(Shape{3, 517}, -50.f, 50.f);
+    Tensor ref = as(a, t);                 // CPU cast
+    Tensor got = host(as(dev(a), t));      // CUDA cast
+    ASSERT_EQ(std::memcmp(ref.data(), got.data(), ref.nbytes()), 0) << dtype_name(t);
+    Tensor back_ref = as(ref, DType::f32), back_got = host(as(dev(ref), DType::f32));
+    ASSERT_EQ(std::memcmp(back_ref.data(), back_got.data(), back_ref.nbytes()), 0) << dtype_name(t);
+  }
+  // Strided copy: the transpose of a [64, 96] matrix.
+  Tensor a = rand_host(Shape{64, 96});
+  Tensor want = Tensor::empty(Shape{96, 64}, DType::f32);
+  ops::copy(want, a.view().transpose(0, 1));
+  Tensor d = dev(a), dt_ = Tensor::empty(Shape{96, 64}, DType::f32, kGpu);
+  dt::testing::poison(dt_);
+  ops::copy(dt_, d.view().transpose(0, 1));
+  Tensor got = host(dt_);
+  ASSERT_EQ(std::memcmp(want.data(), got.data(), want.nbytes()), 0);
+  for (DType t : {DType::f32, DType::bf16, DType::i32, DType::i64, DType::u8}) {
+    Tensor x = Tensor::empty(Shape{1001}, t, kGpu), xr = Tensor::empty(Shape{1001}, t);
+    ops::fill(x, 7.0);
+    ops::fill(xr, 7.0);
+    Tensor xh = host(x);
+    ASSERT_EQ(std::memcmp(xh.data(), xr.data(), xr.nbytes()), 0) << dtype_name(t);
+  }
+}
+
+TEST(BasicCuda, ElementwiseMatchCpu) {
+  for (DType t : {DType::f32, DType::bf16}) {
+    Tensor a = as(rand_host(Shape{100003}), t), b = as(rand_host(Shape{100003}), t);
+    Tensor da = dev(a), db = dev(b);
+    Tensor out = Tensor::empty(a.shape(), t), dout = Tensor::empty(a.shape(), t, kGpu);
+    ops::add(out, a, b);
+    ops::add(dout, da, db);
+    EXPECT_TRUE(close_rel(dout, out, 1e-7)) << "add " << dtype_name(t);
+    ops::mul(out, a, b);
+    ops::mul(dout, da, db);
+    EXPECT_TRUE(close_rel(dout, out, 1e-7)) << "mul " << dtype_name(t);
+    ops::axpy(out, 0.3f, a);
+    ops::axpy(dout, 0.3f, da);
+    EXPECT_TRUE(close_rel(dout, out, 1e-6)) << "axpy " << dtype_name(t);
+    ops::scale(out, -1.7f);
+    ops::scale(dout, -1.7f);
+    EXPECT_TRUE(close_rel(dout, out, 1e-6)) << "scale " << dtype_name(t);
+  }
+}
+
+TEST(BasicCuda, ReductionsMatchCpuAndAreDeterministic) {
+  for (int64_t n : {1, 1000, 1 << 22}) {
+    Tensor a = rand_host(Shape{n}, -1.f, 2.f);
+    Tensor da = dev(a);
+    Tensor s = Tensor::empty(Shape{1}, DType::f32), ds = Tensor::empty(Shape{1}, DType::f32, kGpu);
+    for (bool sq : {false, true}) {
+      sq ? ops::sum_squares(s, a) : ops::sum(s, a);
+      sq ? ops::sum_squares(ds, da) : ops::sum(ds, da);
+      float g1 = ops::item(ds);
+      sq ? ops::sum_squares(ds, da) : ops::sum(ds, da);
+      float g2 = ops::item(ds);
+      EXPECT_EQ(float_bits(g1), float_bits(g2)) << "run-to-run bits differ, n " << n;
+      EXPECT_NEAR(g1, *s.ptr<float>(), 2e-6 * std::fabs(*s.ptr<float>()) + 1e-6) << "n " << n << " squares " << sq;
+    }
+  }
+}
+
+TEST(BasicCuda, RngMatchesCpu) {
+  uint64_t seed = dt::testing::test_seed();
+  Tensor hu = Tensor::empty(Shape{257, 33}, DType::f32), du = Tensor::empty(Shape{257, 33}, DType::f32, kGpu);
+  ops::RngSlice w{Shape{1000, 40}, {100, 5}};
+  ops::rng_uniform(hu, seed, 3, -1.f, 1.f, w);
+  ops::rng_uniform(du, seed, 3, -1.f, 1.f, w);
+  Tensor gu = host(du);
+  EXPECT_EQ(std::memcmp(hu.data(), gu.data(), hu.nbytes()), 0) << "uniform must be bit-identical";
+  Tensor hn = Tensor::empty(Shape{1 << 16}, DType::f32), dn = Tensor::empty(Shape{1 << 16}, DType::f32, kGpu);
+  ops::rng_normal(hn, seed, 4, 0.f, 1.f, ops::RngSlice::whole(hn));
+  ops::rng_normal(dn, seed, 4, 0.f, 1.f, ops::RngSlice::whole(dn));
+  Tensor gn = host(dn);
+  int64_t differ = 0;
+  for (int64_t i = 0; i < hn.numel(); ++i) {
+    float x = hn.ptr<float>()[i], y = gn.ptr<float>()[i];
+    if (x != y) {
+      ++differ;
+      // Within 2 ulp: double-precision libm results can differ in the last bit.
+      ASSERT_LE(std::abs(int64_t(float_bits(x)) - int64_t(float_bits(y))), 2) << i;
+    }
+  }
+  EXPECT_LT(differ, hn.numel() / 1000) << "normal draws should almost always be bit-identical";
+}
+
+TEST(BasicCuda, GemmMatchesCpu) {
+  const int64_t M = 193, N = 131, K = 257;
+  for (DType t : {DType::f32, DType::bf16})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        ops::GemmOpts o{bool(ta), bool(tb), 1.25f, 0.5f};
+        Tensor a = as(as(rand_host(ta ? Shape{K, M} : Shape{M, K}), t), DType::f32);  // values exact in t
+        Tensor b = as(as(rand_host(tb ? Shape{N, K} : Shape{K, N}), t), DType::f32);
+        Tensor c = rand_host(Shape{M, N});
+        Tensor dc = dev(c);
+        ops::gemm(c, a, b, o);
+        ops::gemm(dc, dev(as(a, t)), dev(as(b, t)), o);
+        // fp32 accumulation either way; fp32 inputs use true fp32 math (no TF32).
+        EXPECT_TRUE(close_rel(dc, c, 1e-6)) << dtype_name(t) << " ta " << ta << " tb " << tb;
+      }
+  // bf16 output: within bf16 rounding of the fp32 result.
+  Tensor a = as(rand_host(Shape{64, 96}), DType::bf16), b = as(rand_host(Shape{96, 80}), DType::bf16);
+  Tensor c32 = Tensor::empty(Shape{64, 80}, DType::f32, kGpu), c16 = Tensor::empty(Shape{64, 80}, DType::bf16, kGpu);
+  ops::gemm(c32, dev(a), dev(b));
+  ops::gemm(c16, dev(a), dev(b));
+  EXPECT_TRUE(close_rel(c16, c32, 4e-3));
+}
+
+TEST(BasicCuda, CachingAllocatorHasNoRawAllocsInSteadyState) {
+  Allocator& al = cuda_allocator(0);
+  auto step = [&] {  // a "training step": the same pattern of temporaries every time
+    Tensor x = Tensor::empty(Shape{1 << 20}, DType::bf16, kGpu);
+    Tensor y = Tensor::empty(Shape{3, 1000}, DType::f32, kGpu);
+    Tensor z = Tensor::empty(Shape{7 << 20}, DType::u8, kGpu);
+    ops::fill(x, 1.0);
+    ops::fill(y, 2.0);
+    Tensor s = Tensor::empty(Shape{1}, DType::f32, kGpu);
+    ops::sum(s, x);
+    return ops::item(s);
+  };
+  EXPECT_EQ(step(), float(1 << 20));
+  int64_t raw = al.stats().num_raw_allocs;
+  al.reset_peak();
+  for (int i = 0; i < 5; ++i) step();
+  EXPECT_EQ(al.stats().num_raw_allocs, raw) << "cudaMalloc inside a steady-state step";
+  EXPECT_GE(al.stats().peak_bytes, (2 << 20) + (7 << 20));
+}
