@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# On a GPU machine: build (sm_90a by default) and run the `gpu`-labelled tests (which
+# include the NCCL multi-rank tests on 1 and 2 GPUs), then print a summary. Logs go to
+# $OUT (the device tool's output folder) when set, else to $BUILD_DIR.
+#   BUILD_DIR=build-gpu  CTEST_ARGS=...  BENCH=1 (also run every bench/ binary)  bash scripts/gpu_test.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+LOG=${OUT:-$BUILD_DIR}
+mkdir -p "$LOG" "$BUILD_DIR"
+nvidia-smi -L || { echo "no GPU visible"; exit 1; }
+ngpu=$(nvidia-smi -L | wc -l)
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DDELTATRON_CUDA=ON ${CMAKE_ARGS:-} > "$LOG/configure.log" 2>&1 \
+  || { tail -30 "$LOG/configure.log"; exit 1; }
+start=$(date +%s)
+cmake --build "$BUILD_DIR" -j "$(nproc)" > "$LOG/build.log" 2>&1 || { grep -E "error" -A3 "$LOG/build.log" | head -60; exit 1; }
+echo "build: $(( $(date +%s) - start )) s"
+cd "$BUILD_DIR"
+# np2 NCCL tests need two GPUs; with one they are excluded (the summary says so).
+exclude=""
+[ "$ngpu" -lt 2 ] && exclude="_np2$|nccl.*2gpu"
+ctest -L gpu ${exclude:+-E "$exclude"} --output-on-failure ${CTEST_ARGS:-} 2>&1 | tee "$LOG/ctest_gpu.log"
+rc=${PIPESTATUS[0]}
+if [ "${BENCH:-0}" = "1" ]; then
+  for b in bench/*; do
+    [ -x "$b" ] || continue
+    echo "== $b"; "$b" 2>&1 | tee "$LOG/$(basename "$b").log"
+  done
+fi
+echo "== summary ($ngpu GPU(s)): $(grep -E 'tests passed|tests failed' "$LOG/ctest_gpu.log" | tail -1)"
+[ -n "$exclude" ] && echo "   not run here (need 2 GPUs): tests matching '$exclude'"
+exit $rc

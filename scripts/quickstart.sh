@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The run command. Until the trainer exists (issue 6 replaces this job), it installs and
+# builds like scripts/test.sh, prints the environment banner of every rank and runs the
+# 2-rank collective self-check on the MPI backend (and on NCCL when 2 GPUs are present).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+install_deps
+BUILD_DIR=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DDELTATRON_CUDA="${DELTATRON_CUDA:-AUTO}" > /dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target deltatron_cli
+BIN="$BUILD_DIR/bin/deltatron"
+export NCCL_NVLS_ENABLE=0
+mpirun $(mpirun_flags) -np 2 "$BIN" env
+mpirun $(mpirun_flags) -np 2 "$BIN" selfcheck --tp 2 --backend mpi --dtype f32
+mpirun $(mpirun_flags) -np 2 "$BIN" selfcheck --cp 2 --backend mpi --dtype bf16
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l || true)
+if [ "${ngpu:-0}" -ge 2 ]; then
+  mpirun $(mpirun_flags) -np 2 "$BIN" selfcheck --tp 2 --backend nccl --dtype bf16
+fi
