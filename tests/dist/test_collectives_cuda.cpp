@@ -1,0 +1,42 @@
+// Every collective of the NCCL backend (CUDA tensors, a non-default stream) on every group
+// of every layout exercised at this world size (1 and 2 GPUs in tests/dist/CMakeLists.txt),
+// for f32, bf16, f16, i32 and i64, checked exactly. Exits 77 (skipped) without a GPU.
+#include <cuda_runtime.h>
+
+#include "deltatron/core/check.h"
+#include "deltatron/dist/comm.h"
+#include "deltatron/dist/parallel.h"
+#include "dist_test_util.h"
+
+namespace dt::testing {
+namespace {
+
+constexpr int64_t kCounts[] = {1, 37, 300};
+
+class NcclCollectives : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (process_info().gpu < 0) dist::select_cuda_device();
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+    where_ = Where{Device::cuda(process_info().gpu), Stream{stream_}};
+  }
+  void TearDown() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+  Where where_;
+};
+
+TEST_F(NcclCollectives, EveryGroupEveryDtype) {
+  for (const dist::ParallelDims& dims : layouts_for(dist::world_size())) {
+    dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::nccl);
+    for (auto [name, comm] : all_groups(pg)) {
+      ASSERT_EQ(comm->backend(), dist::Backend::nccl);
+      for (DType t : kCollectiveDtypes)
+        for (int64_t n : kCounts) check_collectives(*comm, t, n, where_, layout_name(dims) + " " + name);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dt::testing
