@@ -1,0 +1,1392 @@
+// CUDA chunked gated delta rule on packed sequences (THD + cu_seqlens), forward and backward.
+//
+// Math: ../shared/docs/gdn-math.md sections 3 (chunked forward, C = 64), 4 (chunked backward),
+// 5 (varlen rules) and 10 (numerical pitfalls). Per sequence n and v-head h (key head h / G,
+// G = Hv / Hk, read in place: repeats are never materialised):
+//   S <- exp(g_t) S;  u_t = beta_t (v_t - S^T k_t);  S <- S + k_t u_t^T;  o_t = scale * S^T q_t
+//
+// Layouts (token-major, contiguous): q, k, dq, dk [T, Hk, dk]; v, o, dv, do [T, Hv, dv] (bf16 or
+// f32, one dtype for all of them); g, beta, dg, dbeta [T, Hv] f32 (g: natural-log decay per
+// token, NOT cumulated); h0, ht, dht, dh0 [N, Hv, dk, dv] f32 or absent. dk, dv: multiples of 16,
+// at most 128.
+//
+// Kernels (one CTA per (chunk, v-head) unless "serial": one CTA per (sequence, v-head, 32-wide V
+// tile) walking the sequence's chunks in order; the token/chunk axis is always on gridDim.x):
+//   forward : prep (K1+K2+K3: gamma cumsum, A = KK^T masked, Tm = (I+A)^-1 in fp32, W, U)
+//             -> state (K4, serial: chunk-start states h, Delta, ht) -> out (K5: o)
+//   backward: prep (+ Tm saved) -> state (h, Delta recomputed) -> dvl (B3: dDelta_local)
+//             -> rev (B4, serial: dS1 per chunk, full dDelta, dh0) -> dqk (B5: dq, dk part, dW,
+//             dgamma part) -> wy (B6-B8: dk2, dv, dbeta, dgamma2, reverse cumsum -> dg)
+//             -> gsum (B12: dq, dk summed over the G v-heads of each key head, fixed order)
+//
+// Precision: bf16 inputs -> mma.sync m16n8k16 bf16 tensor-core products with fp32 accumulation;
+// the staged intermediates (W, U, Tm, chunk states, Delta, dDelta, dS1, dW) are bf16 as in FLA
+// (gdn-math.md 10.1). The exponent path (gamma, exp), the triangular solve, the running state,
+// dgamma/dg, dbeta, ht, dh0 and the per-v-head dq/dk partials are fp32. f32 inputs -> the SAME
+// kernels with fp32 tiles and plain fp32 FFMA products (no TF32, no bf16 staging anywhere).
+// Exponentials: natural exp (expf) of chunk-local cumsums gamma; every exponent inside the
+// causal triangle is gamma_i - gamma_j <= 0 (i >= j). Masked entries are SELECTED before any
+// multiplication (where(mask, x * exp(..), 0)), invalid rows of a partial chunk load as 0 and
+// get gamma = 0, e^gamma = 0 (gdn-math.md 5, 10.3).
+//
+// Determinism: no atomics; every reduction (cumsums, row sums, GQA sums) has a fixed order that
+// depends only on the problem shape. Two runs give the same bits.
+// Outputs: o, ht overwritten (=). Gradients: dq, dk, dv, dg, dbeta, dh0 all overwritten (=).
+// Offsets are int64. Scratch comes from the caching allocator (Tensor::empty).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/cuda_check.h"
+#include "deltatron/core/tensor.h"
+#include "ops/gdn_backends.h"
+
+namespace dt::ops::cuda {
+namespace {
+namespace gck {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int C = 64;               // chunk size
+constexpr int D = 128;              // largest head dim; tiles are padded to D columns / rows
+constexpr int BV = 32;              // V tile of the serial kernels
+constexpr int kChunkThreads = 256;  // 8 warps per (chunk, head) CTA
+constexpr int kSeqThreads = 128;    // 4 warps per (sequence, head, V tile) CTA
+
+// Shared-memory row strides (elements): +16 bytes per row keeps ldmatrix conflict-free.
+template <class T> constexpr int kPad = int(16 / sizeof(T));
+template <class T> constexpr int LDD = D + kPad<T>;
+template <class T> constexpr int LDC = C + kPad<T>;
+template <class T> constexpr int LDV = BV + kPad<T>;
+constexpr int LDA = C + 4;  // fp32 [C][C] matrices
+constexpr int LDT = 72;     // fp32 Tm during the solve (conflict-free column walk)
+
+struct Params {
+  int64_t T;
+  int N, NT, Hk, Hv, G, dk, dv, nvt;
+  float scale;
+  const int32_t* cu;           // [N+1]
+  const int32_t* chunk_seq;    // [NT]
+  const int32_t* chunk_start;  // [NT]
+  const int32_t* chunk_off;    // [N+1]
+};
+
+// ================================================================================ device helpers
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }
+template <class T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 from_f<bf16>(float x) { return __float2bfloat16_rn(x); }
+
+// Two consecutive elements (p must be 2-element aligned).
+__device__ __forceinline__ void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
+__device__ __forceinline__ void store2(bf16* p, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+}
+__device__ __forceinline__ float2 load2(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ __forceinline__ float2 load2(const bf16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// 16-byte async copy; src_bytes = 0 zero-fills the destination (src is not read).
+__device__ __forceinline__ void cp_async16(void* s, const void* g, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(s)), "l"(g), "r"(ok ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* s, const void* g, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(s)), "l"(g), "r"(ok ? 4 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// s[r*lds + c] = g[r*gstride + c] for r < nvalid, c < ncols; zero for the rest of [rows) x [cols).
+// ncols and cols are multiples of the 16-byte vector width.
+template <class T>
+__device__ __forceinline__ void load_tile(T* s, int lds, const T* g, int64_t gstride, int rows, int nvalid, int ncols,
+                                          int cols, int tid, int nthr) {
+  constexpr int V = kPad<T>;
+  const int vpr = cols / V;
+  for (int idx = tid; idx < rows * vpr; idx += nthr) {
+    const int r = idx / vpr, c = (idx - r * vpr) * V;
+    const bool ok = r < nvalid && c < ncols;
+    cp_async16(s + r * lds + c, ok ? g + r * gstride + c : g, ok);
+  }
+}
+// s[i] = g[i*stride] for i < nvalid, 0 for nvalid <= i < n (fp32 columns such as gamma, beta).
+__device__ __forceinline__ void load_col(float* s, const float* g, int64_t stride, int n, int nvalid, int tid,
+                                         int nthr) {
+  for (int i = tid; i < n; i += nthr) cp_async4(s + i, i < nvalid ? g + i * stride : g, i < nvalid);
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Warp tile (16*WM) x (8*WN) at (m0, n0):  acc += A[m0.., 0..K) * B[0..K), n0..)  (K % 16 == 0)
+//   A(m, k) = AT ? sA[k*lda + m] : sA[m*lda + k];   B(k, n) = BT ? sB[n*ldb + k] : sB[k*ldb + n]
+// bf16: ldmatrix (.trans for the transposed cases) + mma.sync bf16, fp32 accumulate.
+// f32:  the same fragment ownership with plain fp32 FFMA (exact fp32, no TF32).
+// Fragment element acc[i][j][2*h2 + e] sits at row m0 + 16i + lane/4 + 8*h2, col n0 + 8j + 2*(lane%4) + e.
+template <int WM, int WN, bool AT, bool BT, class T>
+__device__ __forceinline__ void warp_gemm(float (&acc)[WM][WN][4], const T* sA, int lda, const T* sB, int ldb, int m0,
+                                          int n0, int K) {
+  const int lane = threadIdx.x & 31;
+  if constexpr (std::is_same_v<T, bf16>) {
+    static_assert(WN % 2 == 0, "WN must be even");
+    const int mi = lane >> 3, r8 = lane & 7;
+    for (int k0 = 0; k0 < K; k0 += 16) {
+      uint32_t a[WM][4];
+#pragma unroll
+      for (int i = 0; i < WM; ++i) {
+        if constexpr (!AT) ldsm_x4(a[i], sA + (m0 + 16 * i + (lane & 15)) * lda + k0 + (lane >> 4) * 8);
+        else ldsm_x4_t(a[i], sA + (k0 + r8 + (mi >> 1) * 8) * lda + m0 + 16 * i + (mi & 1) * 8);
+      }
+#pragma unroll
+      for (int j = 0; j < WN; j += 2) {
+        uint32_t b[4];
+        if constexpr (BT) ldsm_x4(b, sB + (n0 + 8 * j + r8 + (mi >> 1) * 8) * ldb + k0 + (mi & 1) * 8);
+        else ldsm_x4_t(b, sB + (k0 + r8 + (mi & 1) * 8) * ldb + n0 + 8 * j + (mi >> 1) * 8);
+#pragma unroll
+        for (int i = 0; i < WM; ++i) {
+          mma_bf16(acc[i][j], a[i], b[0], b[1]);
+          mma_bf16(acc[i][j + 1], a[i], b[2], b[3]);
+        }
+      }
+    }
+  } else {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll 2
+    for (int k = 0; k < K; ++k) {
+      float a[WM][2], b[WN][2];
+#pragma unroll
+      for (int i = 0; i < WM; ++i) {
+        const int r = m0 + 16 * i + g;
+        a[i][0] = AT ? sA[k * lda + r] : sA[r * lda + k];
+        a[i][1] = AT ? sA[k * lda + r + 8] : sA[(r + 8) * lda + k];
+      }
+#pragma unroll
+      for (int j = 0; j < WN; ++j) {
+        const int c = n0 + 8 * j + 2 * t;
+        if constexpr (BT) {
+          b[j][0] = sB[c * ldb + k];
+          b[j][1] = sB[(c + 1) * ldb + k];
+        } else {
+          const float2 v = load2(sB + k * ldb + c);
+          b[j][0] = v.x;
+          b[j][1] = v.y;
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < WM; ++i)
+#pragma unroll
+        for (int j = 0; j < WN; ++j) {
+          acc[i][j][0] = fmaf(a[i][0], b[j][0], acc[i][j][0]);
+          acc[i][j][1] = fmaf(a[i][0], b[j][1], acc[i][j][1]);
+          acc[i][j][2] = fmaf(a[i][1], b[j][0], acc[i][j][2]);
+          acc[i][j][3] = fmaf(a[i][1], b[j][1], acc[i][j][3]);
+        }
+    }
+  }
+}
+
+template <int WM, int WN>
+__device__ __forceinline__ void zero(float (&acc)[WM][WN][4]) {
+#pragma unroll
+  for (int i = 0; i < WM; ++i)
+#pragma unroll
+    for (int j = 0; j < WN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+}
+
+// f(row, col, v0, v1) over the element pairs (row, col), (row, col + 1) a thread owns.
+template <int WM, int WN, class F>
+__device__ __forceinline__ void frag_pairs(float (&acc)[WM][WN][4], int m0, int n0, F&& f) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < WM; ++i)
+#pragma unroll
+    for (int j = 0; j < WN; ++j)
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) f(m0 + 16 * i + g + 8 * h2, n0 + 8 * j + 2 * t, acc[i][j][2 * h2], acc[i][j][2 * h2 + 1]);
+}
+
+// Row sums of a warp tile: rsum[i][h2] = sum over the warp tile's columns of (acc * X(row, col))
+// where X comes from xf(row, col) -> float2; reduced over the 4 lanes of a quad.
+template <int WM, int WN, class F>
+__device__ __forceinline__ void frag_rowdot(float (&acc)[WM][WN][4], int m0, int n0, float (&rsum)[WM][2], F&& xf) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < WM; ++i)
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      float s = 0.f;
+      const int r = m0 + 16 * i + g + 8 * h2;
+#pragma unroll
+      for (int j = 0; j < WN; ++j) {
+        const float2 x = xf(r, n0 + 8 * j + 2 * t);
+        s = fmaf(acc[i][j][2 * h2], x.x, s);
+        s = fmaf(acc[i][j][2 * h2 + 1], x.y, s);
+      }
+      s += __shfl_xor_sync(0xffffffffu, s, 1);
+      s += __shfl_xor_sync(0xffffffffu, s, 2);
+      rsum[i][h2] = s;
+    }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+__device__ __forceinline__ int round16(int x) { return (x + 15) & ~15; }
+
+// Chunk-local inclusive cumsum of g over the valid rows (warp 0, 2 rows per lane, fixed shuffle
+// order), plus beta; invalid rows get gamma = 0, beta = 0, e^gamma = 0.
+__device__ __forceinline__ void chunk_gates(const Params& p, const float* g_g, const float* g_beta, int64_t bos,
+                                            int h, int L, float* s_gam, float* s_beta, float* s_eg, float* g_gam) {
+  const int lane = threadIdx.x & 31;
+  const int i0 = 2 * lane, i1 = i0 + 1;
+  const float x0 = i0 < L ? g_g[(bos + i0) * p.Hv + h] : 0.f;
+  const float x1 = i1 < L ? g_g[(bos + i1) * p.Hv + h] : 0.f;
+  float incl = x0 + x1;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const float y = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += y;
+  }
+  float excl = __shfl_up_sync(0xffffffffu, incl, 1);
+  if (lane == 0) excl = 0.f;
+  const float ga0 = excl + x0, ga1 = ga0 + x1;
+  s_gam[i0] = i0 < L ? ga0 : 0.f;
+  s_gam[i1] = i1 < L ? ga1 : 0.f;
+  if (s_beta) {
+    s_beta[i0] = i0 < L ? g_beta[(bos + i0) * p.Hv + h] : 0.f;
+    s_beta[i1] = i1 < L ? g_beta[(bos + i1) * p.Hv + h] : 0.f;
+  }
+  if (s_eg) {
+    s_eg[i0] = i0 < L ? expf(ga0) : 0.f;
+    s_eg[i1] = i1 < L ? expf(ga1) : 0.f;
+  }
+  if (g_gam) {
+    if (i0 < L) g_gam[(bos + i0) * p.Hv + h] = ga0;
+    if (i1 < L) g_gam[(bos + i1) * p.Hv + h] = ga1;
+  }
+}
+
+struct ChunkIdx {
+  int c, h, hk, n, L;
+  int64_t bos;
+};
+__device__ __forceinline__ ChunkIdx chunk_idx(const Params& p) {
+  ChunkIdx r;
+  r.c = blockIdx.x;
+  r.h = blockIdx.y;
+  r.hk = r.h / p.G;
+  r.n = p.chunk_seq[r.c];
+  r.bos = p.chunk_start[r.c];
+  r.L = min(C, p.cu[r.n + 1] - int(r.bos));
+  return r;
+}
+
+// =================================================================================== kernels
+// ---- prep: gamma, A, Tm (fp32 solve), W = Tm diag(beta e^gamma) K, U = Tm diag(beta) V --------
+template <class T>
+struct PrepSmem {
+  static constexpr size_t k = 0;                                         // T [C][LDD]
+  static constexpr size_t v = k + sizeof(T) * C * LDD<T>;                // T [C][LDD]
+  static constexpr size_t a = v + sizeof(T) * C * LDD<T>;                // f32 [C][LDA]
+  static constexpr size_t tm = a + sizeof(float) * C * LDA;              // f32 [C][LDT]
+  static constexpr size_t tmt = tm + sizeof(float) * C * LDT;            // T [C][LDC]
+  static constexpr size_t gam = tmt + sizeof(T) * C * LDC<T>;            // f32 [C]
+  static constexpr size_t beta = gam + sizeof(float) * C;
+  static constexpr size_t eg = beta + sizeof(float) * C;
+  static constexpr size_t bytes = eg + sizeof(float) * C;
+};
+
+template <class T>
+__global__ __launch_bounds__(kChunkThreads) void prep_kernel(Params p, const T* __restrict__ g_k,
+                                                             const T* __restrict__ g_v, const float* __restrict__ g_g,
+                                                             const float* __restrict__ g_beta,
+                                                             float* __restrict__ g_gam,  // [T, Hv]
+                                                             T* __restrict__ g_W,        // [T, Hv, dk]
+                                                             T* __restrict__ g_U,        // [T, Hv, dv]
+                                                             T* __restrict__ g_Tm) {     // [NT, Hv, C, C] or null
+  extern __shared__ __align__(16) unsigned char smem[];
+  using S = PrepSmem<T>;
+  T* s_k = reinterpret_cast<T*>(smem + S::k);
+  T* s_v = reinterpret_cast<T*>(smem + S::v);
+  float* s_a = reinterpret_cast<float*>(smem + S::a);
+  float* s_tm = reinterpret_cast<float*>(smem + S::tm);
+  T* s_tmt = reinterpret_cast<T*>(smem + S::tmt);
+  float* s_gam = reinterpret_cast<float*>(smem + S::gam);
+  float* s_beta = reinterpret_cast<float*>(smem + S::beta);
+  float* s_eg = reinterpret_cast<float*>(smem + S::eg);
+  const ChunkIdx ci = chunk_idx(p);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int L = ci.L;
+  load_tile(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid,
+            kChunkThreads);
+  load_tile(s_v, LDD<T>, g_v + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid,
+            kChunkThreads);
+  cp_commit();
+  if (warp == 0) chunk_gates(p, g_g, g_beta, ci.bos, ci.h, L, s_gam, s_beta, s_eg, g_gam);
+  cp_wait<0>();
+  __syncthreads();
+
+  // A = strict_lower(diag(beta) K K^T (.) Gamma), valid rows only        [C, C] fp32
+  {
+    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+    float r_acc[1][4][4];
+    zero(r_acc);
+    if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_k, LDD<T>, s_k, LDD<T>, m0, n0, p.dk);
+    frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+      const bool rv = r < L;
+      s_a[r * LDA + c] = (rv && c < r) ? x0 * s_beta[r] * expf(s_gam[r] - s_gam[c]) : 0.f;
+      s_a[r * LDA + c + 1] = (rv && c + 1 < r) ? x1 * s_beta[r] * expf(s_gam[r] - s_gam[c + 1]) : 0.f;
+    });
+  }
+  __syncthreads();
+
+  // Tm = (I + A)^-1 by forward substitution in fp32: Tm[i][j] = delta_ij - sum_{m<i} A[i][m] Tm[m][j].
+  // Four lanes per column (fixed shuffle order), warp w owns columns 8w..8w+7 (no block barrier).
+  {
+    const int col = warp * 8 + (lane >> 2), sub = lane & 3;
+    const int mstart = (col & ~3) + sub;  // Tm[m][col] = 0 for m < col
+    if (sub == 0) s_tm[col] = col == 0 ? 1.f : 0.f;
+    __syncwarp();
+    for (int i = 1; i < L; ++i) {
+      float r_s = 0.f;
+      for (int m = mstart; m < i; m += 4) r_s = fmaf(s_a[i * LDA + m], s_tm[m * LDT + col], r_s);
+      r_s += __shfl_xor_sync(0xffffffffu, r_s, 1);
+      r_s += __shfl_xor_sync(0xffffffffu, r_s, 2);
+      if (sub == 0) s_tm[i * LDT + col] = (i == col ? 1.f : 0.f) - r_s;
+      __syncwarp();
+    }
+    for (int i = max(L, 1); i < C; ++i)
+      if (sub == 0) s_tm[i * LDT + col] = i == col ? 1.f : 0.f;
+  }
+  __syncthreads();
+
+  // Tm -> T (MMA operand, and the backward's copy); K <- K beta e^gamma; V <- V beta (in place)
+  T* g_tm = g_Tm ? g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C : nullptr;
+  for (int idx = tid; idx < C * C; idx += kChunkThreads) {
+    const int r = idx >> 6, c = idx & (C - 1);
+    const T x = from_f<T>(s_tm[r * LDT + c]);
+    s_tmt[r * LDC<T> + c] = x;
+    if (g_tm) g_tm[idx] = x;
+  }
+  for (int idx = tid; idx < C * D; idx += kChunkThreads) {
+    const int r = idx >> 7, c = idx & (D - 1);
+    s_k[r * LDD<T> + c] = from_f<T>(to_f(s_k[r * LDD<T> + c]) * (s_beta[r] * s_eg[r]));
+    s_v[r * LDD<T> + c] = from_f<T>(to_f(s_v[r * LDD<T> + c]) * s_beta[r]);
+  }
+  __syncthreads();
+
+  // W = Tm Kb [C, dk], U = Tm Vb [C, dv]
+  {
+    const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1);
+    const int Lk = round16(L);
+    if (m0 < L && n0 < p.dk) {
+      float r_acc[2][4][4];
+      zero(r_acc);
+      warp_gemm<2, 4, false, false>(r_acc, s_tmt, LDC<T>, s_k, LDD<T>, m0, n0, Lk);
+      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+        if (r < L && c < p.dk) store2(g_W + ((ci.bos + r) * p.Hv + ci.h) * p.dk + c, x0, x1);
+      });
+    }
+    if (m0 < L && n0 < p.dv) {
+      float r_acc[2][4][4];
+      zero(r_acc);
+      warp_gemm<2, 4, false, false>(r_acc, s_tmt, LDC<T>, s_v, LDD<T>, m0, n0, Lk);
+      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+        if (r < L && c < p.dv) store2(g_U + ((ci.bos + r) * p.Hv + ci.h) * p.dv + c, x0, x1);
+      });
+    }
+  }
+}
+
+// ---- state (serial over chunks): h[c] = S, Delta = U - W S, S = e^{gam_e} S + K^T (Delta (.) eL) ----
+template <class T>
+struct StateSmem {
+  static constexpr int NS = sizeof(T) == 2 ? 2 : 1;  // pipeline stages
+  static constexpr size_t w = 0;                                   // T [C][LDD]
+  static constexpr size_t k = w + sizeof(T) * C * LDD<T>;          // T [C][LDD]
+  static constexpr size_t u = k + sizeof(T) * C * LDD<T>;          // T [C][LDV]
+  static constexpr size_t gam = u + sizeof(T) * C * LDV<T>;        // f32 [C]
+  static constexpr size_t stage = gam + sizeof(float) * C;
+  static constexpr size_t s = NS * stage;                          // T [D][LDV]  state operand
+  static constexpr size_t d = s + sizeof(T) * D * LDV<T>;          // T [C][LDV]  decayed Delta
+  static constexpr size_t bytes = d + sizeof(T) * C * LDV<T>;
+};
+
+template <class T>
+__global__ __launch_bounds__(kSeqThreads) void state_kernel(Params p, const T* __restrict__ g_k,
+                                                            const T* __restrict__ g_W, const T* __restrict__ g_U,
+                                                            const float* __restrict__ g_gam,
+                                                            const float* __restrict__ g_h0,  // [N, Hv, dk, dv] or null
+                                                            T* __restrict__ g_h,             // [NT, Hv, dk, dv] or null
+                                                            T* __restrict__ g_D,             // [T, Hv, dv]
+                                                            float* __restrict__ g_ht) {      // [N, Hv, dk, dv] or null
+  extern __shared__ __align__(16) unsigned char smem[];
+  using S = StateSmem<T>;
+  T* s_s = reinterpret_cast<T*>(smem + S::s);
+  T* s_d = reinterpret_cast<T*>(smem + S::d);
+  const int n = blockIdx.x / p.nvt, vt = blockIdx.x - n * p.nvt, h = blockIdx.y, hk = h / p.G;
+  const int v0 = vt * BV, nv = min(BV, p.dv - v0);
+  const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1];
+  const int eos = p.cu[n + 1];
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int sm0 = 32 * warp;  // state rows of this warp
+  const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + v0;
+
+  float r_S[2][4][4];  // S[dk rows sm0.., BV cols] fp32
+  frag_pairs(r_S, sm0, 0, [&](int r, int c, float& x0, float& x1) {
+    x0 = x1 = 0.f;
+    if (g_h0 && r < p.dk && c < nv) {
+      const float2 v = load2(g_h0 + state_base + int64_t(r) * p.dv + c);
+      x0 = v.x, x1 = v.y;
+    }
+  });
+
+  auto issue = [&](int c, int st) {
+    const int64_t bos = p.chunk_start[c];
+    const int L = min(C, eos - int(bos));
+    unsigned char* base = smem + st * S::stage;
+    load_tile(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, C, L,
+              p.dk, D, tid, kSeqThreads);
+    load_tile(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C, L,
+              p.dk, D, tid, kSeqThreads);
+    load_tile(reinterpret_cast<T*>(base + S::u), LDV<T>, g_U + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv, C,
+              L, nv, BV, tid, kSeqThreads);
+    load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, kSeqThreads);
+  };
+
+  if constexpr (S::NS == 2) {
+    if (c0 < c1) issue(c0, 0);
+    cp_commit();
+  }
+  for (int c = c0; c < c1; ++c) {
+    int st = 0;
+    if constexpr (S::NS == 2) {
+      st = (c - c0) & 1;
+      cp_wait<0>();
+      __syncthreads();
+      if (c + 1 < c1) issue(c + 1, st ^ 1);
+      cp_commit();
+    } else {
+      __syncthreads();
+      issue(c, 0);
+      cp_commit();
+      cp_wait<0>();
+      __syncthreads();
+    }
+    unsigned char* base = smem + st * S::stage;
+    const T* s_w = reinterpret_cast<const T*>(base + S::w);
+    const T* s_k = reinterpret_cast<const T*>(base + S::k);
+    const T* s_u = reinterpret_cast<const T*>(base + S::u);
+    const float* s_gam = reinterpret_cast<const float*>(base + S::gam);
+    const int64_t bos = p.chunk_start[c];
+    const int L = min(C, eos - int(bos)), Lk = round16(L);
+    const float gam_e = s_gam[L - 1];
+
+    // 1. S -> smem operand (T) and the chunk-start state h[c]
+    T* g_hc = g_h ? g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 : nullptr;
+    frag_pairs(r_S, sm0, 0, [&](int r, int cc, float& x0, float& x1) {
+      store2(s_s + r * LDV<T> + cc, x0, x1);
+      if (g_hc && r < p.dk && cc < nv) store2(g_hc + int64_t(r) * p.dv + cc, x0, x1);
+    });
+    __syncthreads();
+
+    // 2. Delta = U - W S  [C, BV]; decayed copy for the state update
+    {
+      const int m0 = 16 * warp;
+      float r_acc[1][4][4];
+      zero(r_acc);
+      if (m0 < L) warp_gemm<1, 4, false, false>(r_acc, s_w, LDD<T>, s_s, LDV<T>, m0, 0, p.dk);
+      frag_pairs(r_acc, m0, 0, [&](int r, int cc, float& x0, float& x1) {
+        const float2 u = load2(s_u + r * LDV<T> + cc);
+        const float d0 = u.x - x0, d1 = u.y - x1;
+        if (r < L && cc < nv) store2(g_D + ((bos + r) * p.Hv + h) * p.dv + v0 + cc, d0, d1);
+        const float f = r < L ? expf(gam_e - s_gam[r]) : 0.f;
+        store2(s_d + r * LDV<T> + cc, r < L ? d0 * f : 0.f, r < L ? d1 * f : 0.f);
+      });
+    }
+    __syncthreads();
+
+    // 3. S = e^{gam_e} S + K^T Delta~
+    {
+      const float de = expf(gam_e);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) r_S[i][j][e] *= de;
+      if (sm0 < p.dk) warp_gemm<2, 4, true, false>(r_S, s_k, LDD<T>, s_d, LDV<T>, sm0, 0, Lk);
+    }
+  }
+  if (g_ht)
+    frag_pairs(r_S, sm0, 0, [&](int r, int c, float& x0, float& x1) {
+      if (r < p.dk && c < nv) store2(g_ht + state_base + int64_t(r) * p.dv + c, x0, x1);
+    });
+}
+
+// ---- out: O = scale (diag(e^gamma) Q h_c + P Delta), P = (Q K^T) (.) Gamma, causal -------------
+template <class T>
+struct OutSmem {
+  static constexpr size_t q = 0;                                 // T [C][LDD]
+  static constexpr size_t k = q + sizeof(T) * C * LDD<T>;        // T [C][LDD]
+  static constexpr size_t d = k + sizeof(T) * C * LDD<T>;        // T [C][LDD]  Delta (or dO)
+  static constexpr size_t hs = d + sizeof(T) * C * LDD<T>;       // T [D][LDD]  h_c [dk, dv]
+  static constexpr size_t pm = hs + sizeof(T) * D * LDD<T>;      // T [C][LDC]
+  static constexpr size_t gam = pm + sizeof(T) * C * LDC<T>;     // f32 [C]
+  static constexpr size_t bytes = gam + sizeof(float) * C;
+  static constexpr size_t bytes_dvl = hs + sizeof(T) * C * LDC<T> + sizeof(float) * C;  // no h_c tile
+};
+
+template <class T>
+__global__ __launch_bounds__(kChunkThreads) void out_kernel(Params p, const T* __restrict__ g_q,
+                                                            const T* __restrict__ g_k,
+                                                            const float* __restrict__ g_gam,
+                                                            const T* __restrict__ g_h,  // [NT, Hv, dk, dv]
+                                                            const T* __restrict__ g_D,  // [T, Hv, dv]
+                                                            T* __restrict__ g_o) {      // [T, Hv, dv]
+  extern __shared__ __align__(16) unsigned char smem[];
+  using S = OutSmem<T>;
+  T* s_q = reinterpret_cast<T*>(smem + S::q);
+  T* s_k = reinterpret_cast<T*>(smem + S::k);
+  T* s_d = reinterpret_cast<T*>(smem + S::d);
+  T* s_h = reinterpret_cast<T*>(smem + S::hs);
+  T* s_p = reinterpret_cast<T*>(smem + S::pm);
+  float* s_gam = reinterpret_cast<float*>(smem + S::gam);
+  const ChunkIdx ci = chunk_idx(p);
+  const int tid = threadIdx.x, warp = tid >> 5, L = ci.L, Lk = round16(L);
+  load_tile(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_tile(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_tile(s_d, LDD<T>, g_D + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
+  load_tile(s_h, LDD<T>, g_h + (int64_t(ci.c) * p.Hv + ci.h) * p.dk * p.dv, p.dv, D, p.dk, p.dv, D, tid,
+            kChunkThreads);
+  load_col(s_gam, g_gam + ci.bos * p.Hv + ci.h, p.Hv, C, L, tid, kChunkThreads);
+  cp_commit();
+  cp_wait<0>();
+  __syncthreads();
+  {  // P = (Q K^T) (.) Gamma, j <= i < L   [C, C]
+    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+    float r_acc[1][4][4];
+    zero(r_acc);
+    if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_q, LDD<T>, s_k, LDD<T>, m0, n0, p.dk);
+    frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+      const bool rv = r < L;
+      store2(s_p + r * LDC<T> + c, (rv && c <= r) ? x0 * expf(s_gam[r] - s_gam[c]) : 0.f,
+             (rv && c + 1 <= r) ? x1 * expf(s_gam[r] - s_gam[c + 1]) : 0.f);
+    });
+  }
+  __syncthreads();
+  {  // O [C, dv]
+    const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1);
+    if (m0 < L && n0 < p.dv) {
+      float r_acc[2][4][4];
+      zero(r_acc);
+      warp_gemm<2, 4, false, false>(r_acc, s_q, LDD<T>, s_h, LDD<T>, m0, n0, p.dk);
+      frag_pairs(r_acc, m0, n0, [&](int r, int, float& x0, float& x1) {
+        const float e = r < L ? expf(s_gam[r]) : 0.f;
+        x0 *= e, x1 *= e;
+      });
+      warp_gemm<2, 4, false, false>(r_acc, s_p, LDC<T>, s_d, LDD<T>, m0, n0, Lk);
+      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+        if (r < L && c < p.dv) store2(g_o + ((ci.bos + r) * p.Hv + ci.h) * p.dv + c, p.scale * x0, p.scale * x1);
+      });
+    }
+  }
+}
+
+// ---- dvl: dDelta_local = scale P^T dO  (B3) ------------------------------------------------------
+template <class T>
+__global__ __launch_bounds__(kChunkThreads) void dvl_kernel(Params p, const T* __restrict__ g_q,
+                                                            const T* __restrict__ g_k,
+                                                            const float* __restrict__ g_gam,
+                                                            const T* __restrict__ g_do,  // [T, Hv, dv]
+                                                            T* __restrict__ g_dDl) {     // [T, Hv, dv]
+  extern __shared__ __align__(16) unsigned char smem[];
+  using S = OutSmem<T>;
+  T* s_q = reinterpret_cast<T*>(smem + S::q);
+  T* s_k = reinterpret_cast<T*>(smem + S::k);
+  T* s_do = reinterpret_cast<T*>(smem + S::d);
+  T* s_p = reinterpret_cast<T*>(smem + S::hs);  // [C][LDC] (no h_c tile here)
+  float* s_gam = reinterpret_cast<float*>(smem + S::hs + sizeof(T) * C * LDC<T>);
+  const ChunkIdx ci = chunk_idx(p);
+  const int tid = threadIdx.x, warp = tid >> 5, L = ci.L, Lk = round16(L);
+  load_tile(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_tile(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_tile(s_do, LDD<T>, g_do + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid,
+            kChunkThreads);
+  load_col(s_gam, g_gam + ci.bos * p.Hv + ci.h, p.Hv, C, L, tid, kChunkThreads);
+  cp_commit();
+  cp_wait<0>();
+  __syncthreads();
+  {  // P^T[j][i] = (K_j . Q_i) exp(gam_i - gam_j), j <= i < L
+    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+    float r_acc[1][4][4];
+    zero(r_acc);
+    if (m0 < L && n0 + 32 > m0) warp_gemm<1, 4, false, true>(r_acc, s_k, LDD<T>, s_q, LDD<T>, m0, n0, p.dk);
+    frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+      store2(s_p + r * LDC<T> + c, (r <= c && c < L) ? x0 * expf(s_gam[c] - s_gam[r]) : 0.f,
+             (r <= c + 1 && c + 1 < L) ? x1 * expf(s_gam[c + 1] - s_gam[r]) : 0.f);
+    });
+  }
+  __syncthreads();
+  {
+    const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1);
+    if (m0 < L && n0 < p.dv) {
+      float r_acc[2][4][4];
+      zero(r_acc);
+      warp_gemm<2, 4, false, false>(r_acc, s_p, LDC<T>, s_do, LDD<T>, m0, n0, Lk);
+      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+        if (r < L && c < p.dv) store2(g_dDl + ((ci.bos + r) * p.Hv + ci.h) * p.dv + c, p.scale * x0, p.scale * x1);
+      });
+    }
+  }
+}
+
+// ---- rev (serial, reversed chunks): dS1[c] = dS; dDelta = dDelta_local + eL (.) (K dS);
+//      dS = e^{gam_e} dS + Q^T (scale e^gamma (.) dO) - W^T dDelta;  dh0 = dS  (B4) ---------------
+template <class T>
+struct RevSmem {
+  static constexpr size_t q = 0;                                   // T [C][LDD]
+  static constexpr size_t k = q + sizeof(T) * C * LDD<T>;          // T [C][LDD]
+  static constexpr size_t w = k + sizeof(T) * C * LDD<T>;          // T [C][LDD]
+  static constexpr size_t dO = w + sizeof(T) * C * LDD<T>;         // T [C][LDV]
+  static constexpr size_t ddl = dO + sizeof(T) * C * LDV<T>;       // T [C][LDV]
+  static constexpr size_t s = ddl + sizeof(T) * C * LDV<T>;        // T [D][LDV]
+  static constexpr size_t x = s + sizeof(T) * D * LDV<T>;          // T [C][LDV]  -dDelta
+  static constexpr size_t gam = x + sizeof(T) * C * LDV<T>;        // f32 [C]
+  static constexpr size_t bytes = gam + sizeof(float) * C;
+};
+
+template <class T>
+__global__ __launch_bounds__(kSeqThreads) void rev_kernel(Params p, const T* __restrict__ g_q,
+                                                          const T* __restrict__ g_k, const T* __restrict__ g_W,
+                                                          const float* __restrict__ g_gam,
+                                                          const T* __restrict__ g_do, const T* __restrict__ g_dDl,
+                                                          const float* __restrict__ g_dht,  // or null
+                                                          T* __restrict__ g_dS1,            // [NT, Hv, dk, dv]
+                                                          T* __restrict__ g_dD,             // [T, Hv, dv]
+                                                          float* __restrict__ g_dh0) {      // or null
+  extern __shared__ __align__(16) unsigned char smem[];
+  using S = RevSmem<T>;
+  T* s_q = reinterpret_cast<T*>(smem + S::q);
+  T* s_k = reinterpret_cast<T*>(smem + S::k);
+  T* s_w = reinterpret_cast<T*>(smem + S::w);
+  T* s_do = reinterpret_cast<T*>(smem + S::dO);
+  T* s_ddl = reinterpret_cast<T*>(smem + S::ddl);
+  T* s_s = reinterpret_cast<T*>(smem + S::s);
+  T* s_x = reinterpret_cast<T*>(smem + S::x);
+  float* s_gam = reinterpret_cast<float*>(smem + S::gam);
+  const int n = blockIdx.x / p.nvt, vt = blockIdx.x - n * p.nvt, h = blockIdx.y, hk = h / p.G;
+  const int v0 = vt * BV, nv = min(BV, p.dv - v0);
+  const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1];
+  const int eos = p.cu[n + 1];
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int sm0 = 32 * warp;
+  const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + v0;
+
+  float r_dS[2][4][4];
+  frag_pairs(r_dS, sm0, 0, [&](int r, int c, float& x0, float& x1) {
+    x0 = x1 = 0.f;
+    if (g_dht && r < p.dk && c < nv) {
+      const float2 v = load2(g_dht + state_base + int64_t(r) * p.dv + c);
+      x0 = v.x, x1 = v.y;
+    }
+  });
+
+  for (int c = c1 - 1; c >= c0; --c) {
+    const int64_t bos = p.chunk_start[c];
+    const int L = min(C, eos - int(bos)), Lk = round16(L);
+    __syncthreads();  // the previous chunk is done with every buffer
+    load_tile(s_q, LDD<T>, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kSeqThreads);
+    load_tile(s_k, LDD<T>, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kSeqThreads);
+    load_tile(s_w, LDD<T>, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kSeqThreads);
+    load_tile(s_do, LDV<T>, g_do + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv, C, L, nv, BV, tid,
+              kSeqThreads);
+    load_tile(s_ddl, LDV<T>, g_dDl + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv, C, L, nv, BV, tid,
+              kSeqThreads);
+    load_col(s_gam, g_gam + bos * p.Hv + h, p.Hv, C, L, tid, kSeqThreads);
+    cp_commit();
+    // dS -> operand and dS1[c] (gradient of this chunk's END state) while the loads fly
+    T* g_d1 = g_dS1 + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0;
+    frag_pairs(r_dS, sm0, 0, [&](int r, int cc, float& x0, float& x1) {
+      store2(s_s + r * LDV<T> + cc, x0, x1);
+      if (r < p.dk && cc < nv) store2(g_d1 + int64_t(r) * p.dv + cc, x0, x1);
+    });
+    cp_wait<0>();
+    __syncthreads();
+    const float gam_e = s_gam[L - 1];
+    // dO <- scale e^gamma dO (rows), in place
+    for (int idx = tid; idx < C * BV; idx += kSeqThreads) {
+      const int r = idx / BV, cc = idx - r * BV;
+      const float f = r < L ? p.scale * expf(s_gam[r]) : 0.f;
+      s_do[r * LDV<T> + cc] = from_f<T>(to_f(s_do[r * LDV<T> + cc]) * f);
+    }
+    {  // dDelta = dDelta_local + eL (.) (K dS)  [C, BV]
+      const int m0 = 16 * warp;
+      float r_acc[1][4][4];
+      zero(r_acc);
+      if (m0 < L) warp_gemm<1, 4, false, false>(r_acc, s_k, LDD<T>, s_s, LDV<T>, m0, 0, p.dk);
+      frag_pairs(r_acc, m0, 0, [&](int r, int cc, float& x0, float& x1) {
+        const float2 dl = load2(s_ddl + r * LDV<T> + cc);
+        const float f = r < L ? expf(gam_e - s_gam[r]) : 0.f;
+        const float d0 = dl.x + (r < L ? x0 * f : 0.f), d1 = dl.y + (r < L ? x1 * f : 0.f);
+        if (r < L && cc < nv) store2(g_dD + ((bos + r) * p.Hv + h) * p.dv + v0 + cc, d0, d1);
+        store2(s_x + r * LDV<T> + cc, -d0, -d1);
+      });
+    }
+    __syncthreads();
+    {  // dS = e^{gam_e} dS + Q^T dO~ - W^T dDelta
+      const float de = expf(gam_e);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) r_dS[i][j][e] *= de;
+      if (sm0 < p.dk) {
+        warp_gemm<2, 4, true, false>(r_dS, s_q, LDD<T>, s_do, LDV<T>, sm0, 0, Lk);
+        warp_gemm<2, 4, true, false>(r_dS, s_w, LDD<T>, s_x, LDV<T>, sm0, 0, Lk);
+      }
+    }
+  }
+  if (g_dh0)
+    frag_pairs(r_dS, sm0, 0, [&](int r, int c, float& x0, float& x1) {
+      if (r < p.dk && c < nv) store2(g_dh0 + state_base + int64_t(r) * p.dv + c, x0, x1);
+    });
+}
+
+// ---- dqk (B5): ds, dq, dk (state + intra part), dW, dgamma (partial) ------------------------------
+template <class T>
+struct DqkSmem {
+  static constexpr size_t x1 = 0;                                  // T [C][LDD]  dO
+  static constexpr size_t x2 = x1 + sizeof(T) * C * LDD<T>;        // T [C][LDD]  Delta
+  static constexpr size_t x3 = x2 + sizeof(T) * C * LDD<T>;        // T [C][LDD]  K
+  static constexpr size_t x4 = x3 + sizeof(T) * C * LDD<T>;        // T [C][LDD]  dDelta, then Q
+  static constexpr size_t big = x4 + sizeof(T) * C * LDD<T>;       // T [D][LDD]  S0, then dS1
+  static constexpr size_t ds = big + sizeof(T) * D * LDD<T>;       // T [C][LDC]
+  static constexpr size_t gam = ds + sizeof(T) * C * LDC<T>;       // f32 [C]
+  static constexpr size_t eg = gam + sizeof(float) * C;            // f32 [C]
+  static constexpr size_t el = eg + sizeof(float) * C;             // f32 [C]
+  static constexpr size_t dgq = el + sizeof(float) * C;            // f32 [C]
+  static constexpr size_t red = dgq + sizeof(float) * C;           // f32 [4][C]
+  static constexpr size_t ws = red + sizeof(float) * 4 * C;        // f32 [2][8]
+  static constexpr size_t bytes = ws + sizeof(float) * 16;
+};
+
+template <class T>
+__global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* __restrict__ g_q,
+                                                            const T* __restrict__ g_k,
+                                                            const float* __restrict__ g_gam,
+                                                            const T* __restrict__ g_do, const T* __restrict__ g_D,
+                                                            const T* __restrict__ g_dD, const T* __restrict__ g_h,
+                                                            const T* __restrict__ g_dS1,
+                                                            float* __restrict__ g_dqh,   // [T, Hv, dk] (=)
+                                                            float* __restrict__ g_dkh,   // [T, Hv, dk] (=)
+                                                            T* __restrict__ g_dW,        // [T, Hv, dk] (=)
+                                                            float* __restrict__ g_dgam) {  // [T, Hv] (=)
+  extern __shared__ __align__(16) unsigned char smem[];
+  using S = DqkSmem<T>;
+  T* s_x1 = reinterpret_cast<T*>(smem + S::x1);
+  T* s_x2 = reinterpret_cast<T*>(smem + S::x2);
+  T* s_x3 = reinterpret_cast<T*>(smem + S::x3);
+  T* s_x4 = reinterpret_cast<T*>(smem + S::x4);
+  T* s_big = reinterpret_cast<T*>(smem + S::big);
+  T* s_ds = reinterpret_cast<T*>(smem + S::ds);
+  float* s_gam = reinterpret_cast<float*>(smem + S::gam);
+  float* s_eg = reinterpret_cast<float*>(smem + S::eg);
+  float* s_el = reinterpret_cast<float*>(smem + S::el);
+  float* s_dgq = reinterpret_cast<float*>(smem + S::dgq);
+  float* s_red = reinterpret_cast<float*>(smem + S::red);
+  float* s_ws = reinterpret_cast<float*>(smem + S::ws);
+  const ChunkIdx ci = chunk_idx(p);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L, Lk = round16(L);
+  const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
+  const int64_t sbase = (int64_t(ci.c) * p.Hv + ci.h) * p.dk * p.dv;
+  load_tile(s_x1, LDD<T>, g_do + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
+  load_tile(s_x2, LDD<T>, g_D + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
+  load_tile(s_x3, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_tile(s_x4, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
+  load_tile(s_big, LDD<T>, g_h + sbase, p.dv, D, p.dk, p.dv, D, tid, kChunkThreads);
+  load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
+  cp_commit();
+  cp_wait<0>();
+  __syncthreads();
+  if (tid < C) {
+    const float ge = s_gam[L - 1];
+    s_eg[tid] = tid < L ? expf(s_gam[tid]) : 0.f;
+    s_el[tid] = tid < L ? expf(ge - s_gam[tid]) : 0.f;
+  }
+  {  // 1. ds = scale (dO Delta^T) (.) Gamma, j <= i < L   [C, C]
+    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+    float r_acc[1][4][4];
+    zero(r_acc);
+    if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_x1, LDD<T>, s_x2, LDD<T>, m0, n0, p.dv);
+    frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+      const bool rv = r < L;
+      store2(s_ds + r * LDC<T> + c, (rv && c <= r) ? p.scale * x0 * expf(s_gam[r] - s_gam[c]) : 0.f,
+             (rv && c + 1 <= r) ? p.scale * x1 * expf(s_gam[r] - s_gam[c + 1]) : 0.f);
+    });
+  }
+  __syncthreads();
+  const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1), wn = warp >> 1;
+  const bool active = m0 < L && n0 < p.dk;
+  {  // 2. dq = scale e^gamma (dO S0^T) + ds K   [C, dk]; dgamma_i += sum_k dq q
+    float r_acc[2][4][4];
+    zero(r_acc);
+    if (active) {
+      warp_gemm<2, 4, false, true>(r_acc, s_x1, LDD<T>, s_big, LDD<T>, m0, n0, p.dv);
+      frag_pairs(r_acc, m0, n0, [&](int r, int, float& x0, float& x1) {
+        const float f = p.scale * s_eg[r];
+        x0 *= f, x1 *= f;
+      });
+      warp_gemm<2, 4, false, false>(r_acc, s_ds, LDC<T>, s_x3, LDD<T>, m0, n0, Lk);
+      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+        if (r < L && c < p.dk) store2(g_dqh + (ci.bos * p.Hv + int64_t(r) * p.Hv + ci.h) * p.dk + c, x0, x1);
+      });
+    }
+    float r_rs[2][2];
+    frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) {
+      return (active && r < L && c < p.dk) ? load2(g_q + (qrow + int64_t(r) * p.Hk) * p.dk + c) : make_float2(0.f, 0.f);
+    });
+    if ((lane & 3) == 0)
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h2 = 0; h2 < 2; ++h2) s_red[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
+  }
+  if (active) {  // 3. dW = -dDelta S0^T   [C, dk]
+    float r_acc[2][4][4];
+    zero(r_acc);
+    warp_gemm<2, 4, false, true>(r_acc, s_x4, LDD<T>, s_big, LDD<T>, m0, n0, p.dv);
+    frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+      if (r < L && c < p.dk) store2(g_dW + (vrow + int64_t(r) * p.Hv) * p.dk + c, -x0, -x1);
+    });
+  }
+  {  // 4. sum(S0 (.) dS1), S0 from smem, dS1 from global
+    float r_s = 0.f;
+    const T* g_d1 = g_dS1 + sbase;
+    for (int idx = tid; idx < p.dk * p.dv; idx += kChunkThreads) {
+      const int r = idx / p.dv, c = idx - r * p.dv;
+      r_s = fmaf(to_f(s_big[r * LDD<T> + c]), to_f(g_d1[idx]), r_s);
+    }
+    r_s = warp_sum(r_s);
+    if (lane == 0) s_ws[warp] = r_s;
+  }
+  __syncthreads();
+  if (tid < C) s_dgq[tid] = s_red[tid] + s_red[C + tid] + s_red[2 * C + tid] + s_red[3 * C + tid];
+  load_tile(s_big, LDD<T>, g_dS1 + sbase, p.dv, D, p.dk, p.dv, D, tid, kChunkThreads);
+  load_tile(s_x4, LDD<T>, g_q + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  cp_commit();
+  cp_wait<0>();
+  __syncthreads();
+  {  // 5. dk = eL (Delta dS1^T) + ds^T Q   [C, dk]; dgamma_i -= sum_k dk k; sum(dk_state (.) K)
+    float r_acc[2][4][4];
+    zero(r_acc);
+    float r_kst = 0.f;
+    if (active) {
+      warp_gemm<2, 4, false, true>(r_acc, s_x2, LDD<T>, s_big, LDD<T>, m0, n0, p.dv);
+      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+        const float f = s_el[r];
+        x0 *= f, x1 *= f;
+        const float2 kk = load2(s_x3 + r * LDD<T> + c);
+        r_kst = fmaf(x0, kk.x, r_kst);
+        r_kst = fmaf(x1, kk.y, r_kst);
+      });
+      warp_gemm<2, 4, true, false>(r_acc, s_ds, LDC<T>, s_x4, LDD<T>, m0, n0, Lk);
+      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+        if (r < L && c < p.dk) store2(g_dkh + (vrow + int64_t(r) * p.Hv) * p.dk + c, x0, x1);
+      });
+    }
+    float r_rs[2][2];
+    frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_x3 + r * LDD<T> + c); });
+    if ((lane & 3) == 0)
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h2 = 0; h2 < 2; ++h2) s_red[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
+    r_kst = warp_sum(r_kst);
+    if (lane == 0) s_ws[8 + warp] = r_kst;
+  }
+  __syncthreads();
+  if (tid < L) {
+    float dg = s_dgq[tid] - (s_red[tid] + s_red[C + tid] + s_red[2 * C + tid] + s_red[3 * C + tid]);
+    if (tid == L - 1) {
+      float s0 = 0.f, s1 = 0.f;
+      for (int w = 0; w < 8; ++w) s0 += s_ws[w], s1 += s_ws[8 + w];
+      dg += s_eg[tid] * s0 + s1;
+    }
+    g_dgam[vrow + int64_t(tid) * p.Hv] = dg;
+  }
+}
+
+// ---- wy (B6-B8): WY backward, dv, dbeta, dgamma, reverse chunk cumsum -> dg ----------------------
+template <class T>
+struct WySmem {
+  static constexpr size_t k = 0;                                   // T [C][LDD]
+  static constexpr size_t v = k + sizeof(T) * C * LDD<T>;          // T [C][LDD]
+  static constexpr size_t dw = v + sizeof(T) * C * LDD<T>;         // T [C][LDD]
+  static constexpr size_t dd = dw + sizeof(T) * C * LDD<T>;        // T [C][LDD]
+  static constexpr size_t tm = dd + sizeof(T) * C * LDD<T>;        // T [C][LDC]
+  static constexpr size_t dt = tm + sizeof(T) * C * LDC<T>;        // T [C][LDC]  strict_lower(dTm)
+  static constexpr size_t x = dt + sizeof(T) * C * LDC<T>;         // T [C][LDC]  dTm Tm^T
+  static constexpr size_t dbb = x + sizeof(T) * C * LDC<T>;        // T [C][LDC]  diag(beta) dB
+  static constexpr size_t m = dbb + sizeof(T) * C * LDC<T>;        // f32 [C][C+1]  dB (.) K K^T
+  static constexpr size_t gam = m + sizeof(float) * C * (C + 1);   // f32 [C] x 8
+  static constexpr size_t beta = gam + sizeof(float) * C;
+  static constexpr size_t eg = beta + sizeof(float) * C;
+  static constexpr size_t db = eg + sizeof(float) * C;
+  static constexpr size_t dg = db + sizeof(float) * C;
+  static constexpr size_t red = dg + sizeof(float) * C;            // f32 [4][C]
+  static constexpr size_t red2 = red + sizeof(float) * 4 * C;      // f32 [4][C]
+  static constexpr size_t bytes = red2 + sizeof(float) * 4 * C;
+};
+
+template <class T>
+__global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __restrict__ g_k,
+                                                           const T* __restrict__ g_v,
+                                                           const float* __restrict__ g_beta,
+                                                           const float* __restrict__ g_gam,
+                                                           const T* __restrict__ g_Tm,   // [NT, Hv, C, C]
+                                                           const T* __restrict__ g_dW,   // [T, Hv, dk]
+                                                           const T* __restrict__ g_dD,   // [T, Hv, dv]
+                                                           const float* __restrict__ g_dgam,  // [T, Hv] partial
+                                                           float* __restrict__ g_dkh,    // [T, Hv, dk] (+=)
+                                                           T* __restrict__ g_dv,         // [T, Hv, dv] (=)
+                                                           float* __restrict__ g_dbeta,  // [T, Hv] (=)
+                                                           float* __restrict__ g_dg) {   // [T, Hv] (=)
+  extern __shared__ __align__(16) unsigned char smem[];
+  using S = WySmem<T>;
+  T* s_k = reinterpret_cast<T*>(smem + S::k);
+  T* s_v = reinterpret_cast<T*>(smem + S::v);
+  T* s_dw = reinterpret_cast<T*>(smem + S::dw);
+  T* s_dd = reinterpret_cast<T*>(smem + S::dd);
+  T* s_tm = reinterpret_cast<T*>(smem + S::tm);
+  T* s_dt = reinterpret_cast<T*>(smem + S::dt);
+  T* s_x = reinterpret_cast<T*>(smem + S::x);
+  T* s_dbb = reinterpret_cast<T*>(smem + S::dbb);
+  float* s_m = reinterpret_cast<float*>(smem + S::m);
+  float* s_gam = reinterpret_cast<float*>(smem + S::gam);
+  float* s_beta = reinterpret_cast<float*>(smem + S::beta);
+  float* s_eg = reinterpret_cast<float*>(smem + S::eg);
+  float* s_db = reinterpret_cast<float*>(smem + S::db);
+  float* s_dg = reinterpret_cast<float*>(smem + S::dg);
+  float* s_red = reinterpret_cast<float*>(smem + S::red);
+  float* s_red2 = reinterpret_cast<float*>(smem + S::red2);
+  const ChunkIdx ci = chunk_idx(p);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L, Lk = round16(L);
+  const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
+  load_tile(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_tile(s_v, LDD<T>, g_v + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
+  load_tile(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_tile(s_dd, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
+  load_tile(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, C, C, tid, kChunkThreads);
+  load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
+  load_col(s_beta, g_beta + vrow, p.Hv, C, L, tid, kChunkThreads);
+  cp_commit();
+  cp_wait<0>();
+  __syncthreads();
+  if (tid < C) s_eg[tid] = tid < L ? expf(s_gam[tid]) : 0.f;
+  __syncthreads();
+  const int tm0 = 16 * (warp & 3), tn0 = 32 * (warp >> 2);  // [C, C] tiling
+  {  // 1. dTm = (dW K^T) diag(beta e) + (dDelta V^T) diag(beta), strictly lower, valid
+    float r_a1[1][4][4], r_a2[1][4][4];
+    zero(r_a1);
+    zero(r_a2);
+    if (tm0 < L && tn0 < tm0 + 16) {
+      warp_gemm<1, 4, false, true>(r_a1, s_dw, LDD<T>, s_k, LDD<T>, tm0, tn0, p.dk);
+      warp_gemm<1, 4, false, true>(r_a2, s_dd, LDD<T>, s_v, LDD<T>, tm0, tn0, p.dv);
+    }
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
+        const bool rv = r < L;
+        const float y0 = (rv && c < r) ? s_beta[c] * (s_eg[c] * r_a1[0][j][2 * h2] + r_a2[0][j][2 * h2]) : 0.f;
+        const float y1 =
+            (rv && c + 1 < r) ? s_beta[c + 1] * (s_eg[c + 1] * r_a1[0][j][2 * h2 + 1] + r_a2[0][j][2 * h2 + 1]) : 0.f;
+        store2(s_dt + r * LDC<T> + c, y0, y1);
+      }
+  }
+  __syncthreads();
+  {  // 2. X = dTm_sl Tm^T
+    float r_acc[1][4][4];
+    zero(r_acc);
+    if (tm0 < L) warp_gemm<1, 4, false, true>(r_acc, s_dt, LDC<T>, s_tm, LDC<T>, tm0, tn0, Lk);
+    frag_pairs(r_acc, tm0, tn0, [&](int r, int c, float& x0, float& x1) { store2(s_x + r * LDC<T> + c, x0, x1); });
+  }
+  __syncthreads();
+  {  // 3. dA = -Tm^T X; dB = dA (.) Gamma (strict lower, valid); M = dB (.) K K^T; dbb = diag(beta) dB
+    float r_acc[1][4][4], r_kk[1][4][4];
+    zero(r_acc);
+    zero(r_kk);
+    if (tm0 < L && tn0 < tm0 + 16) {
+      warp_gemm<1, 4, true, false>(r_acc, s_tm, LDC<T>, s_x, LDC<T>, tm0, tn0, Lk);
+      warp_gemm<1, 4, false, true>(r_kk, s_k, LDD<T>, s_k, LDD<T>, tm0, tn0, p.dk);
+    }
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
+        const bool rv = r < L;
+        const float b0 = (rv && c < r) ? -r_acc[0][j][2 * h2] * expf(s_gam[r] - s_gam[c]) : 0.f;
+        const float b1 = (rv && c + 1 < r) ? -r_acc[0][j][2 * h2 + 1] * expf(s_gam[r] - s_gam[c + 1]) : 0.f;
+        s_m[r * (C + 1) + c] = b0 * r_kk[0][j][2 * h2];
+        s_m[r * (C + 1) + c + 1] = b1 * r_kk[0][j][2 * h2 + 1];
+        store2(s_dbb + r * LDC<T> + c, s_beta[r] * b0, s_beta[r] * b1);
+      }
+  }
+  __syncthreads();
+  if (tid < C) {  // 4. dbeta_i += rowsum(M); dgamma_i += beta_i rowsum(M)_i - sum_i' beta_i' M[i'][i]
+    float rs = 0.f, cs = 0.f;
+    for (int j = 0; j < C; ++j) rs += s_m[tid * (C + 1) + j];
+    for (int i = 0; i < C; ++i) cs = fmaf(s_beta[i], s_m[i * (C + 1) + tid], cs);
+    s_db[tid] = rs;
+    s_dg[tid] = s_beta[tid] * rs - cs;
+  }
+  const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1), wn = warp >> 1;
+  {  // 5. dk2 = diag(beta e) Tm^T dW + diag(beta) dB K + dB^T diag(beta) K; dk_h += dk2
+    const bool active = m0 < L && n0 < p.dk;
+    float r_acc[2][4][4];
+    zero(r_acc);
+    if (active) warp_gemm<2, 4, true, false>(r_acc, s_tm, LDC<T>, s_dw, LDD<T>, m0, n0, Lk);
+    float r_rs[2][2];
+    frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_k + r * LDD<T> + c); });
+    if ((lane & 3) == 0)
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h2 = 0; h2 < 2; ++h2) s_red[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
+    if (active) {
+      frag_pairs(r_acc, m0, n0, [&](int r, int, float& x0, float& x1) {
+        const float f = s_beta[r] * s_eg[r];
+        x0 *= f, x1 *= f;
+      });
+      warp_gemm<2, 4, false, false>(r_acc, s_dbb, LDC<T>, s_k, LDD<T>, m0, n0, Lk);
+      warp_gemm<2, 4, true, false>(r_acc, s_dbb, LDC<T>, s_k, LDD<T>, m0, n0, Lk);
+      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+        if (r < L && c < p.dk) {
+          float* d = g_dkh + (vrow + int64_t(r) * p.Hv) * p.dk + c;
+          const float2 old = load2(d);
+          store2(d, old.x + x0, old.y + x1);
+        }
+      });
+    }
+  }
+  {  // 6. dv = diag(beta) Tm^T dDelta; dbeta_i += sum_k (Tm^T dDelta)_ik v_ik
+    const bool active = m0 < L && n0 < p.dv;
+    float r_acc[2][4][4];
+    zero(r_acc);
+    if (active) warp_gemm<2, 4, true, false>(r_acc, s_tm, LDC<T>, s_dd, LDD<T>, m0, n0, Lk);
+    float r_rs[2][2];
+    frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_v + r * LDD<T> + c); });
+    if ((lane & 3) == 0)
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h2 = 0; h2 < 2; ++h2) s_red2[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
+    if (active)
+      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+        if (r < L && c < p.dv) store2(g_dv + (vrow + int64_t(r) * p.Hv) * p.dv + c, s_beta[r] * x0, s_beta[r] * x1);
+      });
+  }
+  __syncthreads();
+  if (tid < C) {  // 7. dbeta, total dgamma
+    const int i = tid;
+    float dgam = 0.f;
+    if (i < L) {
+      const float r1 = s_red[i] + s_red[C + i] + s_red[2 * C + i] + s_red[3 * C + i];
+      const float r2 = s_red2[i] + s_red2[C + i] + s_red2[2 * C + i] + s_red2[3 * C + i];
+      g_dbeta[vrow + int64_t(i) * p.Hv] = s_eg[i] * r1 + r2 + s_db[i];
+      dgam = g_dgam[vrow + int64_t(i) * p.Hv] + s_beta[i] * s_eg[i] * r1 + s_dg[i];
+    }
+    s_m[i] = dgam;  // s_m is free now
+  }
+  __syncthreads();
+  if (warp == 0) {  // 8. dg = reverse cumsum of dgamma inside the chunk (fixed shuffle order)
+    const int i0 = 2 * lane, i1 = i0 + 1;
+    const float y1 = s_m[i1], y0 = s_m[i0] + y1;
+    float incl = y0;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const float y = __shfl_down_sync(0xffffffffu, incl, off);
+      if (lane + off < 32) incl += y;
+    }
+    float excl = __shfl_down_sync(0xffffffffu, incl, 1);
+    if (lane == 31) excl = 0.f;
+    if (i0 < L) g_dg[vrow + int64_t(i0) * p.Hv] = excl + y0;
+    if (i1 < L) g_dg[vrow + int64_t(i1) * p.Hv] = excl + y1;
+  }
+}
+
+// ---- gsum (B12): out[t, hk, :] = sum_{j < G} in[t, hk G + j, :] in head order -------------------
+template <class T>
+__global__ void gsum_kernel(const float* __restrict__ g_in, T* __restrict__ g_out, int64_t rows, int G, int d) {
+  const int64_t n = rows * d;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / d, c = idx - r * d;
+    const float* src = g_in + r * G * d + c;
+    float s = 0.f;
+    for (int j = 0; j < G; ++j) s += src[int64_t(j) * d];
+    g_out[idx] = from_f<T>(s);
+  }
+}
+
+// Shared memory stays under the 227 KB a block may use on sm_90.
+constexpr size_t kMaxSmem = 227 * 1024;
+static_assert(PrepSmem<float>::bytes <= kMaxSmem && StateSmem<float>::bytes <= kMaxSmem &&
+              OutSmem<float>::bytes <= kMaxSmem && RevSmem<float>::bytes <= kMaxSmem &&
+              DqkSmem<float>::bytes <= kMaxSmem && WySmem<float>::bytes <= kMaxSmem, "smem budget");
+
+// ================================================================================= launchers
+struct NvtxRange {
+  explicit NvtxRange(const char* name) { nvtxRangePushA(name); }
+  ~NvtxRange() { nvtxRangePop(); }
+};
+
+inline bool absent(const TensorView& v) { return v.data == nullptr || v.numel() == 0; }
+
+template <class K>
+void set_smem(K kernel, size_t bytes) {
+  DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+struct Dims {
+  int64_t T, N, NT, Hk, Hv, dk, dv;
+};
+
+void check_act(const TensorView& x, const Shape& s, DType t, Device dev, const char* op, const char* name) {
+  DT_CHECK(x.shape == s, "cuda::{}: {} must be {}, got {}", op, name, s.str(), x.str());
+  DT_CHECK(x.dtype == t, "cuda::{}: {} must be {} like q, got {}", op, name, dtype_name(t), x.str());
+  DT_CHECK(x.device == dev, "cuda::{}: {} must be on {} like q, got {}", op, name, dev.str(), x.str());
+  DT_CHECK(x.is_contiguous(), "cuda::{}: {} must be contiguous, got {}", op, name, x.str());
+  DT_CHECK(reinterpret_cast<uintptr_t>(x.data) % 16 == 0 || x.numel() == 0,
+           "cuda::{}: {} must be 16-byte aligned, got {}", op, name, x.str());
+}
+void check_state(const TensorView& x, const Dims& d, Device dev, const char* op, const char* name) {
+  if (absent(x)) return;
+  check_act(x, Shape{d.N, d.Hv, d.dk, d.dv}, DType::f32, dev, op, name);
+}
+
+Dims check_common(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& g,
+                  const TensorView& beta, const VarlenMeta& m, const char* op) {
+  DT_CHECK(q.ndim() == 3, "cuda::{}: q must be [T, Hk, dk], got {}", op, q.str());
+  DT_CHECK(v.ndim() == 3, "cuda::{}: v must be [T, Hv, dv], got {}", op, v.str());
+  DT_CHECK(q.device.is_cuda(), "cuda::{}: q must be a CUDA tensor, got {}", op, q.str());
+  DT_CHECK(q.dtype == DType::bf16 || q.dtype == DType::f32, "cuda::{}: q must be bf16 or f32, got {}", op, q.str());
+  Dims d{q.shape[0], m.num_seqs, m.num_chunks, q.shape[1], v.shape[1], q.shape[2], v.shape[2]};
+  DT_CHECK(d.dk % 16 == 0 && d.dk >= 16 && d.dk <= D && d.dv % 16 == 0 && d.dv >= 16 && d.dv <= D,
+           "cuda::{}: head dims dk = {}, dv = {} must be multiples of 16 in [16, {}]", op, d.dk, d.dv, D);
+  DT_CHECK(d.Hk > 0 && d.Hv % d.Hk == 0, "cuda::{}: Hv = {} must be a multiple of Hk = {}", op, d.Hv, d.Hk);
+  DT_CHECK(m.total == d.T, "cuda::{}: cu_seqlens ends at {} but q has {} tokens ({})", op, m.total, d.T, q.str());
+  DT_CHECK(d.N == 0 || (m.cu_dev && m.chunk_seq_dev && m.chunk_start_dev && m.chunk_offsets_dev),
+           "cuda::{}: the VarlenMeta has no device arrays (build the VarlenBatch on the CUDA device)", op);
+  DT_CHECK(d.T < (int64_t(1) << 31), "cuda::{}: T = {} exceeds int32 cu_seqlens", op, d.T);
+  check_act(k, q.shape, q.dtype, q.device, op, "k");
+  check_act(q, q.shape, q.dtype, q.device, op, "q");
+  check_act(v, Shape{d.T, d.Hv, d.dv}, q.dtype, q.device, op, "v");
+  check_act(g, Shape{d.T, d.Hv}, DType::f32, q.device, op, "g");
+  check_act(beta, Shape{d.T, d.Hv}, DType::f32, q.device, op, "beta");
+  return d;
+}
+
+Params make_params(const Dims& d, const GdnArgs& args, const VarlenMeta& m) {
+  Params p;
+  p.T = d.T;
+  p.N = int(d.N);
+  p.NT = int(d.NT);
+  p.Hk = int(d.Hk);
+  p.Hv = int(d.Hv);
+  p.G = int(d.Hv / d.Hk);
+  p.dk = int(d.dk);
+  p.dv = int(d.dv);
+  p.nvt = int((d.dv + BV - 1) / BV);
+  p.scale = args.scale != 0.0f ? args.scale : float(1.0 / std::sqrt(double(d.dk)));
+  p.cu = m.cu_dev;
+  p.chunk_seq = m.chunk_seq_dev;
+  p.chunk_start = m.chunk_start_dev;
+  p.chunk_off = m.chunk_offsets_dev;
+  return p;
+}
+
+template <class T>
+T* tptr(const TensorView& v) {
+  return absent(v) ? nullptr : static_cast<T*>(v.data);
+}
+
+// Forward pieces shared by fwd and bwd: gamma, W, U (and Tm), then the chunk states and Delta.
+template <class T>
+void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v, const TensorView& g,
+                       const TensorView& beta, const TensorView& h0, float* gam, T* W, T* U, T* Tm, T* h, T* Dl,
+                       float* ht, cudaStream_t st) {
+  if (p.NT > 0) {
+    set_smem(prep_kernel<T>, PrepSmem<T>::bytes);
+    prep_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, PrepSmem<T>::bytes, st>>>(
+        p, tptr<T>(k), tptr<T>(v), tptr<float>(g), tptr<float>(beta), gam, W, U, Tm);
+    DT_CUDA_LAUNCH_CHECK();
+  }
+  if (p.N > 0 && (p.NT > 0 || ht)) {
+    set_smem(state_kernel<T>, StateSmem<T>::bytes);
+    state_kernel<T><<<dim3(p.N * p.nvt, p.Hv), kSeqThreads, StateSmem<T>::bytes, st>>>(
+        p, tptr<T>(k), W, U, gam, tptr<float>(h0), h, Dl, ht);
+    DT_CUDA_LAUNCH_CHECK();
+  }
+}
+
+template <class T>
+void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k, const TensorView& v,
+             const TensorView& g, const TensorView& beta, const TensorView& h0, const Params& p, Device dev,
+             cudaStream_t st) {
+  const DType dt = q.dtype;
+  const int64_t T1 = std::max<int64_t>(p.T, 1), NT1 = std::max<int64_t>(p.NT, 1);
+  Tensor gam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);            // [T, Hv] f32
+  Tensor W = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);                 // [T, Hv, dk]
+  Tensor U = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                 // [T, Hv, dv]
+  Tensor h = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);          // [NT, Hv, dk, dv]
+  Tensor Dl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv]
+  launch_prep_state<T>(p, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(), nullptr, h.ptr<T>(),
+                       Dl.ptr<T>(), tptr<float>(ht), st);
+  if (p.NT > 0) {
+    set_smem(out_kernel<T>, OutSmem<T>::bytes);
+    out_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, OutSmem<T>::bytes, st>>>(p, tptr<T>(q), tptr<T>(k),
+                                                                                gam.ptr<float>(), h.ptr<T>(),
+                                                                                Dl.ptr<T>(), tptr<T>(o));
+    DT_CUDA_LAUNCH_CHECK();
+  }
+}
+
+template <class T>
+void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& dg,
+             const TensorView& dbeta, const TensorView& dh0, const TensorView& do_, const TensorView& dht,
+             const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& g,
+             const TensorView& beta, const TensorView& h0, const Params& p, Device dev, cudaStream_t st) {
+  const DType dt = q.dtype;
+  const int64_t T1 = std::max<int64_t>(p.T, 1), NT1 = std::max<int64_t>(p.NT, 1);
+  Tensor gam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);            // [T, Hv] f32
+  Tensor W = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);                 // [T, Hv, dk]
+  Tensor U = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                 // [T, Hv, dv]
+  Tensor Tm = Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev);               // [NT, Hv, C, C]
+  Tensor h = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);          // [NT, Hv, dk, dv]
+  Tensor Dl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv] Delta
+  launch_prep_state<T>(p, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(), Tm.ptr<T>(), h.ptr<T>(),
+                       Dl.ptr<T>(), nullptr, st);
+  Tensor dDl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);               // [T, Hv, dv] dDelta_local
+  Tensor dS1 = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);        // [NT, Hv, dk, dv]
+  Tensor dD = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv] dDelta
+  if (p.NT > 0) {
+    set_smem(dvl_kernel<T>, OutSmem<T>::bytes_dvl);
+    dvl_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, OutSmem<T>::bytes_dvl, st>>>(
+        p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), tptr<T>(do_), dDl.ptr<T>());
+    DT_CUDA_LAUNCH_CHECK();
+  }
+  if (p.N > 0) {
+    set_smem(rev_kernel<T>, RevSmem<T>::bytes);
+    rev_kernel<T><<<dim3(p.N * p.nvt, p.Hv), kSeqThreads, RevSmem<T>::bytes, st>>>(
+        p, tptr<T>(q), tptr<T>(k), W.ptr<T>(), gam.ptr<float>(), tptr<T>(do_), dDl.ptr<T>(), tptr<float>(dht),
+        dS1.ptr<T>(), dD.ptr<T>(), tptr<float>(dh0));
+    DT_CUDA_LAUNCH_CHECK();
+  }
+  if (p.NT == 0) return;
+  U = Tensor();  // not needed any more
+  Tensor dqh = Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);      // [T, Hv, dk] f32
+  Tensor dkh = Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);      // [T, Hv, dk] f32
+  Tensor dW = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);                // [T, Hv, dk]
+  Tensor dgam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);           // [T, Hv] f32
+  set_smem(dqk_kernel<T>, DqkSmem<T>::bytes);
+  dqk_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, DqkSmem<T>::bytes, st>>>(
+      p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(),
+      dqh.ptr<float>(), dkh.ptr<float>(), dW.ptr<T>(), dgam.ptr<float>());
+  DT_CUDA_LAUNCH_CHECK();
+  set_smem(wy_kernel<T>, WySmem<T>::bytes);
+  wy_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, WySmem<T>::bytes, st>>>(
+      p, tptr<T>(k), tptr<T>(v), tptr<float>(beta), gam.ptr<float>(), Tm.ptr<T>(), dW.ptr<T>(), dD.ptr<T>(),
+      dgam.ptr<float>(), dkh.ptr<float>(), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));
+  DT_CUDA_LAUNCH_CHECK();
+  const int64_t rows = p.T * p.Hk;
+  const int blocks = int(std::min<int64_t>((rows * p.dk + 255) / 256, 65535 * 4));
+  gsum_kernel<T><<<blocks, 256, 0, st>>>(dqh.ptr<float>(), tptr<T>(dq), rows, p.G, p.dk);
+  DT_CUDA_LAUNCH_CHECK();
+  gsum_kernel<T><<<blocks, 256, 0, st>>>(dkh.ptr<float>(), tptr<T>(dk), rows, p.G, p.dk);
+  DT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace gck
+}  // namespace
+
+void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k,
+                   const TensorView& v, const TensorView& g, const TensorView& beta, const TensorView& h0,
+                   const GdnArgs& args, const VarlenMeta& m, Stream s) {
+  constexpr const char* op = "gdn_chunk_fwd";
+  const gck::Dims d = gck::check_common(q, k, v, g, beta, m, op);
+  gck::check_act(o, v.shape, q.dtype, q.device, op, "o");
+  gck::check_state(h0, d, q.device, op, "h0");
+  gck::check_state(ht, d, q.device, op, "ht");
+  gck::NvtxRange range("gdn_chunk_fwd");
+  const gck::Params p = gck::make_params(d, args, m);
+  cudaStream_t st = cuda_stream(s);
+  if (q.dtype == DType::bf16)
+    gck::run_fwd<gck::bf16>(o, ht, q, k, v, g, beta, h0, p, q.device, st);
+  else
+    gck::run_fwd<float>(o, ht, q, k, v, g, beta, h0, p, q.device, st);
+}
+
+void gdn_chunk_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& dg,
+                   const TensorView& dbeta, const TensorView& dh0, const TensorView& do_, const TensorView& dht,
+                   const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& g,
+                   const TensorView& beta, const TensorView& h0, const GdnArgs& args, const VarlenMeta& m,
+                   Stream s) {
+  constexpr const char* op = "gdn_chunk_bwd";
+  const gck::Dims d = gck::check_common(q, k, v, g, beta, m, op);
+  gck::check_act(dq, q.shape, q.dtype, q.device, op, "dq");
+  gck::check_act(dk, q.shape, q.dtype, q.device, op, "dk");
+  gck::check_act(dv, v.shape, q.dtype, q.device, op, "dv");
+  gck::check_act(do_, v.shape, q.dtype, q.device, op, "do");
+  gck::check_act(dg, Shape{d.T, d.Hv}, DType::f32, q.device, op, "dg");
+  gck::check_act(dbeta, Shape{d.T, d.Hv}, DType::f32, q.device, op, "dbeta");
+  gck::check_state(h0, d, q.device, op, "h0");
+  gck::check_state(dht, d, q.device, op, "dht");
+  gck::check_state(dh0, d, q.device, op, "dh0");
+  gck::NvtxRange range("gdn_chunk_bwd");
+  const gck::Params p = gck::make_params(d, args, m);
+  cudaStream_t st = cuda_stream(s);
+  if (q.dtype == DType::bf16)
+    gck::run_bwd<gck::bf16>(dq, dk, dv, dg, dbeta, dh0, do_, dht, q, k, v, g, beta, h0, p, q.device, st);
+  else
+    gck::run_bwd<float>(dq, dk, dv, dg, dbeta, dh0, do_, dht, q, k, v, g, beta, h0, p, q.device, st);
+}
+
+}  // namespace dt::ops::cuda
