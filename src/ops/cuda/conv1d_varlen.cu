@@ -1,0 +1,477 @@
+// CUDA depthwise causal conv1d on packed (THD) sequences, gdn-math.md section 7.
+//   forward:  y_pre[t, c] = bias[c] + sum_{j<W} w[c, j] * x[t - (W-1) + j, c]
+//             (a tap reads x[s] only when s is in t's sequence: the window never crosses a
+//              sequence start; taps before the start read 0)
+//             y = silu(y_pre) when `silu`, else y_pre
+//   backward (y_pre recomputed from x, never stored):
+//             dy_pre[t] = dy[t] * sigmoid(y_pre) * (1 + y_pre (1 - sigmoid(y_pre)))   (or dy)
+//             dx[s, c]  = sum_{i<W} w[c, W-1-i] * dy_pre[s+i, c]  (s+i in s's sequence)   dx OVERWRITTEN (=)
+//             dw[c, j] += sum_t dy_pre[t, c] * x[t-(W-1)+j, c]  (same-sequence taps)    dw ACCUMULATES (+=)
+//             dbias[c] += sum_t dy_pre[t, c]                                            dbias ACCUMULATES (+=)
+// Layouts: x, y, dy, dx: [T, D] (any row stride, unit inner stride; x is typically the qkv slice
+//   of the in_proj output); w, dw: [D, W] f32 (HF conv1d.weight [D, 1, W]; any row stride, unit
+//   inner stride), 2 <= W <= 8; bias, dbias: [D] f32 contiguous or empty views. Sequence
+//   boundaries: VarlenMeta.seq_idx_dev [T] (a tap is valid iff seq_idx of both rows match).
+// Dtypes: x, y, dy, dx one of bf16 | f32 (one dtype per call); all math fp32 (__expf sigmoid);
+//   y and dx rounded once (RNE).
+// Mapping: a block owns 256 channels x 256 tokens (a "group"); its 128 threads own 2 channels
+//   each and stream the group's rows in order with register windows (x window, pending dx
+//   sums), so every input row is read once per group (plus W'-1 halo rows). Rows arrive in
+//   16-row shared-memory tiles through cp.async (16-byte, coalesced), double-buffered so the
+//   next tile is in flight while the current one is consumed. The kernel is compiled for a
+//   window W' in {4, 8}; W < W' runs with W'-W leading zero taps (exactly the same sums).
+// Determinism: no atomics. Each block writes its fp32 dw/dbias partials for its (group, channel
+//   block) into scratch [ngroups, D, W'+1] (caching allocator; released on return, which is safe
+//   under the allocator's one-compute-stream reuse rule), then a second pass sums the groups in
+//   a fixed order and adds into dw/dbias. The grid depends only on (T, D, W, dtype).
+#include "ops/cuda/gdn_elementwise_common.cuh"
+#include "ops/gdn_backends.h"
+
+namespace dt::ops::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kCPT = 2;               // channels per thread
+constexpr int kCB = kThreads * kCPT;  // channels per block (256)
+constexpr int kTT = 16;               // rows per shared-memory tile
+constexpr int kGroupT = 256;          // tokens per block (one dw partial row per group)
+#ifndef DT_CONV_UNROLL
+#define DT_CONV_UNROLL 8
+#endif
+constexpr int kUnroll = DT_CONV_UNROLL;  // row-loop unroll (a multiple of the window W')
+#ifndef DT_CONV_MINB_FWD
+#define DT_CONV_MINB_FWD 5
+#endif
+#ifndef DT_CONV_MINB_BWD
+#define DT_CONV_MINB_BWD 4
+#endif
+constexpr int kMinBlocksFwd = DT_CONV_MINB_FWD;  // register budget: 65536 / (128 * minblocks)
+constexpr int kMinBlocksBwd = DT_CONV_MINB_BWD;
+
+enum : unsigned { kVecX = 1, kVecDy = 2, kVecOut = 4 };
+
+struct ConvParams {
+  const void* x;             // [T, D] (row stride xs)
+  const void* dy;            // [T, D] (row stride dys), backward only
+  void* out;                 // y (forward) or dx (backward) [T, D] (row stride outs)
+  const float* w;            // [D, W] (row stride ws)
+  const float* bias;         // [D] or nullptr
+  float* part;               // [ngroups, D, W'+1] fp32 partials (backward)
+  const int32_t* seq_idx;    // [T]
+  int64_t xs, dys, outs, ws;
+  int64_t T, D;
+  int W;
+  int silu;
+  unsigned vec;              // kVecX | kVecDy: rows 16-byte aligned; kVecOut: channel pairs aligned
+};
+
+template <typename T, bool BWD>
+constexpr int buf_bytes() {  // one pipeline stage: x tile [kTT, kCB] (+ dy tile) + seq [kTT]
+  return kTT * kCB * int(sizeof(T)) * (BWD ? 2 : 1) + kTT * 4;
+}
+template <typename T, bool BWD>
+constexpr int smem_bytes() {
+  return 2 * buf_bytes<T, BWD>();
+}
+
+// One 16-byte chunk (kVec<T> channels from c) of row u into shared memory: cp.async when the
+// row is valid, aligned and the chunk inside D; element loads for a ragged or unaligned chunk;
+// zeros for an invalid row.
+template <typename T>
+__device__ __forceinline__ void load_chunk(T* s_dst, const T* g, int64_t gs, int64_t u, int64_t c, bool row_ok,
+                                           int64_t D, bool vec_ok) {
+  constexpr int V = ew::kVec<T>;
+  if (row_ok && vec_ok && c + V <= D) {
+    ew::cp_async16(s_dst, g + u * gs + c);
+  } else if (row_ok && c < D) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) s_dst[e] = (c + e < D) ? g[u * gs + c + e] : ew::from_f32<T>(0.f);
+  } else {
+    *reinterpret_cast<uint4*>(s_dst) = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void read_pair(const T* s, float (&r)[kCPT]) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float2 f = *reinterpret_cast<const float2*>(s);
+    r[0] = f.x, r[1] = f.y;
+  } else {
+    const uint32_t u = *reinterpret_cast<const uint32_t*>(s);
+    r[0] = ew::bf16lo(u), r[1] = ew::bf16hi(u);
+  }
+}
+
+// g_p points at channel c of the output row.
+template <typename T>
+__device__ __forceinline__ void store_pair(T* g_p, int64_t c, int64_t D, bool vec_ok, const float (&r)[kCPT]) {
+  if (vec_ok && c + 1 < D) {
+    if constexpr (std::is_same_v<T, float>) {
+      *reinterpret_cast<float2*>(g_p) = make_float2(r[0], r[1]);
+    } else {
+      *reinterpret_cast<uint32_t*>(g_p) = ew::pack_bf16x2(r[0], r[1]);
+    }
+  } else {
+    if (c < D) g_p[0] = ew::from_f32<T>(r[0]);
+    if (c + 1 < D) g_p[1] = ew::from_f32<T>(r[1]);
+  }
+}
+
+// ============================================================================== kernels
+// grid.x = ngroups * ncb (ngroups = ceil(T / kGroupT), ncb = ceil(D / kCB)), channel block fastest;
+// block = kThreads; dynamic shared memory = smem_bytes<T, BWD>().
+// Forward: streams rows [A - (WP-1), Bc) of its group [A, Bc) and writes y[A:Bc].
+// Backward: streams rows [A - (WP-1), Bc + WP - 1), writes dx[A:Bc] and the group's partials
+// p.part[group, c, 0:WP] (dw, padded taps first) and p.part[group, c, WP] (dbias).
+template <typename T, int WP, bool BWD>
+__global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void conv1d_varlen_kernel(const ConvParams p) {
+  extern __shared__ __align__(16) unsigned char s_raw[];
+  constexpr int V = ew::kVec<T>;
+  constexpr int kTileElems = kTT * kCB;
+  constexpr int kBuf = buf_bytes<T, BWD>();
+  constexpr int kChunksPerRow = kCB / V;
+  constexpr int kChunkIters = kTT * kChunksPerRow / kThreads;
+  static_assert(kTT * kChunksPerRow % kThreads == 0, "tile chunks must divide evenly");
+
+  const int64_t ncb = (p.D + kCB - 1) / kCB;
+  const int64_t grp = int64_t(blockIdx.x) / ncb;
+  const int64_t cb0 = (int64_t(blockIdx.x) - grp * ncb) * kCB;
+  const int64_t A = grp * kGroupT;
+  const int64_t Bc = min(A + int64_t(kGroupT), p.T);
+  const int64_t u_begin = A - (WP - 1);
+  const int64_t u_end = BWD ? Bc + (WP - 1) : Bc;
+  const int ntiles = int((u_end - u_begin + kTT - 1) / kTT);
+  const int64_t c0 = cb0 + int64_t(kCPT) * threadIdx.x;  // this thread's first channel
+  const T* __restrict__ g_x = static_cast<const T*>(p.x);
+  const T* __restrict__ g_dy = static_cast<const T*>(p.dy);
+  T* __restrict__ g_out = static_cast<T*>(p.out);
+
+  // s_x [kTT, kCB] T | s_dy [kTT, kCB] T (backward) | s_seq [kTT] int32, twice (double buffer).
+  auto s_x = [&](int buf) { return reinterpret_cast<T*>(s_raw + buf * kBuf); };
+  auto s_dy = [&](int buf) { return reinterpret_cast<T*>(s_raw + buf * kBuf + kTileElems * int(sizeof(T))); };
+  auto s_seq = [&](int buf) {
+    return reinterpret_cast<int32_t*>(s_raw + buf * kBuf + kTileElems * int(sizeof(T)) * (BWD ? 2 : 1));
+  };
+
+  auto load_tile = [&](int k, int buf) {
+    const int64_t ut = u_begin + int64_t(k) * kTT;
+#pragma unroll
+    for (int it = 0; it < kChunkIters; ++it) {
+      const int q = it * kThreads + threadIdx.x;
+      const int r = q / kChunksPerRow, cc = q % kChunksPerRow;
+      const int64_t u = ut + r;
+      const int64_t c = cb0 + int64_t(cc) * V;
+      const bool row_ok = u >= 0 && u < p.T && u < u_end;
+      load_chunk<T>(s_x(buf) + r * kCB + cc * V, g_x, p.xs, u, c, row_ok, p.D, p.vec & kVecX);
+      if constexpr (BWD)  // dy rows before A only feed pending sums of earlier groups: skip them
+        load_chunk<T>(s_dy(buf) + r * kCB + cc * V, g_dy, p.dys, u, c, row_ok && u >= A, p.D, p.vec & kVecDy);
+    }
+    if (threadIdx.x < kTT) {
+      const int64_t u = ut + threadIdx.x;
+      const bool ok = u >= 0 && u < p.T && u < u_end;  // invalid rows read 0: harmless (x = dy = 0 there)
+      ew::cp_async4_zfill(s_seq(buf) + threadIdx.x, p.seq_idx + (ok ? u : 0), ok);
+    }
+  };
+
+  // Per-thread constants: taps right-aligned in a WP-wide window (leading WP-W taps are 0).
+  float r_w[kCPT][WP], r_b[kCPT];  // [channel, tap]
+#pragma unroll
+  for (int ch = 0; ch < kCPT; ++ch) {
+    const int64_t c = c0 + ch;
+#pragma unroll
+    for (int jj = 0; jj < WP; ++jj) {
+      const int j = jj - (WP - p.W);
+      r_w[ch][jj] = (c < p.D && j >= 0) ? __ldg(p.w + c * p.ws + j) : 0.f;
+    }
+    r_b[ch] = (p.bias != nullptr && c < p.D) ? __ldg(p.bias + c) : 0.f;
+  }
+  float r_xw[kCPT][WP];  // x window: r_xw[.][jj] = x[u - (WP-1) + jj]
+  int r_sw[WP];          // seq_idx of the window rows
+  float r_pend[kCPT][WP], r_dw[kCPT][WP], r_db[kCPT];  // backward: pending dx of rows u-(WP-1)+jj; partials
+#pragma unroll
+  for (int jj = 0; jj < WP; ++jj) {
+    r_sw[jj] = -1;
+#pragma unroll
+    for (int ch = 0; ch < kCPT; ++ch) r_xw[ch][jj] = 0.f, r_pend[ch][jj] = 0.f, r_dw[ch][jj] = 0.f;
+  }
+#pragma unroll
+  for (int ch = 0; ch < kCPT; ++ch) r_db[ch] = 0.f;
+  const bool out_vec = p.vec & kVecOut;
+  const int nown = int(Bc - A);  // tokens of this group
+
+  load_tile(0, 0);
+  ew::cp_async_commit();
+  for (int k = 0; k < ntiles; ++k) {
+    if (k + 1 < ntiles) load_tile(k + 1, (k + 1) & 1);
+    ew::cp_async_commit();
+    ew::cp_async_wait<1>();  // tile k has landed (this thread's copies) ...
+    __syncthreads();         // ... and everyone's
+    const int buf = k & 1;
+    const T* s_xb = s_x(buf) + kCPT * threadIdx.x;
+    const T* s_dyb = s_dy(buf) + kCPT * threadIdx.x;
+    const int32_t* s_sq = s_seq(buf);
+    // Tile-local 32-bit positions relative to the group start A: row r of the tile is token
+    // A + rel0 + r. The output row pointer runs along with r (outs elements per row): it points
+    // at row u (forward) or at row u - (WP-1), whose dx completes at step u (backward).
+    const int rel0 = k * kTT - (WP - 1);
+    T* g_row = g_out + (u_begin + int64_t(k) * kTT - (BWD ? (WP - 1) : 0)) * p.outs + c0;
+
+    // One step of the stream (row r of the tile). MASKED: the window may hold rows of an
+    // earlier sequence, so every tap checks seq_idx; otherwise all taps are valid.
+    auto step = [&](int r, auto masked_tag) {
+      constexpr bool MASKED = decltype(masked_tag)::value;
+      const int rel = rel0 + r;  // token u = A + rel
+      float r_xn[kCPT];
+      read_pair<T>(s_xb + r * kCB, r_xn);
+#pragma unroll
+      for (int jj = 0; jj < WP - 1; ++jj)
+#pragma unroll
+        for (int ch = 0; ch < kCPT; ++ch) r_xw[ch][jj] = r_xw[ch][jj + 1];
+#pragma unroll
+      for (int ch = 0; ch < kCPT; ++ch) r_xw[ch][WP - 1] = r_xn[ch];
+      bool m[WP];  // tap jj reads a row of u's sequence
+      if constexpr (MASKED) {
+        const int sq = s_sq[r];
+#pragma unroll
+        for (int jj = 0; jj < WP - 1; ++jj) r_sw[jj] = r_sw[jj + 1];
+        r_sw[WP - 1] = sq;
+#pragma unroll
+        for (int jj = 0; jj < WP; ++jj) m[jj] = r_sw[jj] == sq;
+      } else {
+#pragma unroll
+        for (int jj = 0; jj < WP; ++jj) m[jj] = true;
+      }
+      float r_wm[kCPT][WP], r_yp[kCPT];  // masked taps; y_pre
+#pragma unroll
+      for (int ch = 0; ch < kCPT; ++ch) {
+        float acc = r_b[ch];
+#pragma unroll
+        for (int jj = 0; jj < WP; ++jj) {
+          r_wm[ch][jj] = m[jj] ? r_w[ch][jj] : 0.f;
+          acc = fmaf(r_wm[ch][jj], r_xw[ch][jj], acc);
+        }
+        r_yp[ch] = acc;
+      }
+      if constexpr (!BWD) {
+        if (rel >= 0 && rel < nown) {
+          float r_y[kCPT];
+#pragma unroll
+          for (int ch = 0; ch < kCPT; ++ch) r_y[ch] = p.silu ? r_yp[ch] * ew::sigmoid_f(r_yp[ch]) : r_yp[ch];
+          store_pair<T>(g_row, c0, p.D, out_vec, r_y);
+        }
+      } else {
+        float r_dyn[kCPT];
+        read_pair<T>(s_dyb + r * kCB, r_dyn);
+        const bool own = rel >= 0 && rel < nown;  // u's dw/dbias terms belong to this group
+#pragma unroll
+        for (int ch = 0; ch < kCPT; ++ch) {
+          float dyp = r_dyn[ch];
+          if (p.silu) {
+            const float sg = ew::sigmoid_f(r_yp[ch]);
+            dyp *= sg * fmaf(r_yp[ch], 1.f - sg, 1.f);
+          }
+#pragma unroll
+          for (int jj = 0; jj < WP; ++jj) r_pend[ch][jj] = fmaf(r_wm[ch][jj], dyp, r_pend[ch][jj]);
+          if (own) {
+#pragma unroll
+            for (int jj = 0; jj < WP; ++jj) r_dw[ch][jj] = fmaf(dyp, m[jj] ? r_xw[ch][jj] : 0.f, r_dw[ch][jj]);
+            r_db[ch] += dyp;
+          }
+        }
+        const int rel_s = rel - (WP - 1);  // row A + rel_s has its dx complete (g_row points at it)
+        if (rel_s >= 0 && rel_s < nown) {
+          float r_dx[kCPT];
+#pragma unroll
+          for (int ch = 0; ch < kCPT; ++ch) r_dx[ch] = r_pend[ch][0];
+          store_pair<T>(g_row, c0, p.D, out_vec, r_dx);
+        }
+#pragma unroll
+        for (int ch = 0; ch < kCPT; ++ch) {
+#pragma unroll
+          for (int jj = 0; jj < WP - 1; ++jj) r_pend[ch][jj] = r_pend[ch][jj + 1];
+          r_pend[ch][WP - 1] = 0.f;
+        }
+      }
+      g_row += p.outs;
+    };
+
+    // Block-uniform: is the window plus the whole tile inside one sequence? (seq_idx is
+    // non-decreasing over valid rows; invalid rows read seq 0 and x = dy = 0, so a tile that
+    // mixes them with another sequence takes the masked path, and one that does not is exact.)
+    const int sq_last = s_sq[kTT - 1];
+    if (r_sw[1] == sq_last && s_sq[0] == sq_last) {
+#pragma unroll kUnroll
+      for (int r = 0; r < kTT; ++r) step(r, std::false_type{});
+#pragma unroll
+      for (int jj = 0; jj < WP; ++jj) r_sw[jj] = sq_last;
+    } else {
+#pragma unroll kUnroll
+      for (int r = 0; r < kTT; ++r) step(r, std::true_type{});
+    }
+    __syncthreads();  // buffer k&1 is refilled by the next iteration's load
+  }
+
+  if constexpr (BWD) {
+#pragma unroll
+    for (int ch = 0; ch < kCPT; ++ch) {
+      const int64_t c = c0 + ch;
+      if (c < p.D) {
+        float* g_p = p.part + (grp * p.D + c) * (WP + 1);
+#pragma unroll
+        for (int jj = 0; jj < WP; ++jj) g_p[jj] = r_dw[ch][jj];
+        g_p[WP] = r_db[ch];
+      }
+    }
+  }
+}
+
+// Second backward pass: column col = c * (WP+1) + jj of the partials, summed over groups in a
+// fixed order (ew::colsum_kernel), goes to dw[c, jj - (WP-W)] (real taps) or dbias[c] (jj = WP).
+struct ConvGradOut {
+  float* dw;
+  int64_t ws;
+  float* dbias;  // nullptr: not requested
+  int W, WP;
+  __device__ __forceinline__ void operator()(int64_t col, float v) const {
+    const int64_t c = col / (WP + 1);
+    const int jj = int(col - c * (WP + 1));
+    if (jj == WP) {
+      if (dbias != nullptr) dbias[c] += v;
+    } else {
+      const int j = jj - (WP - W);
+      if (j >= 0) dw[c * ws + j] += v;
+    }
+  }
+};
+
+// ============================================================================== launchers
+struct Act {  // a [T, D] activation view: row stride, 16-byte aligned rows
+  int64_t stride = 0;
+  bool vec16 = false, vec_pair = false;
+};
+
+Act check_act(const TensorView& v, const TensorView& x, const char* op, const char* what) {
+  DT_CHECK(v.device.is_cuda() && v.device == x.device, "{}: {} must be a CUDA view on {}, got {}", op, what,
+           x.device.str(), v.str());
+  DT_CHECK(v.dtype == x.dtype, "{}: {} must have x's dtype {}, got {}", op, what, dtype_name(x.dtype), v.str());
+  DT_CHECK(v.ndim() == 2 && v.shape == x.shape && (v.shape[1] <= 1 || v.stride[1] == 1),
+           "{}: {} must be {} with a unit inner stride, got {}", op, what, x.shape.str(), v.str());
+  Act a;
+  a.stride = v.stride[0];
+  const int64_t sz = int64_t(dtype_size(v.dtype));
+  a.vec16 = ew::aligned16(v.data) && (a.stride * sz) % 16 == 0;
+  a.vec_pair = reinterpret_cast<uintptr_t>(v.data) % uintptr_t(2 * sz) == 0 && a.stride % 2 == 0;
+  return a;
+}
+
+struct ConvDims {
+  int64_t T = 0, D = 0;
+  int W = 0;
+};
+
+ConvDims check_common(const TensorView& x, const TensorView& w, const TensorView& bias, const VarlenMeta& m,
+                      const char* op) {
+  DT_CHECK(x.device.is_cuda(), "{}: x must be a CUDA view, got {}", op, x.str());
+  DT_CHECK(x.dtype == DType::bf16 || x.dtype == DType::f32, "{}: x must be bf16 or f32, got {}", op, x.str());
+  DT_CHECK(x.ndim() == 2 && (x.shape[1] <= 1 || x.stride[1] == 1), "{}: x must be [T, D] with a unit inner stride, got {}",
+           op, x.str());
+  ConvDims d{x.shape[0], x.shape[1], 0};
+  DT_CHECK(w.device == x.device && w.dtype == DType::f32 && w.ndim() == 2 && w.shape[0] == d.D &&
+               (w.shape[1] <= 1 || w.stride[1] == 1),
+           "{}: w must be an f32 [D={}, W] view (HF [D, 1, W] viewed as [D, W]) with a unit inner stride on {}, got {}",
+           op, d.D, x.device.str(), w.str());
+  d.W = int(w.shape[1]);
+  DT_CHECK(d.W >= 2 && d.W <= 8, "{}: conv width W must be in [2, 8], got {} ({})", op, d.W, w.str());
+  if (!ew::is_absent(bias))
+    DT_CHECK(bias.device == x.device && bias.dtype == DType::f32 && bias.numel() == d.D && bias.is_contiguous(),
+             "{}: bias must be an empty view or a contiguous f32 [{}] view, got {}", op, d.D, bias.str());
+  DT_CHECK(m.total == d.T, "{}: x holds {} tokens but VarlenMeta.total is {}", op, d.T, m.total);
+  DT_CHECK(d.T == 0 || (m.seq_idx_dev != nullptr && m.device.is_cuda()),
+           "{}: VarlenMeta has no device seq_idx (build the VarlenBatch on {})", op, x.device.str());
+  return d;
+}
+
+template <typename T, int WP, bool BWD>
+void launch_conv(const ConvParams& p, int64_t ngroups, cudaStream_t st) {
+  constexpr int smem = smem_bytes<T, BWD>();
+  if constexpr (smem > 48 * 1024)
+    DT_CUDA_CHECK(cudaFuncSetAttribute(conv1d_varlen_kernel<T, WP, BWD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       smem));
+  const int64_t ncb = (p.D + kCB - 1) / kCB;
+  conv1d_varlen_kernel<T, WP, BWD><<<unsigned(ngroups * ncb), kThreads, smem, st>>>(p);
+  DT_CUDA_LAUNCH_CHECK();
+}
+
+template <bool BWD>
+void dispatch_conv(DType dt, const ConvParams& p, int64_t ngroups, cudaStream_t st) {
+  const bool wide = p.W > 4;
+  if (dt == DType::bf16) {
+    if (wide) launch_conv<__nv_bfloat16, 8, BWD>(p, ngroups, st);
+    else launch_conv<__nv_bfloat16, 4, BWD>(p, ngroups, st);
+  } else {
+    if (wide) launch_conv<float, 8, BWD>(p, ngroups, st);
+    else launch_conv<float, 4, BWD>(p, ngroups, st);
+  }
+}
+
+}  // namespace
+
+void causal_conv1d_fwd(const TensorView& y, const TensorView& x, const TensorView& w, const TensorView& bias,
+                       bool silu, const VarlenMeta& m, Stream s) {
+  constexpr const char* op = "cuda::causal_conv1d_fwd";
+  const ConvDims d = check_common(x, w, bias, m, op);
+  const Act xa = check_act(x, x, op, "x");  // [T, D]
+  const Act ya = check_act(y, x, op, "y");  // [T, D] (=)
+  if (d.T == 0 || d.D == 0) return;
+  ConvParams p{};
+  p.x = x.data, p.xs = xa.stride;
+  p.out = y.data, p.outs = ya.stride;
+  p.w = w.ptr<float>(), p.ws = w.stride[0];
+  p.bias = ew::is_absent(bias) ? nullptr : bias.ptr<float>();
+  p.seq_idx = m.seq_idx_dev;
+  p.T = d.T, p.D = d.D, p.W = d.W, p.silu = silu ? 1 : 0;
+  p.vec = (xa.vec16 ? kVecX : 0) | (ya.vec_pair ? kVecOut : 0);
+  const int64_t ngroups = (d.T + kGroupT - 1) / kGroupT;
+  ew::NvtxRange range(op);
+  dispatch_conv<false>(x.dtype, p, ngroups, static_cast<cudaStream_t>(s.handle));
+}
+
+void causal_conv1d_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias, const TensorView& dy,
+                       const TensorView& x, const TensorView& w, const TensorView& bias, bool silu,
+                       const VarlenMeta& m, Stream s) {
+  constexpr const char* op = "cuda::causal_conv1d_bwd";
+  const ConvDims d = check_common(x, w, bias, m, op);
+  const Act xa = check_act(x, x, op, "x");     // [T, D]
+  const Act dya = check_act(dy, x, op, "dy");  // [T, D]
+  const Act dxa = check_act(dx, x, op, "dx");  // [T, D] (=)
+  DT_CHECK(dw.device == x.device && dw.dtype == DType::f32 && dw.ndim() == 2 && dw.shape == w.shape &&
+               (dw.shape[1] <= 1 || dw.stride[1] == 1),
+           "{}: dw must be an f32 {} view with a unit inner stride on {}, got {}", op, w.shape.str(), x.device.str(),
+           dw.str());
+  const bool want_db = !ew::is_absent(dbias);
+  if (want_db)
+    DT_CHECK(dbias.device == x.device && dbias.dtype == DType::f32 && dbias.numel() == d.D && dbias.is_contiguous(),
+             "{}: dbias must be an empty view or a contiguous f32 [{}] view, got {}", op, d.D, dbias.str());
+  if (d.T == 0 || d.D == 0) return;
+  const int WP = d.W > 4 ? 8 : 4;
+  const int64_t ngroups = (d.T + kGroupT - 1) / kGroupT;
+  const cudaStream_t st = static_cast<cudaStream_t>(s.handle);
+  ew::NvtxRange range(op);
+  // Scratch: fp32 partials of every group (stream-ordered reuse; see the file header).
+  Tensor part = Tensor::empty(Shape{ngroups, d.D, int64_t(WP + 1)}, DType::f32, x.device);  // [ngroups, D, WP+1]
+  ConvParams p{};
+  p.x = x.data, p.xs = xa.stride;
+  p.dy = dy.data, p.dys = dya.stride;
+  p.out = dx.data, p.outs = dxa.stride;
+  p.w = w.ptr<float>(), p.ws = w.stride[0];
+  p.bias = ew::is_absent(bias) ? nullptr : bias.ptr<float>();
+  p.part = part.ptr<float>();
+  p.seq_idx = m.seq_idx_dev;
+  p.T = d.T, p.D = d.D, p.W = d.W, p.silu = silu ? 1 : 0;
+  p.vec = (xa.vec16 ? kVecX : 0) | (dya.vec16 ? kVecDy : 0) | (dxa.vec_pair ? kVecOut : 0);
+  dispatch_conv<true>(x.dtype, p, ngroups, st);
+  ew::colsum_apply(ConvGradOut{dw.ptr<float>(), dw.stride[0], want_db ? dbias.ptr<float>() : nullptr, d.W, WP},
+                   part.ptr<float>(), ngroups, d.D * (WP + 1), st);
+}
+
+}  // namespace dt::ops::cuda
