@@ -799,9 +799,11 @@ struct DqkSmem {
   static constexpr size_t eg = gam + sizeof(float) * C;            // f32 [C]
   static constexpr size_t el = eg + sizeof(float) * C;             // f32 [C]
   static constexpr size_t dgq = el + sizeof(float) * C;            // f32 [C]
-  static constexpr size_t red = dgq + sizeof(float) * C;           // f32 [4][C]
-  static constexpr size_t ws = red + sizeof(float) * 4 * C;        // f32 [2][8]
-  static constexpr size_t bytes = ws + sizeof(float) * 16;
+  static constexpr size_t dsd = dgq + sizeof(float) * C;           // f32 [C]  diagonal of ds
+  static constexpr size_t red = dsd + sizeof(float) * C;           // f32 [4][C]
+  static constexpr size_t red2 = red + sizeof(float) * 4 * C;      // f32 [4][C]
+  static constexpr size_t ws = red2 + sizeof(float) * 4 * C;       // f32 [8]
+  static constexpr size_t bytes = ws + sizeof(float) * 8;
 };
 
 template <class T>
@@ -827,7 +829,9 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
   float* s_eg = reinterpret_cast<float*>(smem + S::eg);
   float* s_el = reinterpret_cast<float*>(smem + S::el);
   float* s_dgq = reinterpret_cast<float*>(smem + S::dgq);
+  float* s_dsd = reinterpret_cast<float*>(smem + S::dsd);
   float* s_red = reinterpret_cast<float*>(smem + S::red);
+  float* s_red2 = reinterpret_cast<float*>(smem + S::red2);
   float* s_ws = reinterpret_cast<float*>(smem + S::ws);
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L, Lk = round16(L);
@@ -847,15 +851,20 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
     s_eg[tid] = tid < L ? expf(s_gam[tid]) : 0.f;
     s_el[tid] = tid < L ? expf(ge - s_gam[tid]) : 0.f;
   }
-  {  // 1. ds = scale (dO Delta^T) (.) Gamma, j <= i < L   [C, C]
+  // The diagonal of ds enters dq_i q_i and dk_i k_i identically and cancels in dgamma: it is kept
+  // out of the MMA operand (s_ds has a zero diagonal) and added to dq, dk in fp32 by the epilogues,
+  // with no dgamma term (gdn-math.md 10.5: dg is cancellation-prone).
+  {  // 1. ds = scale (dO Delta^T) (.) Gamma, j < i < L (strict) -> s_ds; diagonal -> s_dsd (fp32)
     const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
     float r_acc[1][4][4];
     zero(r_acc);
     if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_x1, LDD<T>, s_x2, LDD<T>, m0, n0, p.dv);
     frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
       const bool rv = r < L;
-      store2(s_ds + r * LDC<T> + c, (rv && c <= r) ? p.scale * x0 * expf(s_gam[r] - s_gam[c]) : 0.f,
-             (rv && c + 1 <= r) ? p.scale * x1 * expf(s_gam[r] - s_gam[c + 1]) : 0.f);
+      store2(s_ds + r * LDC<T> + c, (rv && c < r) ? p.scale * x0 * expf(s_gam[r] - s_gam[c]) : 0.f,
+             (rv && c + 1 < r) ? p.scale * x1 * expf(s_gam[r] - s_gam[c + 1]) : 0.f);
+      if (c == r) s_dsd[r] = rv ? p.scale * x0 : 0.f;
+      if (c + 1 == r) s_dsd[r] = rv ? p.scale * x1 : 0.f;
     });
   }
   __syncthreads();
@@ -871,14 +880,18 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
         x0 *= f, x1 *= f;
       });
       warp_gemm<2, 4, false, false>(r_acc, s_ds, LDC<T>, s_x3, LDD<T>, m0, n0, Lk);
-      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-        if (r < L && c < p.dk) store2(g_dqh + (ci.bos * p.Hv + int64_t(r) * p.Hv + ci.h) * p.dk + c, x0, x1);
-      });
     }
     float r_rs[2][2];
     frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) {
       return (active && r < L && c < p.dk) ? load2(g_q + (qrow + int64_t(r) * p.Hk) * p.dk + c) : make_float2(0.f, 0.f);
     });
+    if (active)
+      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+        const float2 kk = load2(s_x3 + r * LDD<T> + c);
+        if (r < L && c < p.dk)
+          store2(g_dqh + (ci.bos * p.Hv + int64_t(r) * p.Hv + ci.h) * p.dk + c, fmaf(s_dsd[r], kk.x, x0),
+                 fmaf(s_dsd[r], kk.y, x1));
+      });
     if ((lane & 3) == 0)
 #pragma unroll
       for (int i = 0; i < 2; ++i)
@@ -910,40 +923,56 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
   cp_commit();
   cp_wait<0>();
   __syncthreads();
-  {  // 5. dk = eL (Delta dS1^T) + ds^T Q   [C, dk]; dgamma_i -= sum_k dk k; sum(dk_state (.) K)
-    float r_acc[2][4][4];
+  {  // 5. dk = eL (Delta dS1^T) + ds^T Q + diag(ds) Q   [C, dk]
+    // dgamma_i -= (ds^T Q)_i . k_i  (every row)  and  -= dk_state_i . k_i  (rows i < L-1); the last
+    // row's  + sum(dk_state (.) K)  then needs only rows i < L-1 (its own term cancels exactly).
+    float r_st[2][4][4], r_acc[2][4][4];
+    zero(r_st);
     zero(r_acc);
-    float r_kst = 0.f;
     if (active) {
-      warp_gemm<2, 4, false, true>(r_acc, s_x2, LDD<T>, s_big, LDD<T>, m0, n0, p.dv);
-      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+      warp_gemm<2, 4, false, true>(r_st, s_x2, LDD<T>, s_big, LDD<T>, m0, n0, p.dv);
+      frag_pairs(r_st, m0, n0, [&](int r, int, float& x0, float& x1) {
         const float f = s_el[r];
         x0 *= f, x1 *= f;
-        const float2 kk = load2(s_x3 + r * LDD<T> + c);
-        r_kst = fmaf(x0, kk.x, r_kst);
-        r_kst = fmaf(x1, kk.y, r_kst);
       });
       warp_gemm<2, 4, true, false>(r_acc, s_ds, LDC<T>, s_x4, LDD<T>, m0, n0, Lk);
-      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-        if (r < L && c < p.dk) store2(g_dkh + (vrow + int64_t(r) * p.Hv) * p.dk + c, x0, x1);
-      });
     }
-    float r_rs[2][2];
+    float r_rs[2][2], r_rs2[2][2];
     frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_x3 + r * LDD<T> + c); });
+    frag_rowdot(r_st, m0, n0, r_rs2, [&](int r, int c) { return load2(s_x3 + r * LDD<T> + c); });
     if ((lane & 3) == 0)
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
-        for (int h2 = 0; h2 < 2; ++h2) s_red[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
-    r_kst = warp_sum(r_kst);
-    if (lane == 0) s_ws[8 + warp] = r_kst;
+        for (int h2 = 0; h2 < 2; ++h2) {
+          s_red[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
+          s_red2[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs2[i][h2];
+        }
+    if (active) {
+      const int lg = lane >> 2, lt = lane & 3;
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int h2 = 0; h2 < 2; ++h2) {
+            const int r = m0 + 16 * i + lg + 8 * h2, c = n0 + 8 * j + 2 * lt;
+            const float2 qq = load2(s_x4 + r * LDD<T> + c);
+            const float x0 = r_st[i][j][2 * h2] + fmaf(s_dsd[r], qq.x, r_acc[i][j][2 * h2]);
+            const float x1 = r_st[i][j][2 * h2 + 1] + fmaf(s_dsd[r], qq.y, r_acc[i][j][2 * h2 + 1]);
+            if (r < L && c < p.dk) store2(g_dkh + (vrow + int64_t(r) * p.Hv) * p.dk + c, x0, x1);
+          }
+    }
   }
   __syncthreads();
   if (tid < L) {
     float dg = s_dgq[tid] - (s_red[tid] + s_red[C + tid] + s_red[2 * C + tid] + s_red[3 * C + tid]);
-    if (tid == L - 1) {
+    if (tid < L - 1) {
+      dg -= s_red2[tid] + s_red2[C + tid] + s_red2[2 * C + tid] + s_red2[3 * C + tid];
+    } else {
       float s0 = 0.f, s1 = 0.f;
-      for (int w = 0; w < 8; ++w) s0 += s_ws[w], s1 += s_ws[8 + w];
+      for (int w = 0; w < 8; ++w) s0 += s_ws[w];
+      for (int i = 0; i < L - 1; ++i) s1 += s_red2[i] + s_red2[C + i] + s_red2[2 * C + i] + s_red2[3 * C + i];
       dg += s_eg[tid] * s0 + s1;
     }
     g_dgam[vrow + int64_t(tid) * p.Hv] = dg;
