@@ -1,0 +1,421 @@
+// CUDA conv1d_varlen, l2norm, gdn_gate and gated_rmsnorm (forward and backward) against the CPU
+// reference (dt::ops::<op> on CPU f32 views) on fresh random data every run (DT_TEST_SEED
+// replays one), packed batches of lengths {1, 2, 63, 64, 65, 127, 1000, 4097} in a random order.
+//   f32 inputs: rel. L2 < 1e-4 for outputs and every gradient;
+//   bf16 inputs: < 1e-2, against the CPU run on the SAME bf16-rounded inputs upcast to f32.
+// Every output buffer is NaN-poisoned before each launch; results must be finite, and the
+// padding around strided views must still be NaN afterwards (no write outside the view).
+// Layouts: contiguous, strided rows (16-byte aligned: vector path) and strided rows with an
+// odd element offset (unaligned: element path), plus 3D [T, H, d] views for the row norms.
+// Determinism: two backward runs from the same accumulators give bitwise-identical results.
+// Each comparison prints one line: family, dtype, case, quantity, rel_l2, max_abs, tol.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "deltatron/ops/basic.h"
+#include "deltatron/ops/gdn.h"
+#include "deltatron/ops/varlen.h"
+#include "test_util.h"
+
+using namespace dt;
+using dt::testing::rand_host;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+double tol_for(DType t) { return t == DType::f32 ? 1e-4 : 1e-2; }
+
+Tensor as(const TensorView& x, DType t) {
+  Tensor o = Tensor::empty(x.shape, t, x.device);
+  ops::copy(o, x);
+  return o;
+}
+Tensor clone(const TensorView& x) { return as(x, x.dtype); }
+
+// Any-device, any-stride view -> contiguous host f32 copy.
+Tensor host_f32(const TensorView& v) {
+  Tensor h = ops::to_host(v);
+  return as(h, DType::f32);
+}
+
+// Packed lengths in a fresh random order.
+std::vector<int32_t> packed_cu() {
+  std::vector<int32_t> lens = {1, 2, 63, 64, 65, 127, 1000, 4097};
+  std::mt19937_64 g(dt::testing::test_seed());
+  std::shuffle(lens.begin(), lens.end(), g);
+  std::vector<int32_t> cu = {0};
+  for (int32_t l : lens) cu.push_back(cu.back() + l);
+  return cu;
+}
+
+enum class Layout { Contig, Strided, Unaligned };
+const char* layout_name(Layout l) {
+  return l == Layout::Contig ? "contig" : l == Layout::Strided ? "strided" : "unaligned";
+}
+
+// A [R, C] device view inside a wider NaN-filled buffer [R, C + pad] (columns off..off+C).
+struct DevAct {
+  Tensor buf;
+  TensorView view;
+  int64_t off = 0, C = 0, pad = 0;
+};
+DevAct dev_alloc(int64_t R, int64_t C, DType t, Layout L) {
+  DevAct a;
+  a.pad = L == Layout::Contig ? 0 : L == Layout::Strided ? 16 : 5;
+  a.off = L == Layout::Contig ? 0 : L == Layout::Strided ? 8 : 1;
+  a.C = C;
+  a.buf = Tensor::empty(Shape{R, C + a.pad}, t, kGpu);
+  dt::testing::poison(a.buf);
+  a.view = a.buf.view().slice(1, a.off, a.off + C);
+  return a;
+}
+// Fresh uniform(lo, hi) values rounded to the view's dtype; every `zero_every`-th row zeroed.
+// Returns the host f32 copy of exactly what the device holds.
+Tensor fill_random(const DevAct& a, float lo, float hi, int64_t zero_every = 0) {
+  Tensor h = rand_host(a.view.shape, lo, hi);  // [R, C] f32
+  if (zero_every > 0)
+    for (int64_t r = 0; r < h.shape()[0]; r += zero_every)
+      std::fill(h.ptr<float>() + r * a.C, h.ptr<float>() + (r + 1) * a.C, 0.f);
+  Tensor ht = as(h, a.view.dtype);
+  Tensor d = ops::to_device(ht, kGpu);
+  ops::copy(a.view, d);
+  return as(ht, DType::f32);
+}
+
+::testing::AssertionResult pads_untouched(const DevAct& a) {
+  if (a.pad == 0) return ::testing::AssertionSuccess();
+  Tensor h = host_f32(a.buf);
+  const int64_t R = h.shape()[0], W = h.shape()[1];
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < W; ++c) {
+      if (c >= a.off && c < a.off + a.C) continue;
+      if (!std::isnan(h.ptr<float>()[r * W + c]))
+        return ::testing::AssertionFailure() << "wrote outside the view: row " << r << ", buffer column " << c;
+    }
+  return ::testing::AssertionSuccess();
+}
+
+bool same_bits(const TensorView& a, const TensorView& b) {
+  Tensor ha = ops::to_host(a), hb = ops::to_host(b);
+  return ha.nbytes() == hb.nbytes() && std::memcmp(ha.data(), hb.data(), ha.nbytes()) == 0;
+}
+
+// One line per comparison, then the gtest assertion (NaN/Inf first, then rel. L2).
+void expect_close(const std::string& what, const TensorView& got, const TensorView& ref, double tol) {
+  Tensor g = host_f32(got), r = host_f32(ref);
+  const dt::testing::ErrStats e = dt::testing::compare(g, r);
+  const bool ok = e.non_finite == 0 && e.rel_l2 < tol;
+  std::printf("[gdn-small] %-62s rel_l2 %.2e  max_abs %.2e  non-finite %lld  tol %.0e  %s\n", what.c_str(), e.rel_l2,
+              e.max_abs, static_cast<long long>(e.non_finite), tol, ok ? "ok" : "FAIL");
+  EXPECT_TRUE(dt::testing::close_rel(g, r, tol)) << what;
+}
+
+// [R, C] view seen as [R / H, H, C] (same bytes; collapses back to rows in the kernels).
+TensorView as_3d(const TensorView& v, int64_t H) {
+  TensorView o = v;
+  o.shape = Shape{v.shape[0] / H, H, v.shape[1]};
+  o.stride[0] = v.stride[0] * H;
+  o.stride[1] = v.stride[0];
+  o.stride[2] = 1;
+  return o;
+}
+// A copy of [R, C] as a genuinely 3D view [R / H, H, C] inside [R / H, H * C + 8] rows (like q/k
+// heads inside the conv output): the kernels must split the row index (the 3D path).
+struct Dev3 {
+  Tensor buf;
+  TensorView view;
+};
+Dev3 spread_3d(const TensorView& v, int64_t H) {
+  const int64_t T = v.shape[0] / H, C = v.shape[1];
+  Dev3 o;
+  o.buf = Tensor::empty(Shape{T, H * C + 8}, v.dtype, kGpu);
+  dt::testing::poison(o.buf);
+  o.view = o.buf.view();
+  o.view.shape = Shape{T, H, C};
+  o.view.stride[0] = H * C + 8;
+  o.view.stride[1] = C;
+  o.view.stride[2] = 1;
+  ops::copy(o.view, as_3d(v, H));
+  return o;
+}
+
+// ============================================================== 1. causal conv1d, varlen
+struct ConvCase {
+  int64_t D;
+  int W;
+  bool silu, bias;
+  Layout L;
+};
+
+void run_conv(DType t, const ConvCase& cc) {
+  const std::string tag = fmt::format("conv {} D={} W={} silu={} bias={} {}", dtype_name(t), cc.D, cc.W,
+                                      int(cc.silu), int(cc.bias), layout_name(cc.L));
+  SCOPED_TRACE(tag);
+  const std::vector<int32_t> cu = packed_cu();
+  ops::VarlenBatch batch(cu, kGpu);
+  const ops::VarlenMeta& m = batch.meta();
+  const int64_t T = cu.back(), D = cc.D;
+  const double tol = tol_for(t);
+
+  DevAct x = dev_alloc(T, D, t, cc.L);                       // [T, D]
+  Tensor xh = fill_random(x, -1.f, 1.f);                     // [T, D] f32 host
+  Tensor wh = rand_host(Shape{D, cc.W}, -0.5f, 0.5f);        // [D, W] f32
+  Tensor wd = ops::to_device(wh, kGpu);
+  Tensor bh, bd;                                             // [D] f32 or absent
+  if (cc.bias) bh = rand_host(Shape{D}, -0.5f, 0.5f), bd = ops::to_device(bh, kGpu);
+
+  // Forward.
+  DevAct y = dev_alloc(T, D, t, cc.L);
+  ops::causal_conv1d_fwd(y.view, x.view, wd, bd, cc.silu, m);
+  Tensor yref = Tensor::empty(Shape{T, D}, DType::f32);
+  ops::causal_conv1d_fwd(yref, xh, wh, bh, cc.silu, m);
+  expect_close(tag + " | y", y.view, yref, tol);
+  EXPECT_TRUE(pads_untouched(y)) << "y";
+
+  // Backward: dw, dbias accumulate into random initial values.
+  DevAct dy = dev_alloc(T, D, t, cc.L);
+  Tensor dyh = fill_random(dy, -1.f, 1.f);
+  Tensor dw0 = rand_host(Shape{D, cc.W}, -1.f, 1.f);
+  Tensor db0 = cc.bias ? rand_host(Shape{D}, -1.f, 1.f) : Tensor();
+  Tensor dxref = Tensor::empty(Shape{T, D}, DType::f32), dwref = clone(dw0), dbref = cc.bias ? clone(db0) : Tensor();
+  ops::causal_conv1d_bwd(dxref, dwref, dbref, dyh, xh, wh, bh, cc.silu, m);
+
+  Tensor first_dx, first_dw, first_db;
+  for (int rep = 0; rep < 2; ++rep) {
+    DevAct dx = dev_alloc(T, D, t, cc.L);
+    Tensor dwd = ops::to_device(dw0, kGpu);
+    Tensor dbd = cc.bias ? ops::to_device(db0, kGpu) : Tensor();
+    ops::causal_conv1d_bwd(dx.view, dwd, dbd, dy.view, x.view, wd, bd, cc.silu, m);
+    if (rep == 0) {
+      expect_close(tag + " | dx", dx.view, dxref, tol);
+      expect_close(tag + " | dw (+=)", dwd, dwref, tol);
+      if (cc.bias) expect_close(tag + " | dbias (+=)", dbd, dbref, tol);
+      EXPECT_TRUE(pads_untouched(dx)) << "dx";
+      first_dx = clone(dx.view), first_dw = clone(dwd), first_db = cc.bias ? clone(dbd) : Tensor();
+    } else {
+      EXPECT_TRUE(same_bits(dx.view, first_dx)) << "dx differs between two identical backward runs";
+      EXPECT_TRUE(same_bits(dwd, first_dw)) << "dw differs between two identical backward runs";
+      if (cc.bias) EXPECT_TRUE(same_bits(dbd, first_db)) << "dbias differs between two identical backward runs";
+    }
+  }
+}
+
+const std::vector<ConvCase> kConvCases = {
+    {264, 4, true, false, Layout::Strided},     // the Qwen setting (W = 4, SiLU, no bias), 2 channel blocks
+    {100, 3, true, true, Layout::Unaligned},    // ragged D, element path, W < 4
+    {256, 2, false, false, Layout::Contig},     // W = 2, no activation
+    {520, 6, true, true, Layout::Strided},      // the W' = 8 kernel with zero taps
+    {40, 8, false, true, Layout::Contig},       // W = 8, D < one channel block
+};
+
+TEST(GdnSmallCuda, Conv1dVarlenF32) {
+  for (const ConvCase& cc : kConvCases) run_conv(DType::f32, cc);
+}
+TEST(GdnSmallCuda, Conv1dVarlenBf16) {
+  for (const ConvCase& cc : kConvCases) run_conv(DType::bf16, cc);
+}
+
+// ============================================================== 2. l2norm
+struct RowCase {
+  int64_t H, d;
+  Layout L;
+};
+const std::vector<RowCase> kRowCases = {
+    {4, 128, Layout::Strided},    // dk = 128 (the Qwen setting)
+    {3, 64, Layout::Contig},      // 8 lanes per row in bf16
+    {2, 256, Layout::Unaligned},  // the largest d; two slots per lane in f32; element path
+    {5, 100, Layout::Strided},    // ragged d
+};
+
+void run_l2norm(DType t, const RowCase& rc) {
+  const std::string tag = fmt::format("l2norm {} H={} d={} {}", dtype_name(t), rc.H, rc.d, layout_name(rc.L));
+  SCOPED_TRACE(tag);
+  const int64_t T = packed_cu().back(), R = T * rc.H, d = rc.d;
+  const double tol = tol_for(t);
+  const float eps = 1e-6f;
+
+  DevAct x = dev_alloc(R, d, t, rc.L);
+  Tensor xh = fill_random(x, -1.f, 1.f, /*zero_every=*/997);  // some all-zero (pad-like) rows
+  DevAct y = dev_alloc(R, d, t, rc.L);
+  Tensor rstd = Tensor::empty(Shape{R}, DType::f32, kGpu);
+  dt::testing::poison(rstd);
+  ops::l2norm_fwd(y.view, rstd, x.view, eps);
+  Tensor yref = Tensor::empty(Shape{R, d}, DType::f32), rref = Tensor::empty(Shape{R}, DType::f32);
+  ops::l2norm_fwd(yref, rref, xh, eps);
+  expect_close(tag + " | y", y.view, yref, tol);
+  expect_close(tag + " | rstd", rstd, rref, 1e-5);
+  EXPECT_TRUE(pads_untouched(y)) << "y";
+
+  DevAct dy = dev_alloc(R, d, t, rc.L);
+  Tensor dyh = fill_random(dy, -1.f, 1.f);
+  DevAct dx = dev_alloc(R, d, t, rc.L);
+  ops::l2norm_bwd(dx.view, dy.view, x.view, rstd);
+  Tensor dxref = Tensor::empty(Shape{R, d}, DType::f32);
+  ops::l2norm_bwd(dxref, dyh, xh, rref);
+  expect_close(tag + " | dx", dx.view, dxref, tol);
+  EXPECT_TRUE(pads_untouched(dx)) << "dx";
+
+  // A genuinely 3D x [T, H, d] (rows not evenly strided) gives the same bits.
+  Tensor y3 = Tensor::empty(Shape{T, rc.H, d}, t, kGpu), r3 = Tensor::empty(Shape{R}, DType::f32, kGpu);
+  Tensor dx3 = Tensor::empty(Shape{T, rc.H, d}, t, kGpu);
+  dt::testing::poison(y3), dt::testing::poison(r3), dt::testing::poison(dx3);
+  const Dev3 x3 = spread_3d(x.view, rc.H), dy3 = spread_3d(dy.view, rc.H);
+  ops::l2norm_fwd(y3, r3, x3.view, eps);
+  ops::l2norm_bwd(dx3, dy3.view, x3.view, r3);
+  EXPECT_TRUE(same_bits(y3.view().reshape(Shape{R, d}), clone(y.view))) << "3D view y";
+  EXPECT_TRUE(same_bits(dx3.view().reshape(Shape{R, d}), clone(dx.view))) << "3D view dx";
+}
+
+TEST(GdnSmallCuda, L2NormF32) {
+  for (const RowCase& rc : kRowCases) run_l2norm(DType::f32, rc);
+}
+TEST(GdnSmallCuda, L2NormBf16) {
+  for (const RowCase& rc : kRowCases) run_l2norm(DType::bf16, rc);
+}
+
+// ============================================================== 3. gates
+struct GateCase {
+  int64_t H;
+  Layout L;
+};
+const std::vector<GateCase> kGateCases = {
+    {32, Layout::Strided},    // Hv = 32 (Qwen3.5-35B)
+    {12, Layout::Unaligned},  // ragged, element path
+    {64, Layout::Contig},     // Hv = 64
+    {6, Layout::Strided},     // fewer heads than one 16-byte vector
+};
+
+void run_gate(DType t, const GateCase& gc) {
+  const std::string tag = fmt::format("gate {} Hv={} {}", dtype_name(t), gc.H, layout_name(gc.L));
+  SCOPED_TRACE(tag);
+  const int64_t T = packed_cu().back(), H = gc.H;
+  const double tol = tol_for(t);
+
+  DevAct a = dev_alloc(T, H, t, gc.L), b = dev_alloc(T, H, t, gc.L);
+  Tensor ah = fill_random(a, -10.f, 10.f), bh = fill_random(b, -6.f, 6.f);
+  Tensor Ah = rand_host(Shape{H}, 1.f, 16.f);  // A_log = log(U(1, 16))
+  for (int64_t h = 0; h < H; ++h) Ah.ptr<float>()[h] = std::log(Ah.ptr<float>()[h]);
+  Tensor dth = rand_host(Shape{H}, -2.f, 14.f);  // a + dt_bias reaches past the softplus threshold 20
+  Tensor Ad = ops::to_device(Ah, kGpu), dtd = ops::to_device(dth, kGpu);
+
+  DevAct g = dev_alloc(T, H, DType::f32, gc.L), beta = dev_alloc(T, H, DType::f32, gc.L);
+  ops::gdn_gate_fwd(g.view, beta.view, a.view, b.view, Ad, dtd);
+  Tensor gref = Tensor::empty(Shape{T, H}, DType::f32), betaref = Tensor::empty(Shape{T, H}, DType::f32);
+  ops::gdn_gate_fwd(gref, betaref, ah, bh, Ah, dth);
+  expect_close(tag + " | g", g.view, gref, tol);
+  expect_close(tag + " | beta", beta.view, betaref, tol);
+  EXPECT_TRUE(pads_untouched(g)) << "g";
+  EXPECT_TRUE(pads_untouched(beta)) << "beta";
+
+  DevAct dg = dev_alloc(T, H, DType::f32, gc.L), dbeta = dev_alloc(T, H, DType::f32, gc.L);
+  Tensor dgh = fill_random(dg, -1.f, 1.f), dbetah = fill_random(dbeta, -1.f, 1.f);
+  Tensor dA0 = rand_host(Shape{H}, -1.f, 1.f), ddt0 = rand_host(Shape{H}, -1.f, 1.f);
+  Tensor daref = Tensor::empty(Shape{T, H}, DType::f32), dbref = Tensor::empty(Shape{T, H}, DType::f32);
+  Tensor dAref = clone(dA0), ddtref = clone(ddt0);
+  ops::gdn_gate_bwd(daref, dbref, dAref, ddtref, dgh, dbetah, ah, bh, Ah, dth);
+
+  Tensor first_da, first_db, first_dA, first_ddt;
+  for (int rep = 0; rep < 2; ++rep) {
+    DevAct da = dev_alloc(T, H, t, gc.L), db = dev_alloc(T, H, t, gc.L);
+    Tensor dAd = ops::to_device(dA0, kGpu), ddtd = ops::to_device(ddt0, kGpu);
+    ops::gdn_gate_bwd(da.view, db.view, dAd, ddtd, dg.view, dbeta.view, a.view, b.view, Ad, dtd);
+    if (rep == 0) {
+      expect_close(tag + " | da", da.view, daref, tol);
+      expect_close(tag + " | db", db.view, dbref, tol);
+      expect_close(tag + " | dA_log (+=)", dAd, dAref, tol);
+      expect_close(tag + " | ddt_bias (+=)", ddtd, ddtref, tol);
+      EXPECT_TRUE(pads_untouched(da)) << "da";
+      EXPECT_TRUE(pads_untouched(db)) << "db";
+      first_da = clone(da.view), first_db = clone(db.view), first_dA = clone(dAd), first_ddt = clone(ddtd);
+    } else {
+      EXPECT_TRUE(same_bits(da.view, first_da)) << "da differs between two identical backward runs";
+      EXPECT_TRUE(same_bits(db.view, first_db)) << "db differs between two identical backward runs";
+      EXPECT_TRUE(same_bits(dAd, first_dA)) << "dA_log differs between two identical backward runs";
+      EXPECT_TRUE(same_bits(ddtd, first_ddt)) << "ddt_bias differs between two identical backward runs";
+    }
+  }
+}
+
+TEST(GdnSmallCuda, GateF32) {
+  for (const GateCase& gc : kGateCases) run_gate(DType::f32, gc);
+}
+TEST(GdnSmallCuda, GateBf16) {
+  for (const GateCase& gc : kGateCases) run_gate(DType::bf16, gc);
+}
+
+// ============================================================== 4. gated RMSNorm
+void run_gated_rmsnorm(DType t, const RowCase& rc) {
+  const std::string tag = fmt::format("gated_rmsnorm {} H={} dv={} {}", dtype_name(t), rc.H, rc.d,
+                                      layout_name(rc.L));
+  SCOPED_TRACE(tag);
+  const int64_t T = packed_cu().back(), R = T * rc.H, d = rc.d;
+  const double tol = tol_for(t);
+  const float eps = 1e-6f;
+
+  DevAct o = dev_alloc(R, d, t, rc.L), z = dev_alloc(R, d, t, rc.L);
+  Tensor oh = fill_random(o, -2.f, 2.f, /*zero_every=*/997), zh = fill_random(z, -6.f, 6.f);
+  Tensor wh = rand_host(Shape{d}, 0.5f, 1.5f);  // [dv] f32
+  Tensor wd = ops::to_device(wh, kGpu);
+
+  DevAct y = dev_alloc(R, d, t, rc.L);
+  Tensor rstd = Tensor::empty(Shape{R}, DType::f32, kGpu);
+  dt::testing::poison(rstd);
+  ops::gated_rmsnorm_fwd(y.view, rstd, o.view, z.view, wd, eps);
+  Tensor yref = Tensor::empty(Shape{R, d}, DType::f32), rref = Tensor::empty(Shape{R}, DType::f32);
+  ops::gated_rmsnorm_fwd(yref, rref, oh, zh, wh, eps);
+  expect_close(tag + " | y", y.view, yref, tol);
+  expect_close(tag + " | rstd", rstd, rref, 1e-5);
+  EXPECT_TRUE(pads_untouched(y)) << "y";
+
+  DevAct dy = dev_alloc(R, d, t, rc.L);
+  Tensor dyh = fill_random(dy, -1.f, 1.f);
+  Tensor dw0 = rand_host(Shape{d}, -1.f, 1.f);
+  Tensor doref = Tensor::empty(Shape{R, d}, DType::f32), dzref = Tensor::empty(Shape{R, d}, DType::f32);
+  Tensor dwref = clone(dw0);
+  ops::gated_rmsnorm_bwd(doref, dzref, dwref, dyh, oh, zh, wh, rref);
+
+  Tensor first_do, first_dz, first_dw;
+  for (int rep = 0; rep < 2; ++rep) {
+    DevAct do_ = dev_alloc(R, d, t, rc.L), dz = dev_alloc(R, d, t, rc.L);
+    Tensor dwd = ops::to_device(dw0, kGpu);
+    ops::gated_rmsnorm_bwd(do_.view, dz.view, dwd, dy.view, o.view, z.view, wd, rstd);
+    if (rep == 0) {
+      expect_close(tag + " | do", do_.view, doref, tol);
+      expect_close(tag + " | dz", dz.view, dzref, tol);
+      expect_close(tag + " | dw (+=)", dwd, dwref, tol);
+      EXPECT_TRUE(pads_untouched(do_)) << "do";
+      EXPECT_TRUE(pads_untouched(dz)) << "dz";
+      first_do = clone(do_.view), first_dz = clone(dz.view), first_dw = clone(dwd);
+    } else {
+      EXPECT_TRUE(same_bits(do_.view, first_do)) << "do differs between two identical backward runs";
+      EXPECT_TRUE(same_bits(dz.view, first_dz)) << "dz differs between two identical backward runs";
+      EXPECT_TRUE(same_bits(dwd, first_dw)) << "dw differs between two identical backward runs";
+    }
+  }
+
+  // A genuinely 3D z [T, H, dv] (rows not evenly strided) gives the same bits.
+  Tensor y3 = Tensor::empty(Shape{T, rc.H, d}, t, kGpu), r3 = Tensor::empty(Shape{R}, DType::f32, kGpu);
+  dt::testing::poison(y3), dt::testing::poison(r3);
+  const Dev3 z3 = spread_3d(z.view, rc.H);
+  ops::gated_rmsnorm_fwd(y3, r3, as_3d(o.view, rc.H), z3.view, wd, eps);
+  EXPECT_TRUE(same_bits(y3.view().reshape(Shape{R, d}), clone(y.view))) << "3D view y";
+}
+
+TEST(GdnSmallCuda, GatedRmsNormF32) {
+  for (const RowCase& rc : kRowCases) run_gated_rmsnorm(DType::f32, rc);
+}
+TEST(GdnSmallCuda, GatedRmsNormBf16) {
+  for (const RowCase& rc : kRowCases) run_gated_rmsnorm(DType::bf16, rc);
+}
+
+}  // namespace
