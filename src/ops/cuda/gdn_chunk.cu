@@ -62,6 +62,9 @@ template <class T> constexpr int kPad = int(16 / sizeof(T));
 template <class T> constexpr int LDD = D + kPad<T>;
 template <class T> constexpr int LDC = C + kPad<T>;
 template <class T> constexpr int LDV = BV + kPad<T>;
+#ifndef GDN_SOLVE_BLOCKED
+#define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
+#endif
 constexpr int LDA = C + 4;  // fp32 [C][C] matrices
 constexpr int LDT = 72;     // fp32 Tm during the solve (conflict-free column walk)
 
@@ -325,7 +328,8 @@ struct PrepSmem {
   static constexpr size_t gam = tmt + sizeof(T) * C * LDC<T>;            // f32 [C]
   static constexpr size_t beta = gam + sizeof(float) * C;
   static constexpr size_t eg = beta + sizeof(float) * C;
-  static constexpr size_t bytes = eg + sizeof(float) * C;
+  static constexpr size_t y = eg + sizeof(float) * C;                    // f32 [3][16][17] merge scratch
+  static constexpr size_t bytes = y + sizeof(float) * 3 * 16 * 17;
 };
 
 template <class T>
@@ -372,6 +376,49 @@ __global__ __launch_bounds__(kChunkThreads) void prep_kernel(Params p, const T* 
   }
   __syncthreads();
 
+#if GDN_SOLVE_BLOCKED
+  // Tm = (I + A)^-1 in fp32 (gdn-math.md 3.3 K2, reference block_inverse): the four 16x16 diagonal
+  // blocks by forward substitution (warp d, one lane per column, registers only), then the exact
+  // merge Tm_ij = -Tm_ii sum_{j<=m<i} A_im Tm_mj by distance from the diagonal (plain FFMA).
+  {
+    float* s_y = reinterpret_cast<float*>(smem + S::y);
+    if (warp < 4 && lane < 16) {
+      const int d0 = 16 * warp;
+      float r_x[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        float r_s = (i == lane) ? 1.f : 0.f;
+#pragma unroll
+        for (int m = 0; m < i; ++m) r_s = fmaf(-s_a[(d0 + i) * LDA + d0 + m], r_x[m], r_s);
+        r_x[i] = r_s;
+      }
+#pragma unroll
+      for (int i = 0; i < 16; ++i) s_tm[(d0 + i) * LDT + d0 + lane] = r_x[i];
+    }
+    for (int idx = tid; idx < C * C; idx += kChunkThreads) {
+      const int r = idx >> 6, c = idx & (C - 1);
+      if ((c >> 4) > (r >> 4)) s_tm[r * LDT + c] = 0.f;
+    }
+    __syncthreads();
+    for (int lev = 1; lev < 4; ++lev) {
+      const int nb = 4 - lev;  // blocks (b + lev, b) at this distance
+      for (int e = tid; e < nb * 256; e += kChunkThreads) {
+        const int b = e >> 8, r = (e >> 4) & 15, c = e & 15, bi = b + lev;
+        float r_s = 0.f;
+        for (int m = 16 * b; m < 16 * bi; ++m) r_s = fmaf(s_a[(16 * bi + r) * LDA + m], s_tm[m * LDT + 16 * b + c], r_s);
+        s_y[b * 272 + r * 17 + c] = r_s;
+      }
+      __syncthreads();
+      for (int e = tid; e < nb * 256; e += kChunkThreads) {
+        const int b = e >> 8, r = (e >> 4) & 15, c = e & 15, bi = b + lev;
+        float r_s = 0.f;
+        for (int kk = 0; kk <= r; ++kk) r_s = fmaf(s_tm[(16 * bi + r) * LDT + 16 * bi + kk], s_y[b * 272 + kk * 17 + c], r_s);
+        s_tm[(16 * bi + r) * LDT + 16 * b + c] = -r_s;
+      }
+      __syncthreads();
+    }
+  }
+#else
   // Tm = (I + A)^-1 by forward substitution in fp32: Tm[i][j] = delta_ij - sum_{m<i} A[i][m] Tm[m][j].
   // Four lanes per column (fixed shuffle order), warp w owns columns 8w..8w+7 (no block barrier).
   {
@@ -391,6 +438,7 @@ __global__ __launch_bounds__(kChunkThreads) void prep_kernel(Params p, const T* 
       if (sub == 0) s_tm[i * LDT + col] = i == col ? 1.f : 0.f;
   }
   __syncthreads();
+#endif
 
   // Tm -> T (MMA operand, and the backward's copy); K <- K beta e^gamma; V <- V beta (in place)
   T* g_tm = g_Tm ? g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C : nullptr;
