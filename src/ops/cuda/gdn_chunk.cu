@@ -324,8 +324,8 @@ struct PrepSmem {
   static constexpr size_t v = k + sizeof(T) * C * LDD<T>;                // T [C][LDD]
   static constexpr size_t a = v + sizeof(T) * C * LDD<T>;                // f32 [C][LDA]
   static constexpr size_t tm = a + sizeof(float) * C * LDA;              // f32 [C][LDT]
-  static constexpr size_t tmt = tm + sizeof(float) * C * LDT;            // T [C][LDC]
-  static constexpr size_t gam = tmt + sizeof(T) * C * LDC<T>;            // f32 [C]
+  static constexpr size_t tmt = a;                                       // T [C][LDC], aliases A (dead after the solve)
+  static constexpr size_t gam = tm + sizeof(float) * C * LDT;            // f32 [C]
   static constexpr size_t beta = gam + sizeof(float) * C;
   static constexpr size_t eg = beta + sizeof(float) * C;
   static constexpr size_t y = eg + sizeof(float) * C;                    // f32 [3][16][17] merge scratch
@@ -731,8 +731,7 @@ struct RevSmem {
   static constexpr size_t dO = w + sizeof(T) * C * LDD<T>;         // T [C][LDV]
   static constexpr size_t ddl = dO + sizeof(T) * C * LDV<T>;       // T [C][LDV]
   static constexpr size_t s = ddl + sizeof(T) * C * LDV<T>;        // T [D][LDV]
-  static constexpr size_t x = s + sizeof(T) * D * LDV<T>;          // T [C][LDV]  -dDelta
-  static constexpr size_t gam = x + sizeof(T) * C * LDV<T>;        // f32 [C]
+  static constexpr size_t gam = s + sizeof(T) * D * LDV<T>;        // f32 [C]
   static constexpr size_t bytes = gam + sizeof(float) * C;
 };
 
@@ -753,7 +752,7 @@ __global__ __launch_bounds__(kSeqThreads) void rev_kernel(Params p, const T* __r
   T* s_do = reinterpret_cast<T*>(smem + S::dO);
   T* s_ddl = reinterpret_cast<T*>(smem + S::ddl);
   T* s_s = reinterpret_cast<T*>(smem + S::s);
-  T* s_x = reinterpret_cast<T*>(smem + S::x);
+  T* s_x = s_ddl;  // -dDelta overwrites dDelta_local in place (same thread, same element)
   float* s_gam = reinterpret_cast<float*>(smem + S::gam);
   const int n = blockIdx.x / p.nvt, vt = blockIdx.x - n * p.nvt, h = blockIdx.y, hk = h / p.G;
   const int v0 = vt * BV, nv = min(BV, p.dv - v0);
@@ -837,11 +836,10 @@ __global__ __launch_bounds__(kSeqThreads) void rev_kernel(Params p, const T* __r
 // ---- dqk (B5): ds, dq, dk (state + intra part), dW, dgamma (partial) ------------------------------
 template <class T>
 struct DqkSmem {
-  static constexpr size_t x1 = 0;                                  // T [C][LDD]  dO
+  static constexpr size_t x1 = 0;                                  // T [C][LDD]  dO, then dDelta, then Q
   static constexpr size_t x2 = x1 + sizeof(T) * C * LDD<T>;        // T [C][LDD]  Delta
   static constexpr size_t x3 = x2 + sizeof(T) * C * LDD<T>;        // T [C][LDD]  K
-  static constexpr size_t x4 = x3 + sizeof(T) * C * LDD<T>;        // T [C][LDD]  dDelta, then Q
-  static constexpr size_t big = x4 + sizeof(T) * C * LDD<T>;       // T [D][LDD]  S0, then dS1
+  static constexpr size_t big = x3 + sizeof(T) * C * LDD<T>;       // T [D][LDD]  S0, then dS1
   static constexpr size_t ds = big + sizeof(T) * D * LDD<T>;       // T [C][LDC]
   static constexpr size_t gam = ds + sizeof(T) * C * LDC<T>;       // f32 [C]
   static constexpr size_t eg = gam + sizeof(float) * C;            // f32 [C]
@@ -870,7 +868,6 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
   T* s_x1 = reinterpret_cast<T*>(smem + S::x1);
   T* s_x2 = reinterpret_cast<T*>(smem + S::x2);
   T* s_x3 = reinterpret_cast<T*>(smem + S::x3);
-  T* s_x4 = reinterpret_cast<T*>(smem + S::x4);
   T* s_big = reinterpret_cast<T*>(smem + S::big);
   T* s_ds = reinterpret_cast<T*>(smem + S::ds);
   float* s_gam = reinterpret_cast<float*>(smem + S::gam);
@@ -888,7 +885,6 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
   load_tile(s_x1, LDD<T>, g_do + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
   load_tile(s_x2, LDD<T>, g_D + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
   load_tile(s_x3, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
-  load_tile(s_x4, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
   load_tile(s_big, LDD<T>, g_h + sbase, p.dv, D, p.dk, p.dv, D, tid, kChunkThreads);
   load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
   cp_commit();
@@ -946,15 +942,10 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
 #pragma unroll
         for (int h2 = 0; h2 < 2; ++h2) s_red[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
   }
-  if (active) {  // 3. dW = -dDelta S0^T   [C, dk]
-    float r_acc[2][4][4];
-    zero(r_acc);
-    warp_gemm<2, 4, false, true>(r_acc, s_x4, LDD<T>, s_big, LDD<T>, m0, n0, p.dv);
-    frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-      if (r < L && c < p.dk) store2(g_dW + (vrow + int64_t(r) * p.Hv) * p.dk + c, -x0, -x1);
-    });
-  }
-  {  // 4. sum(S0 (.) dS1), S0 from smem, dS1 from global
+  __syncthreads();  // dO is dead: dDelta takes its tile
+  load_tile(s_x1, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
+  cp_commit();
+  {  // 4. sum(S0 (.) dS1), S0 from smem, dS1 from global (while dDelta loads)
     float r_s = 0.f;
     const T* g_d1 = g_dS1 + sbase;
     for (int idx = tid; idx < p.dk * p.dv; idx += kChunkThreads) {
@@ -964,10 +955,20 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
     r_s = warp_sum(r_s);
     if (lane == 0) s_ws[warp] = r_s;
   }
+  cp_wait<0>();
   __syncthreads();
+  if (active) {  // 3. dW = -dDelta S0^T   [C, dk]
+    float r_acc[2][4][4];
+    zero(r_acc);
+    warp_gemm<2, 4, false, true>(r_acc, s_x1, LDD<T>, s_big, LDD<T>, m0, n0, p.dv);
+    frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+      if (r < L && c < p.dk) store2(g_dW + (vrow + int64_t(r) * p.Hv) * p.dk + c, -x0, -x1);
+    });
+  }
   if (tid < C) s_dgq[tid] = s_red[tid] + s_red[C + tid] + s_red[2 * C + tid] + s_red[3 * C + tid];
+  __syncthreads();
   load_tile(s_big, LDD<T>, g_dS1 + sbase, p.dv, D, p.dk, p.dv, D, tid, kChunkThreads);
-  load_tile(s_x4, LDD<T>, g_q + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_tile(s_x1, LDD<T>, g_q + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
   cp_commit();
   cp_wait<0>();
   __syncthreads();
@@ -983,7 +984,7 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
         const float f = s_el[r];
         x0 *= f, x1 *= f;
       });
-      warp_gemm<2, 4, true, false>(r_acc, s_ds, LDC<T>, s_x4, LDD<T>, m0, n0, Lk);
+      warp_gemm<2, 4, true, false>(r_acc, s_ds, LDC<T>, s_x1, LDD<T>, m0, n0, Lk);
     }
     float r_rs[2][2], r_rs2[2][2];
     frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_x3 + r * LDD<T> + c); });
@@ -1005,7 +1006,7 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
 #pragma unroll
           for (int h2 = 0; h2 < 2; ++h2) {
             const int r = m0 + 16 * i + lg + 8 * h2, c = n0 + 8 * j + 2 * lt;
-            const float2 qq = load2(s_x4 + r * LDD<T> + c);
+            const float2 qq = load2(s_x1 + r * LDD<T> + c);
             const float x0 = r_st[i][j][2 * h2] + fmaf(s_dsd[r], qq.x, r_acc[i][j][2 * h2]);
             const float x1 = r_st[i][j][2 * h2 + 1] + fmaf(s_dsd[r], qq.y, r_acc[i][j][2 * h2 + 1]);
             if (r < L && c < p.dk) store2(g_dkh + (vrow + int64_t(r) * p.Hv) * p.dk + c, x0, x1);
@@ -1038,8 +1039,9 @@ struct WySmem {
   static constexpr size_t dt = tm + sizeof(T) * C * LDC<T>;        // T [C][LDC]  strict_lower(dTm)
   static constexpr size_t x = dt + sizeof(T) * C * LDC<T>;         // T [C][LDC]  dTm Tm^T
   static constexpr size_t dbb = x + sizeof(T) * C * LDC<T>;        // T [C][LDC]  diag(beta) dB
-  static constexpr size_t m = dbb + sizeof(T) * C * LDC<T>;        // f32 [C][C+1]  dB (.) K K^T
-  static constexpr size_t gam = m + sizeof(float) * C * (C + 1);   // f32 [C] x 8
+  static constexpr size_t rowp = dbb + sizeof(T) * C * LDC<T>;     // f32 [2][C]  row partials of dB (.) KK^T
+  static constexpr size_t colp = rowp + sizeof(float) * 2 * C;     // f32 [4][C]  column partials (beta-weighted)
+  static constexpr size_t gam = colp + sizeof(float) * 4 * C;      // f32 [C] x 8
   static constexpr size_t beta = gam + sizeof(float) * C;
   static constexpr size_t eg = beta + sizeof(float) * C;
   static constexpr size_t db = eg + sizeof(float) * C;
@@ -1072,7 +1074,8 @@ __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __
   T* s_dt = reinterpret_cast<T*>(smem + S::dt);
   T* s_x = reinterpret_cast<T*>(smem + S::x);
   T* s_dbb = reinterpret_cast<T*>(smem + S::dbb);
-  float* s_m = reinterpret_cast<float*>(smem + S::m);
+  float* s_rowp = reinterpret_cast<float*>(smem + S::rowp);
+  float* s_colp = reinterpret_cast<float*>(smem + S::colp);
   float* s_gam = reinterpret_cast<float*>(smem + S::gam);
   float* s_beta = reinterpret_cast<float*>(smem + S::beta);
   float* s_eg = reinterpret_cast<float*>(smem + S::eg);
@@ -1133,25 +1136,47 @@ __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __
       warp_gemm<1, 4, true, false>(r_acc, s_tm, LDC<T>, s_x, LDC<T>, tm0, tn0, Lk);
       warp_gemm<1, 4, false, true>(r_kk, s_k, LDD<T>, s_k, LDD<T>, tm0, tn0, p.dk);
     }
+    // M = dB (.) KK^T: row sums and beta-weighted column sums from the fragments (fixed shuffle
+    // trees, then fixed-order sums over the warps in step 4)
     const int g = lane >> 2, t = lane & 3;
+    float r_row[2] = {0.f, 0.f}, r_col[4][2];
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < 4; ++j) {
+      r_col[j][0] = r_col[j][1] = 0.f;
 #pragma unroll
       for (int h2 = 0; h2 < 2; ++h2) {
         const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
         const bool rv = r < L;
         const float b0 = (rv && c < r) ? -r_acc[0][j][2 * h2] * expf(s_gam[r] - s_gam[c]) : 0.f;
         const float b1 = (rv && c + 1 < r) ? -r_acc[0][j][2 * h2 + 1] * expf(s_gam[r] - s_gam[c + 1]) : 0.f;
-        s_m[r * (C + 1) + c] = b0 * r_kk[0][j][2 * h2];
-        s_m[r * (C + 1) + c + 1] = b1 * r_kk[0][j][2 * h2 + 1];
+        const float m0v = b0 * r_kk[0][j][2 * h2], m1v = b1 * r_kk[0][j][2 * h2 + 1];
+        r_row[h2] += m0v + m1v;
+        r_col[j][0] = fmaf(s_beta[r], m0v, r_col[j][0]);
+        r_col[j][1] = fmaf(s_beta[r], m1v, r_col[j][1]);
         store2(s_dbb + r * LDC<T> + c, s_beta[r] * b0, s_beta[r] * b1);
+      }
+    }
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      r_row[h2] += __shfl_xor_sync(0xffffffffu, r_row[h2], 1);
+      r_row[h2] += __shfl_xor_sync(0xffffffffu, r_row[h2], 2);
+      if (t == 0) s_rowp[(warp >> 2) * C + tm0 + g + 8 * h2] = r_row[h2];
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float v = r_col[j][e];
+        v += __shfl_xor_sync(0xffffffffu, v, 4);
+        v += __shfl_xor_sync(0xffffffffu, v, 8);
+        v += __shfl_xor_sync(0xffffffffu, v, 16);
+        if (g == 0) s_colp[(warp & 3) * C + tn0 + 8 * j + 2 * t + e] = v;
       }
   }
   __syncthreads();
   if (tid < C) {  // 4. dbeta_i += rowsum(M); dgamma_i += beta_i rowsum(M)_i - sum_i' beta_i' M[i'][i]
-    float rs = 0.f, cs = 0.f;
-    for (int j = 0; j < C; ++j) rs += s_m[tid * (C + 1) + j];
-    for (int i = 0; i < C; ++i) cs = fmaf(s_beta[i], s_m[i * (C + 1) + tid], cs);
+    const float rs = s_rowp[tid] + s_rowp[C + tid];
+    const float cs = s_colp[tid] + s_colp[C + tid] + s_colp[2 * C + tid] + s_colp[3 * C + tid];
     s_db[tid] = rs;
     s_dg[tid] = s_beta[tid] * rs - cs;
   }
@@ -1211,12 +1236,12 @@ __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __
       g_dbeta[vrow + int64_t(i) * p.Hv] = s_eg[i] * r1 + r2 + s_db[i];
       dgam = g_dgam[vrow + int64_t(i) * p.Hv] + s_beta[i] * s_eg[i] * r1 + s_dg[i];
     }
-    s_m[i] = dgam;  // s_m is free now
+    s_dg[i] = dgam;  // only thread i reads s_dg[i] above
   }
   __syncthreads();
   if (warp == 0) {  // 8. dg = reverse cumsum of dgamma inside the chunk (fixed shuffle order)
     const int i0 = 2 * lane, i1 = i0 + 1;
-    const float y1 = s_m[i1], y0 = s_m[i0] + y1;
+    const float y1 = s_dg[i1], y0 = s_dg[i0] + y1;
     float incl = y0;
 #pragma unroll
     for (int off = 1; off < 32; off <<= 1) {
@@ -1233,13 +1258,17 @@ __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __
 // ---- gsum (B12): out[t, hk, :] = sum_{j < G} in[t, hk G + j, :] in head order -------------------
 template <class T>
 __global__ void gsum_kernel(const float* __restrict__ g_in, T* __restrict__ g_out, int64_t rows, int G, int d) {
-  const int64_t n = rows * d;
-  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < n; idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = idx / d, c = idx - r * d;
+  const int64_t n4 = rows * d / 4;  // d % 16 == 0: four consecutive elements per thread
+  for (int64_t i4 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i4 < n4; i4 += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t idx = 4 * i4, r = idx / d, c = idx - r * d;
     const float* src = g_in + r * G * d + c;
-    float s = 0.f;
-    for (int j = 0; j < G; ++j) s += src[int64_t(j) * d];
-    g_out[idx] = from_f<T>(s);
+    float4 s = __ldg(reinterpret_cast<const float4*>(src));
+    for (int j = 1; j < G; ++j) {
+      const float4 x = __ldg(reinterpret_cast<const float4*>(src + int64_t(j) * d));
+      s.x += x.x, s.y += x.y, s.z += x.z, s.w += x.w;
+    }
+    store2(g_out + idx, s.x, s.y);
+    store2(g_out + idx + 2, s.z, s.w);
   }
 }
 
@@ -1414,7 +1443,7 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
       dgam.ptr<float>(), dkh.ptr<float>(), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));
   DT_CUDA_LAUNCH_CHECK();
   const int64_t rows = p.T * p.Hk;
-  const int blocks = int(std::min<int64_t>((rows * p.dk + 255) / 256, 65535 * 4));
+  const int blocks = int(std::min<int64_t>((rows * p.dk / 4 + 255) / 256, 132 * 16));
   gsum_kernel<T><<<blocks, 256, 0, st>>>(dqh.ptr<float>(), tptr<T>(dq), rows, p.G, p.dk);
   DT_CUDA_LAUNCH_CHECK();
   gsum_kernel<T><<<blocks, 256, 0, st>>>(dkh.ptr<float>(), tptr<T>(dk), rows, p.G, p.dk);
