@@ -11,6 +11,7 @@
 
 #if DELTATRON_HAVE_CUDA
 #include <nccl.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include "core/cuda_check.h"
 #endif
@@ -42,6 +43,14 @@ ncclDataType_t nccl_type(DType t, const char* op) {
   }
   DT_FAIL("{}: NCCL cannot reduce {} tensors (supported: f32, bf16, f16, i32, i64, u8)", op, dtype_name(t));
 }
+
+// An NVTX range around each collective, so that nsys timelines show the communication.
+struct NvtxRange {
+  explicit NvtxRange(const char* name) { nvtxRangePushA(name); }
+  ~NvtxRange() { nvtxRangePop(); }
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+};
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::max ? ncclMax : ncclSum; }
 
@@ -81,6 +90,7 @@ class NcclComm final : public Communicator {
   const std::vector<int>& members() const override { return members_; }
 
   void all_reduce(const TensorView& x, ReduceOp op, Stream s) override {
+    NvtxRange range("nccl all_reduce");
     check_operand(x, "all_reduce", "x", dev());
     if (x.numel() == 0) return;
     DT_NCCL_CHECK(ncclAllReduce(x.data, x.data, size_t(x.numel()), nccl_type(x.dtype, "all_reduce"), nccl_op(op),
@@ -88,6 +98,7 @@ class NcclComm final : public Communicator {
   }
 
   void all_gather(const TensorView& out, const TensorView& in, Stream s) override {
+    NvtxRange range("nccl all_gather");
     check_operand(out, "all_gather", "out", dev());
     check_operand(in, "all_gather", "in", dev());
     check_same_dtype(out, in, "all_gather");
@@ -100,6 +111,7 @@ class NcclComm final : public Communicator {
   }
 
   void reduce_scatter(const TensorView& out, const TensorView& in, ReduceOp op, Stream s) override {
+    NvtxRange range("nccl reduce_scatter");
     check_operand(out, "reduce_scatter", "out", dev());
     check_operand(in, "reduce_scatter", "in", dev());
     check_same_dtype(out, in, "reduce_scatter");
@@ -113,6 +125,7 @@ class NcclComm final : public Communicator {
   }
 
   void all_to_all(const TensorView& out, const TensorView& in, Stream s) override {
+    NvtxRange range("nccl all_to_all");
     check_operand(out, "all_to_all", "out", dev());
     check_operand(in, "all_to_all", "in", dev());
     check_same_dtype(out, in, "all_to_all");
@@ -133,6 +146,7 @@ class NcclComm final : public Communicator {
   }
 
   void broadcast(const TensorView& x, int root, Stream s) override {
+    NvtxRange range("nccl broadcast");
     check_operand(x, "broadcast", "x", dev());
     DT_CHECK(root >= 0 && root < size_, "broadcast: root {} is not a rank of this group of size {}", root, size_);
     if (x.numel() == 0) return;
@@ -140,6 +154,7 @@ class NcclComm final : public Communicator {
   }
 
   void barrier(Stream s) override {
+    NvtxRange range("nccl barrier");
     DT_NCCL_CHECK(ncclAllReduce(scratch_.data(), scratch_.data(), 1, ncclFloat32, ncclSum, comm_, cuda_stream(s)));
   }
 
