@@ -1,0 +1,279 @@
+// Benchmark of the memory-bound GDN kernel families (issue 3), forward and backward, bf16, at the
+// Qwen3.5-35B shape: T = 32768 packed tokens (16 sequences of 2048), conv_dim D = 2*16*128 +
+// 32*128 = 8192, W = 4 (SiLU, no bias), Hk = 16, Hv = 32, dk = dv = 128.
+//   conv1d_varlen   x, y, dy, dx [T, D]                                  src/ops/cuda/conv1d_varlen.cu
+//   l2norm          q|k as one [T, 2*Hk, dk] view of the conv output [T, D] (row stride D);
+//                   y [T, 2*Hk, dk] contiguous; dx into a [T, D] buffer (3D strided view)
+//   gdn_gate        a, b [T, Hv] slices of a [T, 2*Hv] buffer [b | a]; g, beta, dg, dbeta f32
+//   gated_rmsnorm   o [T, Hv, dv] contiguous; z [T, Hv, dv] inside [T, Hv*dv + 64] rows (3D)
+// Bytes are the compulsory traffic of each call (every input read once, every output written
+// once; the small parameter vectors, seq_idx and rstd included; backward scratch partials not
+// counted). The ideal time is bytes / 4.3 TB/s (the project's measured H200 copy bandwidth,
+// gdn-math.md 9.3); the issue's target is ratio <= 1.5.
+// Timing: one stream; 3 warm-up calls; a 2 GiB fill keeps the GPU busy while the timed calls
+// are queued (so host launch latency never shows); CUDA events around each of 30 calls, median
+// (and min) reported. Inputs rotate over several sets so that the 60 MB L2 never holds the
+// previous call's data. Usage: gdn_elementwise [reps]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "deltatron/core/tensor.h"
+#include "deltatron/ops/basic.h"
+#include "deltatron/ops/gdn.h"
+#include "deltatron/ops/varlen.h"
+
+namespace {
+
+using dt::Device;
+using dt::DType;
+using dt::Shape;
+using dt::Stream;
+using dt::Tensor;
+using dt::TensorView;
+
+constexpr double kCopyBytesPerS = 4.3e12;
+constexpr double kL2Bytes = 60.0 * (1 << 20);
+constexpr double kTarget = 1.5;
+
+constexpr int64_t T = 32768, Hk = 16, Hv = 32, dk = 128, dv = 128, W = 4;
+constexpr int64_t D = 2 * Hk * dk + Hv * dv;  // 8192
+
+const Device kGpu = Device::cuda(0);
+int g_reps = 30;
+
+struct Result {
+  std::string name;
+  double med_ms = 0, min_ms = 0, bytes = 0;
+  int sets = 0;
+};
+std::vector<Result> g_results;
+
+// Enough input sets that the previous call's data has left the L2 (at least 2).
+int sets_for(double bytes_per_set) {
+  return int(std::clamp(std::ceil(3.0 * kL2Bytes / bytes_per_set), 2.0, 32.0));
+}
+
+void rand_fill(const TensorView& x, uint64_t stream, float lo, float hi, cudaStream_t st) {
+  dt::ops::rng_uniform(x, 1234, stream, lo, hi, dt::ops::RngSlice::whole(x), Stream{st});
+}
+
+// 3D view [A, B, C] over a 2D buffer's rows: row stride rs, B heads of C elements from column c0.
+TensorView view3(const Tensor& buf, int64_t A, int64_t B, int64_t C, int64_t c0) {
+  TensorView v = buf.view();
+  v.data = v.at_offset(c0);
+  v.shape = Shape{A, B, C};
+  v.stride[0] = buf.shape()[1];
+  v.stride[1] = C;
+  v.stride[2] = 1;
+  return v;
+}
+TensorView cols(const Tensor& buf, int64_t c0, int64_t n) { return buf.view().slice(1, c0, c0 + n); }
+
+// Times launch(set) over g_reps calls, rotating sets; median and min in ms.
+void time_kernel(const std::string& name, double bytes, int nsets, cudaStream_t st, const Tensor& busy,
+                 const std::function<void(int)>& launch) {
+  for (int i = 0; i < 3; ++i) launch(i % nsets);
+  dt::ops::fill(busy, 0.0, Stream{st});  // queue the timed calls behind ~1 ms of GPU work
+  std::vector<cudaEvent_t> ev(size_t(2 * g_reps));
+  for (auto& e : ev) DT_CUDA_CHECK(cudaEventCreate(&e));
+  for (int r = 0; r < g_reps; ++r) {
+    DT_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * r)], st));
+    launch(r % nsets);
+    DT_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * r + 1)], st));
+  }
+  DT_CUDA_CHECK(cudaStreamSynchronize(st));
+  std::vector<float> ms;
+  for (int r = 0; r < g_reps; ++r) {
+    float x = 0.f;
+    DT_CUDA_CHECK(cudaEventElapsedTime(&x, ev[size_t(2 * r)], ev[size_t(2 * r + 1)]));
+    ms.push_back(x);
+  }
+  for (auto& e : ev) DT_CUDA_CHECK(cudaEventDestroy(e));
+  std::sort(ms.begin(), ms.end());
+  Result res{name, ms[ms.size() / 2], ms.front(), bytes, nsets};
+  const double ideal_ms = bytes / kCopyBytesPerS * 1e3;
+  std::printf("%-22s median %8.4f ms  min %8.4f ms  %9.2f MB  %7.0f GB/s  ideal %8.4f ms  ratio %5.2f  (%d sets)\n",
+              name.c_str(), res.med_ms, res.min_ms, bytes / 1e6, bytes / (res.med_ms * 1e-3) / 1e9, ideal_ms,
+              res.med_ms / ideal_ms, nsets);
+  std::fflush(stdout);
+  g_results.push_back(res);
+}
+
+// Sanity: a broken kernel must not print a plausible time. Sum of squares must be finite.
+void check_finite(const char* what, const TensorView& x, cudaStream_t st) {
+  Tensor s = Tensor::empty(Shape{1}, DType::f32, kGpu);
+  Tensor c = Tensor::empty(x.shape, x.dtype, kGpu);
+  dt::ops::copy(c, x, Stream{st});
+  dt::ops::sum_squares(s, c, Stream{st});
+  const float v = dt::ops::item(s, Stream{st});
+  if (!std::isfinite(v)) {
+    std::printf("!! %s is not finite (sum of squares %g): the timing above is meaningless\n", what, double(v));
+    std::fflush(stdout);
+  }
+}
+
+void bench_conv(const dt::ops::VarlenMeta& m, cudaStream_t st, const Tensor& busy) {
+  const double act = double(T * D) * 2;  // one [T, D] bf16 tensor
+  const double fwd_bytes = 2 * act + double(D * W) * 4 + double(T) * 4;
+  const double bwd_bytes = 3 * act + 3 * double(D * W) * 4 + double(T) * 4;  // x, dy, dx; w, dw r+w; seq
+  const int nsets = sets_for(4 * act);
+  struct Set { Tensor x, y, dy, dx; };
+  std::vector<Set> sets(static_cast<size_t>(nsets));
+  for (int i = 0; i < nsets; ++i) {
+    Set& s = sets[size_t(i)];
+    s.x = Tensor::empty(Shape{T, D}, DType::bf16, kGpu), s.y = Tensor::empty(Shape{T, D}, DType::bf16, kGpu);
+    s.dy = Tensor::empty(Shape{T, D}, DType::bf16, kGpu), s.dx = Tensor::empty(Shape{T, D}, DType::bf16, kGpu);
+    rand_fill(s.x, 10 + i, -1.f, 1.f, st), rand_fill(s.dy, 50 + i, -1.f, 1.f, st);
+  }
+  Tensor w = Tensor::empty(Shape{D, W}, DType::f32, kGpu), dw = Tensor::zeros(Shape{D, W}, DType::f32, kGpu, {st});
+  rand_fill(w, 99, -0.5f, 0.5f, st);
+  time_kernel("conv1d_varlen fwd", fwd_bytes, nsets, st, busy, [&](int i) {
+    dt::ops::causal_conv1d_fwd(sets[size_t(i)].y, sets[size_t(i)].x, w, TensorView{}, true, m, Stream{st});
+  });
+  check_finite("conv y", sets[0].y, st);
+  time_kernel("conv1d_varlen bwd", bwd_bytes, nsets, st, busy, [&](int i) {
+    const Set& s = sets[size_t(i)];
+    dt::ops::causal_conv1d_bwd(s.dx, dw, TensorView{}, s.dy, s.x, w, TensorView{}, true, m, Stream{st});
+  });
+  check_finite("conv dx", sets[0].dx, st);
+}
+
+void bench_l2norm(cudaStream_t st, const Tensor& busy) {
+  const int64_t H = 2 * Hk, rows = T * H;
+  const double act = double(rows * dk) * 2;  // q|k bf16
+  const double fwd_bytes = 2 * act + double(rows) * 4;
+  const double bwd_bytes = 3 * act + double(rows) * 4;
+  const int nsets = sets_for(4 * act);
+  struct Set { Tensor conv, y, rstd, dy, dconv; };
+  std::vector<Set> sets(static_cast<size_t>(nsets));
+  for (int i = 0; i < nsets; ++i) {
+    Set& s = sets[size_t(i)];
+    s.conv = Tensor::empty(Shape{T, D}, DType::bf16, kGpu), s.y = Tensor::empty(Shape{T, H, dk}, DType::bf16, kGpu);
+    s.rstd = Tensor::empty(Shape{rows}, DType::f32, kGpu), s.dy = Tensor::empty(Shape{T, H, dk}, DType::bf16, kGpu);
+    s.dconv = Tensor::empty(Shape{T, D}, DType::bf16, kGpu);
+    rand_fill(s.conv, 100 + i, -1.f, 1.f, st), rand_fill(s.dy, 150 + i, -1.f, 1.f, st);
+  }
+  time_kernel("l2norm fwd (q|k)", fwd_bytes, nsets, st, busy, [&](int i) {
+    const Set& s = sets[size_t(i)];
+    dt::ops::l2norm_fwd(s.y, s.rstd, view3(s.conv, T, H, dk, 0), 1e-6f, Stream{st});
+  });
+  check_finite("l2norm y", sets[0].y, st);
+  time_kernel("l2norm bwd (q|k)", bwd_bytes, nsets, st, busy, [&](int i) {
+    const Set& s = sets[size_t(i)];
+    dt::ops::l2norm_bwd(view3(s.dconv, T, H, dk, 0), s.dy, view3(s.conv, T, H, dk, 0), s.rstd, Stream{st});
+  });
+  check_finite("l2norm dx", view3(sets[0].dconv, T, H, dk, 0), st);
+}
+
+void bench_gate(cudaStream_t st, const Tensor& busy) {
+  const double act = double(T * Hv) * 2, f32 = double(T * Hv) * 4, par = double(Hv) * 4;
+  const double fwd_bytes = 2 * act + 2 * f32 + 2 * par;
+  const double bwd_bytes = 2 * act + 2 * f32 + 2 * act + 2 * par + 4 * par;
+  const int nsets = sets_for(4 * act + 4 * f32);
+  struct Set { Tensor ba, g, beta, dg, dbeta, dba; };
+  std::vector<Set> sets(static_cast<size_t>(nsets));
+  for (int i = 0; i < nsets; ++i) {
+    Set& s = sets[size_t(i)];
+    s.ba = Tensor::empty(Shape{T, 2 * Hv}, DType::bf16, kGpu), s.dba = Tensor::empty(Shape{T, 2 * Hv}, DType::bf16, kGpu);
+    s.g = Tensor::empty(Shape{T, Hv}, DType::f32, kGpu), s.beta = Tensor::empty(Shape{T, Hv}, DType::f32, kGpu);
+    s.dg = Tensor::empty(Shape{T, Hv}, DType::f32, kGpu), s.dbeta = Tensor::empty(Shape{T, Hv}, DType::f32, kGpu);
+    rand_fill(s.ba, 200 + i, -4.f, 4.f, st), rand_fill(s.dg, 250 + i, -1.f, 1.f, st);
+    rand_fill(s.dbeta, 300 + i, -1.f, 1.f, st);
+  }
+  Tensor A_log = Tensor::empty(Shape{Hv}, DType::f32, kGpu), dt_bias = Tensor::empty(Shape{Hv}, DType::f32, kGpu);
+  rand_fill(A_log, 7, 0.f, 2.7f, st), rand_fill(dt_bias, 8, 0.5f, 1.5f, st);
+  Tensor dA = Tensor::zeros(Shape{Hv}, DType::f32, kGpu, {st}), ddt = Tensor::zeros(Shape{Hv}, DType::f32, kGpu, {st});
+  time_kernel("gdn_gate fwd", fwd_bytes, nsets, st, busy, [&](int i) {
+    const Set& s = sets[size_t(i)];
+    dt::ops::gdn_gate_fwd(s.g, s.beta, cols(s.ba, Hv, Hv), cols(s.ba, 0, Hv), A_log, dt_bias, Stream{st});
+  });
+  check_finite("gate g", sets[0].g, st);
+  time_kernel("gdn_gate bwd", bwd_bytes, nsets, st, busy, [&](int i) {
+    const Set& s = sets[size_t(i)];
+    dt::ops::gdn_gate_bwd(cols(s.dba, Hv, Hv), cols(s.dba, 0, Hv), dA, ddt, s.dg, s.dbeta, cols(s.ba, Hv, Hv),
+                          cols(s.ba, 0, Hv), A_log, dt_bias, Stream{st});
+  });
+  check_finite("gate da", cols(sets[0].dba, Hv, Hv), st);
+}
+
+void bench_gated_rmsnorm(cudaStream_t st, const Tensor& busy) {
+  const int64_t rows = T * Hv;
+  const double act = double(rows * dv) * 2;
+  const double fwd_bytes = 3 * act + double(rows) * 4 + double(dv) * 4;
+  const double bwd_bytes = 5 * act + double(rows) * 4 + 3 * double(dv) * 4;
+  const int nsets = sets_for(7 * act);
+  const int64_t zrow = Hv * dv + 64;  // z inside wider rows, like the in_proj output
+  struct Set { Tensor o, zbuf, y, rstd, dy, do_, dz; };
+  std::vector<Set> sets(static_cast<size_t>(nsets));
+  for (int i = 0; i < nsets; ++i) {
+    Set& s = sets[size_t(i)];
+    s.o = Tensor::empty(Shape{T, Hv, dv}, DType::bf16, kGpu), s.zbuf = Tensor::empty(Shape{T, zrow}, DType::bf16, kGpu);
+    s.y = Tensor::empty(Shape{T, Hv, dv}, DType::bf16, kGpu), s.rstd = Tensor::empty(Shape{rows}, DType::f32, kGpu);
+    s.dy = Tensor::empty(Shape{T, Hv, dv}, DType::bf16, kGpu), s.do_ = Tensor::empty(Shape{T, Hv, dv}, DType::bf16, kGpu);
+    s.dz = Tensor::empty(Shape{T, Hv, dv}, DType::bf16, kGpu);
+    rand_fill(s.o, 400 + i, -2.f, 2.f, st), rand_fill(s.zbuf, 450 + i, -4.f, 4.f, st);
+    rand_fill(s.dy, 500 + i, -1.f, 1.f, st);
+  }
+  Tensor w = Tensor::empty(Shape{dv}, DType::f32, kGpu), dw = Tensor::zeros(Shape{dv}, DType::f32, kGpu, {st});
+  rand_fill(w, 9, 0.5f, 1.5f, st);
+  time_kernel("gated_rmsnorm fwd", fwd_bytes, nsets, st, busy, [&](int i) {
+    const Set& s = sets[size_t(i)];
+    dt::ops::gated_rmsnorm_fwd(s.y, s.rstd, s.o, view3(s.zbuf, T, Hv, dv, 0), w, 1e-6f, Stream{st});
+  });
+  check_finite("gated_rmsnorm y", sets[0].y, st);
+  time_kernel("gated_rmsnorm bwd", bwd_bytes, nsets, st, busy, [&](int i) {
+    const Set& s = sets[size_t(i)];
+    dt::ops::gated_rmsnorm_bwd(s.do_, s.dz, dw, s.dy, s.o, view3(s.zbuf, T, Hv, dv, 0), w, s.rstd, Stream{st});
+  });
+  check_finite("gated_rmsnorm do", sets[0].do_, st);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) g_reps = std::max(20, std::atoi(argv[1]));
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    std::printf("gdn_elementwise: no CUDA device\n");
+    return 77;
+  }
+  cudaDeviceProp prop{};
+  DT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("gdn_elementwise: %s, %d SMs, L2 %.0f MB | T=%lld D=%lld W=%lld Hk=%lld Hv=%lld dk=%lld dv=%lld bf16 | "
+              "%d reps, median | ideal = bytes / %.1f TB/s, target ratio <= %.1f\n",
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, (long long)T, (long long)D,
+              (long long)W, (long long)Hk, (long long)Hv, (long long)dk, (long long)dv, g_reps, kCopyBytesPerS / 1e12,
+              kTarget);
+  cudaStream_t st;
+  DT_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  Tensor busy = Tensor::empty(Shape{int64_t(1) << 29}, DType::f32, kGpu);  // 2 GiB
+
+  std::vector<int32_t> cu{0};
+  for (int n = 0; n < 16; ++n) cu.push_back(cu.back() + int32_t(T / 16));
+  dt::ops::VarlenBatch batch(cu, kGpu, Stream{st});
+
+  bench_conv(batch.meta(), st, busy);
+  bench_l2norm(st, busy);
+  bench_gate(st, busy);
+  bench_gated_rmsnorm(st, busy);
+
+  std::printf("\n| kernel | median ms | min ms | MB moved | GB/s | ideal ms @4.3TB/s | ratio | <= %.1f |\n", kTarget);
+  std::printf("|---|---:|---:|---:|---:|---:|---:|:---:|\n");
+  for (const Result& r : g_results) {
+    const double ideal = r.bytes / kCopyBytesPerS * 1e3;
+    std::printf("| %s | %.4f | %.4f | %.2f | %.0f | %.4f | %.2f | %s |\n", r.name.c_str(), r.med_ms, r.min_ms,
+                r.bytes / 1e6, r.bytes / (r.med_ms * 1e-3) / 1e9, ideal, r.med_ms / ideal,
+                r.med_ms / ideal <= kTarget ? "yes" : "NO");
+  }
+  DT_CUDA_CHECK(cudaStreamSynchronize(st));
+  DT_CUDA_CHECK(cudaStreamDestroy(st));
+  return 0;
+}
