@@ -1,0 +1,81 @@
+// The GatedDeltaNet layer (HF Qwen3_5GatedDeltaNet semantics) on packed THD input under
+// TP, SP and CP. Forward and backward by hand; no autograd.
+//
+// Per rank, with T the global padded token count, cp/tp/sp the layout (sp = tp with SP):
+//   x  [T/(cp*sp), H] zig-zag rows ─all-gather(tp, SP)─▶ [T/cp, H]
+//   ─in_proj (4 GEMMs into one buffer)─▶ [T/cp, C_tp] = [q_t | k_t | v_t | z_t | b_t | a_t]
+//   ─cp2hp (cp > 1)─▶ [T, C_tp/cp] natural order, this CP rank's head slice
+//   ─conv1d+SiLU on [q|k|v]─▶ l2norm(q), l2norm(k) ─ gates(a, b) ─ chunked delta rule
+//   ─gated RMSNorm with z─▶ [T, Hv_l*dv] ─hp2cp─▶ [T/cp, Hv_tp*dv]
+//   ─out_proj (row-parallel)─▶ [T/cp, H] partial ─reduce-scatter(tp, SP) | all-reduce(tp)─▶ y
+// Hk_l = Hk/(tp*cp) and Hv_l = Hv/(tp*cp) heads per rank inside the kernels; the kernels use
+// the GLOBAL padded cu_seqlens. Parameter gradients accumulate (+=) into Param::grad; the
+// caller's reduction over dp x cp (and tp for grad_sum_tp parameters) completes them.
+// CP-sliced parameters (conv1d, A_log, dt_bias) get gradients only on this CP rank's slice.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "deltatron/data/packed_seq.h"
+#include "deltatron/dist/parallel.h"
+#include "deltatron/model/param.h"
+#include "deltatron/ops/cp_a2a.h"
+
+namespace dt::layers {
+
+struct GdnConfig {
+  int64_t hidden = 0;
+  int64_t num_k_heads = 0;  // Hk (linear_num_key_heads)
+  int64_t num_v_heads = 0;  // Hv (linear_num_value_heads)
+  int64_t head_k_dim = 128; // dk
+  int64_t head_v_dim = 128; // dv
+  int64_t conv_kernel = 4;  // W
+  float norm_eps = 1e-6f;
+  float init_std = 0.02f;
+};
+
+// How a layer runs: explicit groups (no globals), device, precision, stream.
+struct RunCtx {
+  const dist::ProcessGroups* pg = nullptr;
+  bool sp = false;                 // sequence parallelism over the tp group
+  Device device = Device::cpu();
+  DType act_dtype = DType::f32;    // activations and GEMM inputs (bf16 on CUDA under bf16)
+  Stream stream{};
+  ops::CpA2aImpl cp_a2a = ops::CpA2aImpl::fused;
+  uint64_t seed = 0;
+};
+
+class GatedDeltaNet {
+ public:
+  // `prefix`: the HF layer prefix, e.g. "model.layers.0" (params are "<prefix>.linear_attn.*").
+  GatedDeltaNet(const GdnConfig& cfg, const std::string& prefix, const RunCtx& ctx);
+
+  static std::vector<model::ParamSpec> param_specs(const GdnConfig& cfg, const std::string& prefix);
+  // "" when (tp, cp) fit the head counts (rule C1/C2), else the config error.
+  static std::string check_layout(const GdnConfig& cfg, int tp, int cp);
+
+  std::vector<model::Param>& params() { return params_; }
+  model::Param& param(const std::string& suffix);  // e.g. "in_proj_qkv.weight"
+
+  // x: [T/(cp*sp), H] act_dtype; y (=): same shape. Saves what backward needs.
+  void forward(const TensorView& y, const TensorView& x, const data::PackedSeqParams& psp);
+  // dy: like y; dx (=): like x. Accumulates parameter gradients.
+  void backward(const TensorView& dx, const TensorView& dy, const data::PackedSeqParams& psp);
+
+ private:
+  Tensor conv_weight_slice() const;
+  void add_conv_weight_grad(const TensorView& dwc);
+  TensorView head_slice(int which) const;
+  TensorView head_slice_grad(int which);
+
+  GdnConfig cfg_;
+  RunCtx ctx_;
+  std::string prefix_;
+  int tp_ = 1, cp_ = 1, tp_rank_ = 0, cp_rank_ = 0;
+  int64_t hk_l_ = 0, hv_l_ = 0;  // heads per rank inside the kernels
+  std::vector<model::Param> params_;
+  ops::CpHeadLayout heads_;      // cp2hp column permutation (cp > 1), built once
+  std::vector<Tensor> saved_;    // forward activations kept for backward (see gdn.cpp)
+};
+
+}  // namespace dt::layers

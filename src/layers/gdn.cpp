@@ -1,0 +1,326 @@
+// GatedDeltaNet layer: forward and backward by hand (see include/deltatron/layers/gdn.h for the
+// data flow). Column layout of the projection output on a TP rank, [q | k | v | z | b | a]
+// (thd-context-parallel.md 5); after cp2hp the same sections hold this CP rank's heads.
+#include "deltatron/layers/gdn.h"
+
+#include <cmath>
+
+#include "deltatron/ops/basic.h"
+#include "deltatron/ops/gdn.h"
+#include "deltatron/ops/gemm.h"
+
+namespace dt::layers {
+namespace {
+
+const char* kSuffixes[] = {"in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.weight", "in_proj_a.weight",
+                           "conv1d.weight",      "dt_bias",          "A_log",            "norm.weight",
+                           "out_proj.weight"};
+enum P { kQkv, kZ, kB, kA, kConv, kDtBias, kALog, kNorm, kOut };
+
+// Column range [off, off + n) of a row-major [rows, C] view (row-strided result).
+TensorView cols(const TensorView& x, int64_t off, int64_t n) { return x.slice(1, off, off + n); }
+
+}  // namespace
+
+// Forward activations kept for backward, by index into saved_.
+enum S { kXg, kHp, kQc, kKc, kQn, kKn, kRq, kRk, kV, kG, kBeta, kO, kZc, kRn, kYo, kNumSaved };
+
+std::vector<model::ParamSpec> GatedDeltaNet::param_specs(const GdnConfig& c, const std::string& prefix) {
+  const int64_t H = c.hidden, qk = c.num_k_heads * c.head_k_dim, v = c.num_v_heads * c.head_v_dim;
+  const int64_t Hv = c.num_v_heads, conv = 2 * qk + v;
+  const std::string p = prefix + ".linear_attn.";
+  using model::InitRule;
+  const float conv_bound = 1.f / std::sqrt(float(c.conv_kernel));  // PyTorch's Conv1d default bound
+  return {
+      {p + kSuffixes[kQkv], Shape{conv, H}, InitRule::normal(c.init_std), 0, {qk, qk, v}},
+      {p + kSuffixes[kZ], Shape{v, H}, InitRule::normal(c.init_std), 0},
+      {p + kSuffixes[kB], Shape{Hv, H}, InitRule::normal(c.init_std), 0},
+      {p + kSuffixes[kA], Shape{Hv, H}, InitRule::normal(c.init_std), 0},
+      {p + kSuffixes[kConv], Shape{conv, 1, c.conv_kernel}, InitRule::uniform(-conv_bound, conv_bound), 0, {qk, qk, v},
+       true},
+      {p + kSuffixes[kDtBias], Shape{Hv}, InitRule::ones(), 0, {}, true},
+      {p + kSuffixes[kALog], Shape{Hv}, InitRule::log_uniform(1.f, 16.f), 0, {}, true},
+      // Shared by every head and replicated: each rank sees only its heads, so the gradient
+      // is a partial sum over TP too (thd-context-parallel.md 6).
+      {p + kSuffixes[kNorm], Shape{c.head_v_dim}, InitRule::ones(), -1, {}, true, true},
+      {p + kSuffixes[kOut], Shape{H, v}, InitRule::normal(c.init_std), 1},
+  };
+}
+
+std::string GatedDeltaNet::check_layout(const GdnConfig& c, int tp, int cp) {
+  if (c.num_v_heads % c.num_k_heads)
+    return fmt::format("config: model.linear_num_value_heads={} is not a multiple of model.linear_num_key_heads={}",
+                       c.num_v_heads, c.num_k_heads);
+  if (c.num_k_heads % (tp * cp) || c.num_v_heads % (tp * cp))
+    return fmt::format(
+        "config: GDN head-parallel CP needs tp*cp={} to divide linear_num_key_heads={} and linear_num_value_heads={}",
+        tp * cp, c.num_k_heads, c.num_v_heads);
+  return "";
+}
+
+GatedDeltaNet::GatedDeltaNet(const GdnConfig& cfg, const std::string& prefix, const RunCtx& ctx)
+    : cfg_(cfg), ctx_(ctx), prefix_(prefix) {
+  DT_CHECK(ctx.pg != nullptr, "GatedDeltaNet {}: RunCtx.pg is null", prefix);
+  tp_ = ctx.pg->dims.tp;
+  cp_ = ctx.pg->dims.cp;
+  tp_rank_ = ctx.pg->coord.tp;
+  cp_rank_ = ctx.pg->coord.cp;
+  std::string err = check_layout(cfg, tp_, cp_);
+  if (!err.empty()) user_error(err);
+  hk_l_ = cfg.num_k_heads / (tp_ * cp_);
+  hv_l_ = cfg.num_v_heads / (tp_ * cp_);
+  for (const model::ParamSpec& s : param_specs(cfg, prefix))
+    params_.push_back(model::make_param(s, tp_, tp_rank_, ctx.seed, ctx.device, ctx.act_dtype, ctx.stream));
+  const int64_t qk_t = cfg.num_k_heads * cfg.head_k_dim / tp_, v_t = cfg.num_v_heads * cfg.head_v_dim / tp_,
+                h_t = cfg.num_v_heads / tp_;
+  if (cp_ > 1) heads_ = ops::CpHeadLayout({qk_t, qk_t, v_t, v_t, h_t, h_t}, cp_, ctx.device, ctx.stream);
+}
+
+model::Param& GatedDeltaNet::param(const std::string& suffix) {
+  for (model::Param& p : params_)
+    if (p.spec.name == prefix_ + ".linear_attn." + suffix) return p;
+  DT_FAIL("GatedDeltaNet {}: no parameter '{}'", prefix_, suffix);
+}
+
+void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data::PackedSeqParams& psp) {
+  const GdnConfig& c = cfg_;
+  const Stream s = ctx_.stream;
+  const DType A = ctx_.act_dtype;
+  const Device dev = ctx_.device;
+  const bool sp = ctx_.sp && tp_ > 1;
+  const int64_t H = c.hidden, dk = c.head_k_dim, dv = c.head_v_dim;
+  const int64_t T = psp.tokens(), T_cp = psp.tokens_cp(), T_in = psp.tokens_local();
+  const int64_t qk_t = c.num_k_heads * dk / tp_, v_t = c.num_v_heads * dv / tp_, h_t = c.num_v_heads / tp_;
+  const int64_t C_tp = 2 * qk_t + 2 * v_t + 2 * h_t;
+  const int64_t qk_l = hk_l_ * dk, v_l = hv_l_ * dv, conv_l = 2 * qk_l + v_l, C_l = C_tp / cp_;
+  DT_CHECK(psp.cp() == cp_ && psp.sp() == (sp ? tp_ : 1),
+           "GatedDeltaNet {}: packed params built for cp {} sp {}, layer runs cp {} sp {}", prefix_, psp.cp(), psp.sp(),
+           cp_, sp ? tp_ : 1);
+  check_shape(x, Shape{T_in, H}, "GatedDeltaNet input x [T_local, hidden]");
+  check_shape(y, Shape{T_in, H}, "GatedDeltaNet output y [T_local, hidden]");
+  saved_.assign(kNumSaved, Tensor());
+
+  // SP: gather the token shards of the TP group.                       xg [T/cp, H]
+  Tensor& xg = saved_[kXg];
+  xg = Tensor::empty(Shape{T_cp, H}, A, dev);
+  if (sp) ctx_.pg->tp->all_gather(xg, x, s);
+  else ops::copy(xg, x, s);
+
+  // Input projections, one GEMM per weight into column blocks of one buffer.  proj [T/cp, C_tp]
+  Tensor proj = Tensor::empty(Shape{T_cp, C_tp}, A, dev);
+  const int64_t widths[4] = {2 * qk_t + v_t, v_t, h_t, h_t};
+  for (int i = 0, off = 0; i < 4; off += int(widths[i]), ++i)
+    ops::gemm(cols(proj, off, widths[i]), xg, params_[i].w(), {false, true}, s);
+
+  // CP: zig-zag rows, all heads -> all tokens in natural order, this rank's heads.  hp [T, C_l]
+  Tensor& hp = saved_[kHp];
+  if (cp_ > 1) {
+    hp = Tensor::empty(Shape{T, C_l}, A, dev);
+    ops::cp2hp_fwd(hp, proj, heads_, psp.cp_map(), *ctx_.pg->cp, ctx_.cp_a2a, s);
+  } else {
+    hp = proj;
+  }
+  const ops::VarlenMeta& meta = psp.varlen_meta();  // GLOBAL padded boundaries
+
+  // Causal conv + SiLU over [q | k | v] with this CP rank's channel slices.  c [T, conv_l]
+  Tensor wc = conv_weight_slice();
+  Tensor c_out = Tensor::empty(Shape{T, conv_l}, A, dev);
+  ops::causal_conv1d_fwd(c_out, cols(hp, 0, conv_l), wc, TensorView{}, true, meta, s);
+
+  // L2-normalised q, k per head.                  qn, kn [T, Hk_l, dk]; rstd [T * Hk_l]
+  auto contiguous = [&](const TensorView& v, Shape shape) {
+    Tensor t = Tensor::empty(shape, v.dtype, dev);
+    ops::copy(t.view().reshape(v.shape), v, s);
+    return t;
+  };
+  saved_[kQc] = contiguous(cols(c_out, 0, qk_l), Shape{T * hk_l_, dk});
+  saved_[kKc] = contiguous(cols(c_out, qk_l, qk_l), Shape{T * hk_l_, dk});
+  saved_[kV] = contiguous(cols(c_out, 2 * qk_l, v_l), Shape{T, hv_l_, dv});
+  for (int i = 0; i < 2; ++i) {
+    saved_[kQn + i] = Tensor::empty(Shape{T, hk_l_, dk}, A, dev);
+    saved_[kRq + i] = Tensor::empty(Shape{T * hk_l_}, DType::f32, dev);
+    ops::l2norm_fwd(saved_[kQn + i].view().reshape(Shape{T * hk_l_, dk}), saved_[kRq + i], saved_[kQc + i], 1e-6f, s);
+  }
+
+  // Gates in fp32 from fp32 A_log and dt_bias (this CP rank's heads).   g, beta [T, Hv_l]
+  saved_[kG] = Tensor::empty(Shape{T, hv_l_}, DType::f32, dev);
+  saved_[kBeta] = Tensor::empty(Shape{T, hv_l_}, DType::f32, dev);
+  const int64_t off_z = conv_l, off_b = conv_l + v_l, off_a = off_b + hv_l_;
+  ops::gdn_gate_fwd(saved_[kG], saved_[kBeta], cols(hp, off_a, hv_l_), cols(hp, off_b, hv_l_), head_slice(kALog),
+                    head_slice(kDtBias), s);
+
+  // The chunked gated delta rule on whole sequences.                     o [T, Hv_l, dv]
+  saved_[kO] = Tensor::empty(Shape{T, hv_l_, dv}, A, dev);
+  ops::gdn_chunk_fwd(saved_[kO], TensorView{}, saved_[kQn], saved_[kKn], saved_[kV], saved_[kG], saved_[kBeta],
+                     TensorView{}, {}, meta, s);
+
+  // Gated RMSNorm with z, per v-head over dv.                            yn [T, Hv_l * dv]
+  saved_[kZc] = contiguous(cols(hp, off_z, v_l), Shape{T * hv_l_, dv});
+  saved_[kRn] = Tensor::empty(Shape{T * hv_l_}, DType::f32, dev);
+  Tensor yn = Tensor::empty(Shape{T, v_l}, A, dev);
+  ops::gated_rmsnorm_fwd(yn.view().reshape(Shape{T * hv_l_, dv}), saved_[kRn],
+                         saved_[kO].view().reshape(Shape{T * hv_l_, dv}), saved_[kZc], params_[kNorm].w(), c.norm_eps,
+                         s);
+
+  // CP: back to zig-zag rows with all of the TP rank's heads.            yo [T/cp, v_t]
+  Tensor& yo = saved_[kYo];
+  if (cp_ > 1) {
+    yo = Tensor::empty(Shape{T_cp, v_t}, A, dev);
+    ops::hp2cp_fwd(yo, yn, psp.cp_map(), *ctx_.pg->cp, ctx_.cp_a2a, s);
+  } else {
+    yo = yn;
+  }
+
+  // Row-parallel out_proj, then the TP reduction (reduce-scatter under SP).
+  if (sp) {
+    Tensor partial = Tensor::empty(Shape{T_cp, H}, A, dev);
+    ops::gemm(partial, yo, params_[kOut].w(), {false, true}, s);
+    ctx_.pg->tp->reduce_scatter(y, partial, dist::ReduceOp::sum, s);
+  } else {
+    ops::gemm(y, yo, params_[kOut].w(), {false, true}, s);
+    if (tp_ > 1) ctx_.pg->tp->all_reduce(y, dist::ReduceOp::sum, s);
+  }
+}
+
+void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const data::PackedSeqParams& psp) {
+  const GdnConfig& c = cfg_;
+  const Stream s = ctx_.stream;
+  const DType A = ctx_.act_dtype;
+  const Device dev = ctx_.device;
+  const bool sp = ctx_.sp && tp_ > 1;
+  const int64_t H = c.hidden, dk = c.head_k_dim, dv = c.head_v_dim;
+  const int64_t T = psp.tokens(), T_cp = psp.tokens_cp(), T_in = psp.tokens_local();
+  const int64_t qk_t = c.num_k_heads * dk / tp_, v_t = c.num_v_heads * dv / tp_, h_t = c.num_v_heads / tp_;
+  const int64_t C_tp = 2 * qk_t + 2 * v_t + 2 * h_t;
+  const int64_t qk_l = hk_l_ * dk, v_l = hv_l_ * dv, conv_l = 2 * qk_l + v_l, C_l = C_tp / cp_;
+  const int64_t off_z = conv_l, off_b = conv_l + v_l, off_a = off_b + hv_l_;
+  DT_CHECK(int(saved_.size()) == kNumSaved && saved_[kXg].defined(), "GatedDeltaNet {}: backward without forward",
+           prefix_);
+  check_shape(dy, Shape{T_in, H}, "GatedDeltaNet dy [T_local, hidden]");
+  check_shape(dx, Shape{T_in, H}, "GatedDeltaNet dx [T_local, hidden]");
+  const ops::VarlenMeta& meta = psp.varlen_meta();
+
+  // SP: gather dy of the TP group (the adjoint of the reduce-scatter).   dyg [T/cp, H]
+  Tensor dyg_t;
+  TensorView dyg = dy;
+  if (sp) {
+    dyg_t = Tensor::empty(Shape{T_cp, H}, A, dev);
+    ctx_.pg->tp->all_gather(dyg_t, dy, s);
+    dyg = dyg_t;
+  }
+  // out_proj: dW += dy^T yo;  dyo = dy W.                                dyo [T/cp, v_t]
+  ops::gemm(params_[kOut].grad, dyg, saved_[kYo], {true, false, 1.f, 1.f}, s);
+  Tensor dyo = Tensor::empty(Shape{T_cp, v_t}, A, dev);
+  ops::gemm(dyo, dyg, params_[kOut].w(), {}, s);
+  Tensor dyn;
+  if (cp_ > 1) {
+    dyn = Tensor::empty(Shape{T, v_l}, A, dev);
+    ops::hp2cp_bwd(dyn, dyo, psp.cp_map(), *ctx_.pg->cp, ctx_.cp_a2a, s);
+  } else {
+    dyn = dyo;
+  }
+
+  // Gated RMSNorm backward.                                          do, dz [T * Hv_l, dv]
+  Tensor d_o = Tensor::empty(Shape{T, hv_l_, dv}, A, dev), dz = Tensor::empty(Shape{T * hv_l_, dv}, A, dev);
+  ops::gated_rmsnorm_bwd(d_o.view().reshape(Shape{T * hv_l_, dv}), dz, params_[kNorm].grad,
+                         dyn.view().reshape(Shape{T * hv_l_, dv}), saved_[kO].view().reshape(Shape{T * hv_l_, dv}),
+                         saved_[kZc], params_[kNorm].w(), saved_[kRn], s);
+
+  // Core backward.
+  Tensor dq = Tensor::empty(Shape{T, hk_l_, dk}, A, dev), dkk = Tensor::empty(Shape{T, hk_l_, dk}, A, dev);
+  Tensor dvv = Tensor::empty(Shape{T, hv_l_, dv}, A, dev);
+  Tensor dg = Tensor::empty(Shape{T, hv_l_}, DType::f32, dev), dbeta = Tensor::empty(Shape{T, hv_l_}, DType::f32, dev);
+  ops::gdn_chunk_bwd(dq, dkk, dvv, dg, dbeta, TensorView{}, d_o, TensorView{}, saved_[kQn], saved_[kKn], saved_[kV],
+                     saved_[kG], saved_[kBeta], TensorView{}, {}, meta, s);
+
+  // Gradient of the (post-cp2hp) projection output, section by section.  dhp [T, C_l]
+  Tensor dhp = Tensor::empty(Shape{T, C_l}, A, dev);
+  Tensor dA_log = Tensor::zeros(Shape{hv_l_}, DType::f32, dev, s), ddt = Tensor::zeros(Shape{hv_l_}, DType::f32, dev, s);
+  ops::gdn_gate_bwd(cols(dhp, off_a, hv_l_), cols(dhp, off_b, hv_l_), dA_log, ddt, dg, dbeta,
+                    cols(saved_[kHp], off_a, hv_l_), cols(saved_[kHp], off_b, hv_l_), head_slice(kALog),
+                    head_slice(kDtBias), s);
+  ops::axpy(head_slice_grad(kALog), 1.f, dA_log, s);
+  ops::axpy(head_slice_grad(kDtBias), 1.f, ddt, s);
+  ops::copy(cols(dhp, off_z, v_l), dz.view().reshape(Shape{T, v_l}), s);
+
+  // L2-norm backward into dc = d(conv output) [T, conv_l].
+  Tensor dc = Tensor::empty(Shape{T, conv_l}, A, dev);
+  Tensor dpre = Tensor::empty(Shape{T * hk_l_, dk}, A, dev);
+  const Tensor* grads[2] = {&dq, &dkk};
+  for (int i = 0; i < 2; ++i) {
+    ops::l2norm_bwd(dpre, grads[i]->view().reshape(Shape{T * hk_l_, dk}), saved_[kQc + i], saved_[kRq + i], s);
+    ops::copy(cols(dc, i * qk_l, qk_l), dpre.view().reshape(Shape{T, qk_l}), s);
+  }
+  ops::copy(cols(dc, 2 * qk_l, v_l), dvv.view().reshape(Shape{T, v_l}), s);
+
+  // Conv backward: d(qkv pre-conv) into dhp; dw for this CP rank's channels.
+  Tensor wc = conv_weight_slice();
+  Tensor dwc = Tensor::zeros(wc.shape(), DType::f32, dev, s);
+  ops::causal_conv1d_bwd(cols(dhp, 0, conv_l), dwc, TensorView{}, dc, cols(saved_[kHp], 0, conv_l), wc, TensorView{},
+                         true, meta, s);
+  add_conv_weight_grad(dwc);
+
+  // CP: back to zig-zag rows and all TP-local columns.                  dproj [T/cp, C_tp]
+  Tensor dproj;
+  if (cp_ > 1) {
+    dproj = Tensor::empty(Shape{T_cp, C_tp}, A, dev);
+    ops::cp2hp_bwd(dproj, dhp, heads_, psp.cp_map(), *ctx_.pg->cp, ctx_.cp_a2a, s);
+  } else {
+    dproj = dhp;
+  }
+
+  // Input projections: dW_i += dproj_i^T xg;  dxg = sum_i dproj_i W_i.
+  const int64_t widths[4] = {2 * qk_t + v_t, v_t, h_t, h_t};
+  Tensor dxg_t;
+  TensorView dxg = dx;
+  if (sp) {
+    dxg_t = Tensor::empty(Shape{T_cp, H}, A, dev);
+    dxg = dxg_t;
+  }
+  for (int i = 0, off = 0; i < 4; off += int(widths[i]), ++i) {
+    TensorView dpi = cols(dproj, off, widths[i]);
+    ops::gemm(params_[i].grad, dpi, saved_[kXg], {true, false, 1.f, 1.f}, s);
+    ops::gemm(dxg, dpi, params_[i].w(), {false, false, 1.f, i ? 1.f : 0.f}, s);
+  }
+  if (sp) ctx_.pg->tp->reduce_scatter(dx, dxg, dist::ReduceOp::sum, s);
+  else if (tp_ > 1) ctx_.pg->tp->all_reduce(dx, dist::ReduceOp::sum, s);
+  saved_.clear();
+}
+
+// Rows of the TP-local conv weight [conv_t, 1, W] used by this CP rank: its slice of each of
+// the q, k, v sections, as a contiguous [conv_l, W] f32 tensor.
+Tensor GatedDeltaNet::conv_weight_slice() const {
+  const model::Param& p = params_[kConv];
+  const int64_t W = cfg_.conv_kernel, conv_t = p.master.shape()[0];
+  TensorView w = p.master.view().reshape(Shape{conv_t, W});
+  const int64_t qk_t = cfg_.num_k_heads * cfg_.head_k_dim / tp_, qk_l = qk_t / cp_;
+  const int64_t v_t = cfg_.num_v_heads * cfg_.head_v_dim / tp_, v_l = v_t / cp_;
+  Tensor t = Tensor::empty(Shape{2 * qk_l + v_l, W}, DType::f32, ctx_.device);
+  const int64_t src[3] = {cp_rank_ * qk_l, qk_t + cp_rank_ * qk_l, 2 * qk_t + cp_rank_ * v_l};
+  const int64_t dst[3] = {0, qk_l, 2 * qk_l}, len[3] = {qk_l, qk_l, v_l};
+  for (int i = 0; i < 3; ++i)
+    ops::copy(t.view().slice(0, dst[i], dst[i] + len[i]), w.slice(0, src[i], src[i] + len[i]), ctx_.stream);
+  return t;
+}
+
+void GatedDeltaNet::add_conv_weight_grad(const TensorView& dwc) {
+  model::Param& p = params_[kConv];
+  const int64_t W = cfg_.conv_kernel, conv_t = p.grad.shape()[0];
+  TensorView g = p.grad.view().reshape(Shape{conv_t, W});
+  const int64_t qk_t = cfg_.num_k_heads * cfg_.head_k_dim / tp_, qk_l = qk_t / cp_;
+  const int64_t v_t = cfg_.num_v_heads * cfg_.head_v_dim / tp_, v_l = v_t / cp_;
+  const int64_t dst[3] = {cp_rank_ * qk_l, qk_t + cp_rank_ * qk_l, 2 * qk_t + cp_rank_ * v_l};
+  const int64_t src[3] = {0, qk_l, 2 * qk_l}, len[3] = {qk_l, qk_l, v_l};
+  for (int i = 0; i < 3; ++i)
+    ops::axpy(g.slice(0, dst[i], dst[i] + len[i]), 1.f, dwc.slice(0, src[i], src[i] + len[i]), ctx_.stream);
+}
+
+// This CP rank's heads of a per-head fp32 parameter (A_log, dt_bias), and of its gradient.
+TensorView GatedDeltaNet::head_slice(int which) const {
+  return params_[which].master.view().slice(0, cp_rank_ * hv_l_, (cp_rank_ + 1) * hv_l_);
+}
+TensorView GatedDeltaNet::head_slice_grad(int which) {
+  return params_[which].grad.view().slice(0, cp_rank_ * hv_l_, (cp_rank_ + 1) * hv_l_);
+}
+
+}  // namespace dt::layers
