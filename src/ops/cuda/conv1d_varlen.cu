@@ -14,7 +14,7 @@
 //   boundaries: VarlenMeta.seq_idx_dev [T] (a tap is valid iff seq_idx of both rows match).
 // Dtypes: x, y, dy, dx one of bf16 | f32 (one dtype per call); all math fp32 (__expf sigmoid);
 //   y and dx rounded once (RNE).
-// Mapping: a block owns 256 channels x 256 tokens (a "group"); its 128 threads own 2 channels
+// Mapping: a block owns 256 channels x ~250 tokens (a "group"); its 128 threads own 2 channels
 //   each and stream the group's rows in order with register windows (x window, pending dx
 //   sums), so every input row is read once per group (plus W'-1 halo rows). Rows arrive in
 //   16-row shared-memory tiles through cp.async (16-byte, coalesced), double-buffered so the
@@ -24,6 +24,8 @@
 //   block) into scratch [ngroups, D, W'+1] (caching allocator; released on return, which is safe
 //   under the allocator's one-compute-stream reuse rule), then a second pass sums the groups in
 //   a fixed order and adds into dw/dbias. The grid depends only on (T, D, W, dtype).
+#include <climits>
+
 #include "ops/cuda/gdn_elementwise_common.cuh"
 #include "ops/gdn_backends.h"
 
@@ -34,7 +36,10 @@ constexpr int kThreads = 128;
 constexpr int kCPT = 2;               // channels per thread
 constexpr int kCB = kThreads * kCPT;  // channels per block (256)
 constexpr int kTT = 16;               // rows per shared-memory tile
-constexpr int kGroupT = 256;          // tokens per block (one dw partial row per group)
+constexpr int kTilesPerGroup = 16;    // a block streams 16 tiles = 256 rows
+// Tokens per block ("group"; one dw partial row per group): the streamed rows (group plus W'-1
+// halo rows before it, and W'-1 after it in the backward) fill the 16 tiles exactly.
+constexpr int group_tokens(int wp, bool bwd) { return kTilesPerGroup * kTT - (wp - 1) * (bwd ? 2 : 1); }
 #ifndef DT_CONV_UNROLL
 #define DT_CONV_UNROLL 8
 #endif
@@ -118,7 +123,8 @@ __device__ __forceinline__ void store_pair(T* g_p, int64_t c, int64_t D, bool ve
 }
 
 // ============================================================================== kernels
-// grid.x = ngroups * ncb (ngroups = ceil(T / kGroupT), ncb = ceil(D / kCB)), channel block fastest;
+// grid.x = ngroups * ncb (ngroups = ceil(T / group_tokens(WP, BWD)), ncb = ceil(D / kCB)), channel
+// block fastest;
 // block = kThreads; dynamic shared memory = smem_bytes<T, BWD>().
 // Forward: streams rows [A - (WP-1), Bc) of its group [A, Bc) and writes y[A:Bc].
 // Backward: streams rows [A - (WP-1), Bc + WP - 1), writes dx[A:Bc] and the group's partials
@@ -136,8 +142,9 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
   const int64_t ncb = (p.D + kCB - 1) / kCB;
   const int64_t grp = int64_t(blockIdx.x) / ncb;
   const int64_t cb0 = (int64_t(blockIdx.x) - grp * ncb) * kCB;
-  const int64_t A = grp * kGroupT;
-  const int64_t Bc = min(A + int64_t(kGroupT), p.T);
+  constexpr int kGroup = group_tokens(WP, BWD);
+  const int64_t A = grp * kGroup;
+  const int64_t Bc = min(A + int64_t(kGroup), p.T);
   const int64_t u_begin = A - (WP - 1);
   const int64_t u_end = BWD ? Bc + (WP - 1) : Bc;
   const int ntiles = int((u_end - u_begin + kTT - 1) / kTT);
@@ -167,9 +174,11 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
         load_chunk<T>(s_dy(buf) + r * kCB + cc * V, g_dy, p.dys, u, c, row_ok && u >= A, p.D, p.vec & kVecDy);
     }
     if (threadIdx.x < kTT) {
+      // Invalid rows get sentinels that keep the column non-decreasing and match no sequence:
+      // -2 before the first token, INT_MAX after the stream (x = dy = 0 there anyway).
       const int64_t u = ut + threadIdx.x;
-      const bool ok = u >= 0 && u < p.T && u < u_end;  // invalid rows read 0: harmless (x = dy = 0 there)
-      ew::cp_async4_zfill(s_seq(buf) + threadIdx.x, p.seq_idx + (ok ? u : 0), ok);
+      if (u >= 0 && u < p.T && u < u_end) ew::cp_async4_zfill(s_seq(buf) + threadIdx.x, p.seq_idx + u, true);
+      else s_seq(buf)[threadIdx.x] = u < 0 ? -2 : INT_MAX;
     }
   };
 
@@ -241,14 +250,16 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
 #pragma unroll
         for (int jj = 0; jj < WP; ++jj) m[jj] = true;
       }
-      float r_wm[kCPT][WP], r_yp[kCPT];  // masked taps; y_pre
+      // Masking selects values (never multiplies by a 0/1 mask), so whatever another sequence
+      // holds cannot leak in, not even as 0 * inf.
+      float r_xm[kCPT][WP], r_yp[kCPT];  // masked window; y_pre
 #pragma unroll
       for (int ch = 0; ch < kCPT; ++ch) {
         float acc = r_b[ch];
 #pragma unroll
         for (int jj = 0; jj < WP; ++jj) {
-          r_wm[ch][jj] = m[jj] ? r_w[ch][jj] : 0.f;
-          acc = fmaf(r_wm[ch][jj], r_xw[ch][jj], acc);
+          r_xm[ch][jj] = m[jj] ? r_xw[ch][jj] : 0.f;
+          acc = fmaf(r_w[ch][jj], r_xm[ch][jj], acc);
         }
         r_yp[ch] = acc;
       }
@@ -271,10 +282,10 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
             dyp *= sg * fmaf(r_yp[ch], 1.f - sg, 1.f);
           }
 #pragma unroll
-          for (int jj = 0; jj < WP; ++jj) r_pend[ch][jj] = fmaf(r_wm[ch][jj], dyp, r_pend[ch][jj]);
+          for (int jj = 0; jj < WP; ++jj) r_pend[ch][jj] = fmaf(m[jj] ? r_w[ch][jj] : 0.f, dyp, r_pend[ch][jj]);
           if (own) {
 #pragma unroll
-            for (int jj = 0; jj < WP; ++jj) r_dw[ch][jj] = fmaf(dyp, m[jj] ? r_xw[ch][jj] : 0.f, r_dw[ch][jj]);
+            for (int jj = 0; jj < WP; ++jj) r_dw[ch][jj] = fmaf(dyp, r_xm[ch][jj], r_dw[ch][jj]);
             r_db[ch] += dyp;
           }
         }
@@ -295,9 +306,9 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
       g_row += p.outs;
     };
 
-    // Block-uniform: is the window plus the whole tile inside one sequence? (seq_idx is
-    // non-decreasing over valid rows; invalid rows read seq 0 and x = dy = 0, so a tile that
-    // mixes them with another sequence takes the masked path, and one that does not is exact.)
+    // Block-uniform: is the window plus the whole tile inside one sequence? The seq column
+    // (with its sentinels) is non-decreasing, so comparing the oldest window row with the
+    // tile's last row decides it.
     const int sq_last = s_sq[kTT - 1];
     if (r_sw[1] == sq_last && s_sq[0] == sq_last) {
 #pragma unroll kUnroll
@@ -312,6 +323,7 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
   }
 
   if constexpr (BWD) {
+    ew::pdl_trigger();  // the partials reduction may start launching (it waits for our writes)
 #pragma unroll
     for (int ch = 0; ch < kCPT; ++ch) {
       const int64_t c = c0 + ch;
@@ -391,6 +403,11 @@ ConvDims check_common(const TensorView& x, const TensorView& w, const TensorView
   return d;
 }
 
+int64_t num_groups(int64_t T, int W, bool bwd) {
+  const int g = group_tokens(W > 4 ? 8 : 4, bwd);
+  return (T + g - 1) / g;
+}
+
 template <typename T, int WP, bool BWD>
 void launch_conv(const ConvParams& p, int64_t ngroups, cudaStream_t st) {
   constexpr int smem = smem_bytes<T, BWD>();
@@ -431,7 +448,7 @@ void causal_conv1d_fwd(const TensorView& y, const TensorView& x, const TensorVie
   p.seq_idx = m.seq_idx_dev;
   p.T = d.T, p.D = d.D, p.W = d.W, p.silu = silu ? 1 : 0;
   p.vec = (xa.vec16 ? kVecX : 0) | (ya.vec_pair ? kVecOut : 0);
-  const int64_t ngroups = (d.T + kGroupT - 1) / kGroupT;
+  const int64_t ngroups = num_groups(d.T, d.W, false);
   ew::NvtxRange range(op);
   dispatch_conv<false>(x.dtype, p, ngroups, static_cast<cudaStream_t>(s.handle));
 }
@@ -454,7 +471,7 @@ void causal_conv1d_bwd(const TensorView& dx, const TensorView& dw, const TensorV
              "{}: dbias must be an empty view or a contiguous f32 [{}] view, got {}", op, d.D, dbias.str());
   if (d.T == 0 || d.D == 0) return;
   const int WP = d.W > 4 ? 8 : 4;
-  const int64_t ngroups = (d.T + kGroupT - 1) / kGroupT;
+  const int64_t ngroups = num_groups(d.T, d.W, true);
   const cudaStream_t st = static_cast<cudaStream_t>(s.handle);
   ew::NvtxRange range(op);
   // Scratch: fp32 partials of every group (stream-ordered reuse; see the file header).

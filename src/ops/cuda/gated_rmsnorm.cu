@@ -180,6 +180,7 @@ __global__ __launch_bounds__(kThreads) void gated_rmsnorm_bwd_kernel(
     }
   }
 
+  ew::pdl_trigger();  // the partials reduction may start launching (it waits for our writes)
   // Block partial of dw: lane partials -> shared [group, d] -> fixed-order sum over groups.
 #pragma unroll
   for (int s = 0; s < NS; ++s) {

@@ -220,6 +220,22 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
+// ---- programmatic dependent launch (sm_90) -------------------------------------------------------
+// The column reduction below is launched as a dependent of the kernel that wrote the partials:
+// its launch overlaps that kernel's tail, and griddepcontrol.wait holds it until the partials
+// are complete and visible. The producer may trigger early (after its main loop). Both are
+// no-ops when the launch carries no dependency.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // ---- deterministic column reduction of per-block partials --------------------------------------
 // out(c, sum_{b < nparts} part[b * ncols + c]) for every column c, summed in a fixed order:
 // 32 threads of a column take the strided partial sums over b (b = ty, ty + 32, ...), then one
@@ -230,6 +246,7 @@ template <class Out>
 __global__ __launch_bounds__(kColsumX* kColsumY) void colsum_kernel(Out out, const float* __restrict__ g_part,
                                                                     int64_t nparts, int64_t ncols) {
   __shared__ float s_sum[kColsumY][kColsumX + 1];
+  pdl_wait();  // the partials come from the previous kernel in the stream
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t c = int64_t(blockIdx.x) * kColsumX + tx;
   float r_acc = 0.f;
@@ -256,8 +273,17 @@ __global__ __launch_bounds__(kColsumX* kColsumY) void colsum_kernel(Out out, con
 template <class Out>
 inline void colsum_apply(Out out, const float* part, int64_t nparts, int64_t ncols, cudaStream_t st) {
   if (ncols == 0) return;
-  const dim3 grid(unsigned((ncols + kColsumX - 1) / kColsumX));
-  colsum_kernel<Out><<<grid, dim3(kColsumX, kColsumY), 0, st>>>(out, part, nparts, ncols);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned((ncols + kColsumX - 1) / kColsumX));
+  cfg.blockDim = dim3(kColsumX, kColsumY);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  DT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, colsum_kernel<Out>, out, part, nparts, ncols));
   DT_CUDA_LAUNCH_CHECK();
 }
 

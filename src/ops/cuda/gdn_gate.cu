@@ -26,7 +26,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kFwdRows = 4;         // token rows per lane group in flight (forward)
-constexpr int kBwdRows = 2;         // (backward)
+constexpr int kBwdRows = 1;         // (backward: four inputs)
 constexpr int kMaxBwdBlocks = 512;  // backward grid cap (= number of partial rows)
 
 enum : unsigned { kVecA = 1, kVecB = 2, kVecG = 4, kVecBeta = 8, kVecDa = 16, kVecDb = 32, kVecDg = 64, kVecDbeta = 128,
@@ -154,6 +154,7 @@ __global__ __launch_bounds__(kThreads) void gdn_gate_bwd_kernel(
         s_red[group * 2 * H + H + h0 + k] = r_sdt[k];
       }
   }
+  ew::pdl_trigger();  // the partials reduction may start launching (it waits for our writes)
   __syncthreads();
   for (int c = threadIdx.x; c < 2 * H; c += kThreads) {
     float r_sum = 0.f;
