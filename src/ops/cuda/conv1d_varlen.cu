@@ -23,7 +23,10 @@
 // Determinism: no atomics. Each block writes its fp32 dw/dbias partials for its (group, channel
 //   block) into scratch [ngroups, D, W'+1] (caching allocator; released on return, which is safe
 //   under the allocator's one-compute-stream reuse rule), then a second pass sums the groups in
-//   a fixed order and adds into dw/dbias. The grid depends only on (T, D, W, dtype).
+//   a fixed order and adds into dw/dbias (a programmatic dependent launch, overlapping the main
+//   kernel's tail). The grid depends only on (T, D, W, dtype). Tiles that touch a sequence
+//   boundary take a masked path (a select per tap); the others skip the selects. Both run the
+//   same fma chains, so the path taken never changes the bits.
 #include <climits>
 
 #include "ops/cuda/gdn_elementwise_common.cuh"

@@ -9,13 +9,16 @@
 // Layouts: o, z, y, dy, do, dz: [rows, dv] or [A, B, dv] (e.g. [T, Hv, dv]); any strides on the
 //   leading dims, unit inner stride; w, dw: [dv] f32 contiguous; rstd: [rows] f32 contiguous
 //   (saved by the forward). dv <= 256.
-// Dtypes: o, z, y, dy, do, dz one of bf16 | f32 (one dtype per call); math fp32.
+// Dtypes: o, z, y, dy, do, dz one of bf16 | f32 (one dtype per call); math fp32; sigmoid via
+//   __expf and __fdividef (natural exp); rstd via rsqrtf.
 // Mapping: as l2norm.cu, a group of tpr lanes per row, 16-byte slots, two rows in flight per lane.
 // Determinism: dw is reduced without atomics. The backward grid is fixed by the shape (at most
 //   1024 blocks, each a fixed strided set of row tiles); each block reduces its lanes' fp32
 //   partials in shared memory in index order into a scratch row [blocks, dv] (caching allocator,
 //   released on return: stream-ordered reuse on the compute stream), then colsum_add sums the
-//   rows in a fixed order and adds to dw. The bits depend only on (rows, dv, dtype).
+//   rows in a fixed order and adds to dw (launched as a programmatic dependent of the main
+//   kernel, so its launch overlaps the main kernel's tail). The bits depend only on (rows, dv,
+//   dtype).
 #include "ops/cuda/gdn_elementwise_common.cuh"
 #include "ops/gdn_backends.h"
 

@@ -16,7 +16,8 @@
 //   bf16, 4 in f32; the f32 tensors are then read and written as 2 or 1 16-byte vectors).
 // Determinism: dA_log and ddt_bias are reduced without atomics: a shape-fixed grid of at most
 //   kMaxBwdBlocks blocks writes one fp32 partial row [2*Hv] per block (lane partials summed in
-//   shared memory in index order), then colsum_add adds the rows in a fixed order. Scratch from
+//   shared memory in index order), then colsum_add adds the rows in a fixed order (a programmatic
+//   dependent launch, overlapping the main kernel's tail). Scratch from
 //   the caching allocator, released on return (stream-ordered reuse on the compute stream).
 #include "ops/cuda/gdn_elementwise_common.cuh"
 #include "ops/gdn_backends.h"
