@@ -1,0 +1,103 @@
+// Benchmark of the whole GatedDeltaNet layer (GEMMs, conv, norms, gates, chunked delta rule,
+// and the TP/SP/CP communication), bf16, at H = 2048, Hk = 16, Hv = 32, dk = dv = 128, W = 4,
+// T = 32768 tokens per GPU... (global T = 32768 * cp for CP runs: the per-GPU count held
+// fixed), packed from lengths drawn in [256, 8192].
+//   1 GPU:           gdn_layer
+//   2 GPUs, TP = 2:  mpirun -np 2 gdn_layer --tp 2 [--sp]
+//   2 GPUs, CP = 2:  mpirun -np 2 gdn_layer --cp 2
+// Prints median fwd and fwd+bwd ms (CUDA events, 3 warm-ups, 20 reps), tokens/s per GPU,
+// and for cp > 1 the time of the cp2hp + hp2cp data movement (fwd and bwd, same shapes)
+// as a share of fwd+bwd. Reference on one H200 (issue 4): a Megatron-style layer of PyTorch
+// GEMMs + FLA kernels takes 6.9 ms fwd and 22.4 ms fwd+bwd; target fwd+bwd <= 15 ms.
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "bench_util.h"
+#include "deltatron/data/packed_seq.h"
+#include "deltatron/dist/comm.h"
+#include "deltatron/layers/gdn.h"
+#include "deltatron/ops/basic.h"
+#include "deltatron/ops/cp_a2a.h"
+
+using namespace dt;
+
+int main(int argc, char** argv) {
+  dist::init(&argc, &argv);
+  int tp = 1, cp = 1;
+  bool sp = false;
+  int64_t tokens_per_gpu = 32768;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--tp") && i + 1 < argc) tp = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--cp") && i + 1 < argc) cp = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--sp")) sp = true;
+    else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_per_gpu = std::atoll(argv[++i]);
+  }
+  dist::ParallelDims dims{tp, cp, -1};
+  if (std::string e = dims.resolve(dist::world_size()); !e.empty()) user_error(e);
+  Device dev = Device::cuda(dist::select_cuda_device());
+  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::nccl);
+  cudaStream_t st;
+  DT_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  Stream s{st};
+
+  layers::GdnConfig cfg;
+  cfg.hidden = 2048;
+  cfg.num_k_heads = 16;
+  cfg.num_v_heads = 32;
+  layers::RunCtx ctx;
+  ctx.pg = &pg;
+  ctx.sp = sp;
+  ctx.device = dev;
+  ctx.act_dtype = DType::bf16;
+  ctx.stream = s;
+  ctx.seed = 1234;
+  layers::GatedDeltaNet layer(cfg, "model.layers.0", ctx);
+
+  // Packed lengths in [256, 8192], each a multiple of 2*cp; T_global = tokens_per_gpu * cp * (tp if SP).
+  const int spn = sp ? tp : 1;
+  const int64_t T = tokens_per_gpu * cp;
+  std::mt19937_64 gen(42);
+  std::uniform_int_distribution<int64_t> len(256, 8192);
+  std::vector<int64_t> cu{0};
+  while (cu.back() < T) {
+    int64_t l = std::min<int64_t>(len(gen) / (2 * cp) * (2 * cp), T - cu.back());
+    cu.push_back(cu.back() + l);
+  }
+  const int64_t T_local = T / (int64_t(cp) * spn);
+  data::PackedSeqParams psp = data::PackedSeqParams::build({cu, cu, 1, T_local, spn, cp, pg.coord.cp}, dev, s, true);
+
+  const int64_t H = cfg.hidden;
+  Tensor x = Tensor::empty(Shape{T_local, H}, DType::bf16, dev), dy = Tensor::empty(Shape{T_local, H}, DType::bf16, dev);
+  Tensor y = Tensor::empty(Shape{T_local, H}, DType::bf16, dev), dx = Tensor::empty(Shape{T_local, H}, DType::bf16, dev);
+  ops::rng_normal(x, 1, 1, 0.f, 1.f, ops::RngSlice::whole(x), s);
+  ops::rng_normal(dy, 1, 2, 0.f, 1.f, ops::RngSlice::whole(dy), s);
+
+  float fwd = bench::median_ms([&] { layer.forward(y, x, psp); }, st);
+  float fb = bench::median_ms([&] { layer.forward(y, x, psp); layer.backward(dx, dy, psp); }, st);
+
+  float a2a = 0.f;
+  if (cp > 1) {  // the same data movement alone: cp2hp + hp2cp forward and backward
+    const int64_t qk_t = 16 * 128 / tp, v_t = 32 * 128 / tp, h_t = 32 / tp, C = 2 * qk_t + 2 * v_t + 2 * h_t;
+    ops::CpHeadLayout heads({qk_t, qk_t, v_t, v_t, h_t, h_t}, cp, dev, s);
+    Tensor in = Tensor::zeros(Shape{T / cp, C}, DType::bf16, dev, s), hp = Tensor::empty(Shape{T, C / cp}, DType::bf16, dev);
+    Tensor o = Tensor::zeros(Shape{T, v_t / cp}, DType::bf16, dev, s), out = Tensor::empty(Shape{T / cp, v_t}, DType::bf16, dev);
+    a2a = bench::median_ms([&] {
+      ops::cp2hp_fwd(hp, in, heads, psp.cp_map(), *pg.cp, ops::CpA2aImpl::fused, s);
+      ops::hp2cp_fwd(out, o, psp.cp_map(), *pg.cp, ops::CpA2aImpl::fused, s);
+      ops::hp2cp_bwd(o, out, psp.cp_map(), *pg.cp, ops::CpA2aImpl::fused, s);
+      ops::cp2hp_bwd(in, hp, heads, psp.cp_map(), *pg.cp, ops::CpA2aImpl::fused, s);
+    }, st);
+  }
+  if (dist::world_rank() == 0) {
+    std::printf("gdn_layer tp %d sp %d cp %d: %lld tokens/GPU (global T %lld, %zu seqs), bf16\n", tp, int(sp), cp,
+                static_cast<long long>(T / (int64_t(cp) * tp)), static_cast<long long>(T), cu.size() - 1);
+    std::printf("  fwd %.2f ms | fwd+bwd %.2f ms | %.0f tokens/s per GPU (fwd+bwd)", fwd, fb,
+                double(T) / (cp * tp) / (fb * 1e-3));
+    if (cp > 1) std::printf(" | all-to-all (cp2hp+hp2cp, fwd+bwd) %.2f ms = %.0f%%", a2a, 100.0 * a2a / fb);
+    std::printf("\n  reference (1 H200, Megatron-style PyTorch + FLA): fwd 6.9 ms, fwd+bwd 22.4 ms; target fwd+bwd <= 15 ms\n");
+  }
+  dist::finalize();
+  return 0;
+}

@@ -1,0 +1,207 @@
+// Shared by the GDN layer tests (CPU under mpirun; CUDA with NCCL on 1-2 GPUs): one layout
+// checked against the serial CPU fp32 reference. The reference is the same layer at
+// tp = cp = 1 on the UNPADDED batch, run on every rank; the parallel run gets the padded
+// batch (pads random, dy zero there), zig-zag split over CP and SP-split over TP. Compared:
+// outputs at real rows, dX everywhere (exactly 0 at pads on the CPU), every weight gradient
+// after the ParamSpec reductions, sliced to the rank's shard; and, when cp > 1, the fused
+// and per-sequence all-to-alls bitwise.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "deltatron/data/packed_seq.h"
+#include "deltatron/layers/gdn.h"
+#include "deltatron/model/grad_reduce.h"
+#include "deltatron/ops/basic.h"
+#include "test_util.h"
+
+namespace dt::testing {
+
+struct GdnLayout {
+  int tp, cp;
+  bool sp;
+};
+
+inline layers::GdnConfig gdn_small_config() {
+  layers::GdnConfig c;
+  c.hidden = 24;
+  c.num_k_heads = 4;
+  c.num_v_heads = 8;
+  c.head_k_dim = 16;
+  c.head_v_dim = 16;
+  c.conv_kernel = 4;
+  c.norm_eps = 1e-6f;
+  c.init_std = 0.2f;  // large enough that every path matters
+  return c;
+}
+
+// Real lengths mixing 1, 2, odd, and a few longer than a chunk (64).
+inline const std::vector<int64_t> kGdnRealLens = {5, 1, 13, 8, 70, 3, 129, 2};
+
+inline std::vector<int64_t> cumsum(const std::vector<int64_t>& lens) {
+  std::vector<int64_t> cu(1, 0);
+  for (int64_t l : lens) cu.push_back(cu.back() + l);
+  return cu;
+}
+
+// Rows [r0, r0 + n) of a host [T, H] tensor as a new host tensor.
+inline Tensor rows_of(const TensorView& t, int64_t r0, int64_t n) {
+  Tensor o = Tensor::empty(Shape{n, t.shape[1]}, t.dtype);
+  ops::copy(o, t.slice(0, r0, r0 + n));
+  return o;
+}
+
+// Host f32 tensor -> device tensor of dtype `dt` (or the host tensor itself for CPU f32).
+inline Tensor upload(const TensorView& h, Device dev, DType dt) {
+  Tensor c = Tensor::empty(h.shape, dt);
+  ops::copy(c, h);
+  return dev.is_cpu() ? c : ops::to_device(c, dev);
+}
+inline Tensor download_f32(const TensorView& d) {
+  Tensor h = ops::to_host(d);
+  Tensor f = Tensor::empty(d.shape, DType::f32);
+  ops::copy(f, h);
+  return f;
+}
+
+struct GdnRun {
+  Tensor y, dx;              // host f32
+  std::vector<Tensor> grads; // host f32, reduced
+};
+
+inline GdnRun run_gdn(layers::GatedDeltaNet& layer, const TensorView& x, const TensorView& dy,
+                      const data::PackedSeqParams& psp, const dist::ProcessGroups* reduce_over = nullptr) {
+  Tensor y = Tensor::empty(x.shape, x.dtype, x.device), dx = Tensor::empty(x.shape, x.dtype, x.device);
+  poison(y);
+  poison(dx);
+  layer.forward(y, x, psp);
+  layer.backward(dx, dy, psp);
+  std::vector<model::Param*> ps;
+  for (model::Param& p : layer.params()) ps.push_back(&p);
+  if (reduce_over) model::reduce_grads(ps, *reduce_over);
+  GdnRun r{download_f32(y), download_f32(dx), {}};
+  for (model::Param& p : layer.params()) r.grads.push_back(download_f32(p.grad));
+  return r;
+}
+
+// The serial fp32 CPU reference on the unpadded batch, identical on every rank.
+struct GdnReference {
+  Tensor x, dy;  // [T_real, H] host f32
+  std::vector<int64_t> cu;
+  GdnRun out;
+  std::vector<model::ParamSpec> specs;
+};
+
+inline GdnReference gdn_reference(const layers::GdnConfig& cfg, uint64_t seed) {
+  GdnReference R;
+  const int64_t T = std::accumulate(kGdnRealLens.begin(), kGdnRealLens.end(), int64_t(0)), H = cfg.hidden;
+  R.x = Tensor::empty(Shape{T, H}, DType::f32);
+  R.dy = Tensor::empty(Shape{T, H}, DType::f32);
+  ops::rng_normal(R.x, seed, 101, 0.f, 1.f, ops::RngSlice::whole(R.x));
+  ops::rng_normal(R.dy, seed, 102, 0.f, 1.f, ops::RngSlice::whole(R.dy));
+  R.cu = cumsum(kGdnRealLens);
+  const int world = dist::world_size();
+  dist::ParallelDims dims{1, 1, world};
+  EXPECT_EQ(dims.resolve(world), "");
+  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::mpi);
+  layers::RunCtx ctx;
+  ctx.pg = &pg;
+  ctx.seed = seed;
+  layers::GatedDeltaNet layer(cfg, "model.layers.0", ctx);
+  data::PackedSeqParams psp = data::PackedSeqParams::build({R.cu, R.cu, 1, T, 1, 1, 0}, Device::cpu(), {}, true);
+  R.out = run_gdn(layer, R.x, R.dy, psp);
+  for (model::Param& p : layer.params()) R.specs.push_back(p.spec);
+  return R;
+}
+
+// Runs one layout and compares with the reference; tol applies to y, dx and the gradients.
+inline void check_gdn_layout(const GdnLayout& L, const layers::GdnConfig& cfg, const GdnReference& R, uint64_t seed,
+                             dist::Backend backend, Device dev, DType act, double tol) {
+  SCOPED_TRACE(fmt::format("tp {} sp {} cp {} {} {}", L.tp, L.sp, L.cp, dev.str(), dtype_name(act)));
+  const int world = dist::world_size();
+  const int64_t H = cfg.hidden;
+  dist::ParallelDims dims{L.tp, L.cp, -1};
+  ASSERT_EQ(dims.resolve(world), "");
+  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, backend);
+  const int sp = L.sp ? L.tp : 1, cp = L.cp;
+
+  // Alignment padding: every sequence to a multiple of 2*cp (2*cp more on every third, so
+  // real < padded even where it divides) and an explicit trailing segment of actual length
+  // 0 that makes T a multiple of 2*cp*sp.
+  std::vector<int64_t> plens, alens = kGdnRealLens;
+  for (size_t i = 0; i < kGdnRealLens.size(); ++i) {
+    int64_t D = 2 * cp, p = (kGdnRealLens[i] + D - 1) / D * D;
+    plens.push_back(i % 3 == 0 ? p + D : p);
+  }
+  int64_t T = std::accumulate(plens.begin(), plens.end(), int64_t(0)), M = 2 * int64_t(cp) * sp;
+  if (T % M) {
+    plens.push_back(M - T % M);
+    alens.push_back(0);
+    T += plens.back();
+  }
+  std::vector<int64_t> cu_pad = cumsum(plens), cu_act = cumsum(alens);
+  const int64_t T_local = T / (int64_t(cp) * sp);
+  data::PackedSeqParams psp =
+      data::PackedSeqParams::build({cu_act, cu_pad, 1, T_local, sp, cp, pg.coord.cp}, dev, {}, true);
+
+  Tensor xg = Tensor::empty(Shape{T, H}, DType::f32), dyg = Tensor::zeros(Shape{T, H}, DType::f32);
+  ops::rng_normal(xg, seed, 103, 0.f, 3.f, ops::RngSlice::whole(xg));
+  Tensor ref_y = Tensor::zeros(Shape{T, H}, DType::f32), ref_dx = Tensor::zeros(Shape{T, H}, DType::f32);
+  for (size_t i = 0; i < kGdnRealLens.size(); ++i) {
+    int64_t src = R.cu[i], dst = cu_pad[i], n = kGdnRealLens[i];
+    ops::copy(xg.view().slice(0, dst, dst + n), R.x.view().slice(0, src, src + n));
+    ops::copy(dyg.view().slice(0, dst, dst + n), R.dy.view().slice(0, src, src + n));
+    ops::copy(ref_y.view().slice(0, dst, dst + n), R.out.y.view().slice(0, src, src + n));
+    ops::copy(ref_dx.view().slice(0, dst, dst + n), R.out.dx.view().slice(0, src, src + n));
+  }
+  std::span<const int32_t> cu32(psp.cu_seqlens_padded());
+  auto [r0, r1] = psp.sp_rows(L.sp ? pg.coord.tp : 0);
+  auto local = [&](const TensorView& g) { return rows_of(data::zigzag_slice_rows(g, cu32, cp, pg.coord.cp), r0, r1 - r0); };
+  Tensor x_loc = upload(local(xg), dev, act), dy_loc = upload(local(dyg), dev, act);
+  Tensor y_want = local(ref_y), dx_want = local(ref_dx);
+  std::vector<int32_t> mask(psp.loss_mask_local().begin() + r0, psp.loss_mask_local().begin() + r1);
+
+  layers::RunCtx ctx;
+  ctx.pg = &pg;
+  ctx.sp = L.sp;
+  ctx.seed = seed;
+  ctx.device = dev;
+  ctx.act_dtype = act;
+  std::vector<GdnRun> outs;
+  for (ops::CpA2aImpl impl : {ops::CpA2aImpl::fused, ops::CpA2aImpl::per_sequence}) {
+    ctx.cp_a2a = impl;
+    layers::GatedDeltaNet layer(cfg, "model.layers.0", ctx);
+    outs.push_back(run_gdn(layer, x_loc, dy_loc, psp, &pg));
+    if (cp == 1) break;  // no all-to-all to compare
+  }
+  const GdnRun& o = outs[0];
+  std::vector<double> got_y, want_y;
+  for (int64_t i = 0; i < int64_t(mask.size()); ++i)
+    if (mask[size_t(i)])
+      for (int64_t h = 0; h < H; ++h) {
+        got_y.push_back(o.y.ptr<float>()[i * H + h]);
+        want_y.push_back(y_want.ptr<float>()[i * H + h]);
+      }
+  EXPECT_TRUE(close_rel(got_y, want_y, tol)) << "y at real rows";
+  EXPECT_TRUE(close_rel(o.dx, dx_want, tol)) << "dx";
+  if (dev.is_cpu())
+    for (int64_t i = 0; i < int64_t(mask.size()); ++i)
+      if (!mask[size_t(i)])
+        for (int64_t h = 0; h < H; ++h) ASSERT_EQ(o.dx.ptr<float>()[i * H + h], 0.f) << "pad row " << i;
+  for (size_t k = 0; k < R.specs.size(); ++k) {
+    Tensor want = Tensor::empty(model::local_shape(R.specs[k], L.tp), DType::f32);
+    model::shard_from_global(want, R.out.grads[k], R.specs[k], L.tp, pg.coord.tp);
+    EXPECT_TRUE(close_rel(o.grads[k], want, tol)) << R.specs[k].name;
+  }
+  if (outs.size() == 2) {
+    EXPECT_EQ(std::memcmp(outs[0].y.data(), outs[1].y.data(), outs[0].y.nbytes()), 0) << "y fused vs per_sequence";
+    EXPECT_EQ(std::memcmp(outs[0].dx.data(), outs[1].dx.data(), outs[0].dx.nbytes()), 0) << "dx fused vs per_sequence";
+    for (size_t k = 0; k < outs[0].grads.size(); ++k)
+      EXPECT_EQ(std::memcmp(outs[0].grads[k].data(), outs[1].grads[k].data(), outs[0].grads[k].nbytes()), 0)
+          << R.specs[k].name << " fused vs per_sequence";
+  }
+}
+
+}  // namespace dt::testing
