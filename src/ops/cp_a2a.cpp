@@ -10,6 +10,7 @@
 #include "deltatron/ops/cp_a2a.h"
 
 #include <climits>
+#include <numeric>
 #include <cstdint>
 #include <utility>
 
@@ -38,11 +39,11 @@ bool on_cuda(const TensorView& v, const char* op) {
 void gather_rows(const TensorView& dst, const TensorView& src, const TensorView& idx, Stream s) {
   DT_ROUTE(cp_gather_rows, dst, dst, src, idx, s);
 }
-void pack_blocks(const TensorView& send, const TensorView& src, const TensorView& col, Stream s) {
-  DT_ROUTE(cp_pack_blocks, send, send, src, col, s);
+void pack_blocks(const TensorView& send, const TensorView& src, const TensorView& col, int64_t g, Stream s) {
+  DT_ROUTE(cp_pack_blocks, send, send, src, col, g, s);
 }
-void unpack_blocks(const TensorView& dst, const TensorView& recv, const TensorView& inv, Stream s) {
-  DT_ROUTE(cp_unpack_blocks, dst, dst, recv, inv, s);
+void unpack_blocks(const TensorView& dst, const TensorView& recv, const TensorView& inv, int64_t g, Stream s) {
+  DT_ROUTE(cp_unpack_blocks, dst, dst, recv, inv, g, s);
 }
 
 // A [rows, cols] view with a unit inner stride (rows may be strided).
@@ -112,9 +113,11 @@ Dims check_args(const TensorView& local, const TensorView& natural, int64_t widt
 // The sub-view of rows [r0, r0 + n) of a 2-D view.
 TensorView rows_of(const TensorView& v, int64_t r0, int64_t n) { return v.slice(0, r0, r0 + n); }
 
-// Natural [T, B] <- local [R, C] (column map `col`, or empty for the identity).
-void to_hp(const TensorView& natural, const TensorView& local, const TensorView& col, const TensorView& cp_idx,
-           const CpTokenMap& map, const Dims& d, dist::Communicator& comm, CpA2aImpl impl, Stream s) {
+// Natural [T, B] <- local [R, C] (column map `col` in runs of g columns, or TensorView{}
+// for the identity).
+void to_hp(const TensorView& natural, const TensorView& local, const TensorView& col, int64_t g,
+           const TensorView& cp_idx, const CpTokenMap& map, const Dims& d, dist::Communicator& comm,
+           CpA2aImpl impl, Stream s) {
   if (d.cp == 1) {  // one block, identity token map: a row copy (the permutation is the identity too)
     gather_rows(natural, local, TensorView{}, s);
     return;
@@ -123,7 +126,7 @@ void to_hp(const TensorView& natural, const TensorView& local, const TensorView&
   if (impl == CpA2aImpl::fused) {
     Tensor send = Tensor::empty(Shape{d.cp, d.R, d.B}, local.dtype, dev);  // [cp][T/cp][B]
     Tensor recv = Tensor::empty(Shape{d.cp, d.R, d.B}, local.dtype, dev);  // rank-major [T, B]
-    pack_blocks(send, local, col, s);
+    pack_blocks(send, local, col, g, s);
     comm.all_to_all(recv, send, s);
     gather_rows(natural, recv.view().reshape(Shape{d.T, d.B}), cp_idx, s);
     return;
@@ -141,7 +144,7 @@ void to_hp(const TensorView& natural, const TensorView& local, const TensorView&
     const Shape blocks{d.cp, ri, d.B};
     TensorView send_i = send.view().slice(0, c * d.B, (c + p) * d.B).reshape(blocks);  // [cp, p/cp, B]
     TensorView recv_i = recv.view().slice(0, c * d.B, (c + p) * d.B).reshape(blocks);
-    pack_blocks(send_i, rows_of(local, c / d.cp, ri), col, s);
+    pack_blocks(send_i, rows_of(local, c / d.cp, ri), col, g, s);
     comm.all_to_all(recv_i, send_i, s);
     for (int64_t j = 0; j < d.cp; ++j) {
       TensorView from_j = recv_i.select(0, j);  // [p/cp, B]: natural pieces j, 2cp-1-j
@@ -151,9 +154,11 @@ void to_hp(const TensorView& natural, const TensorView& local, const TensorView&
   }
 }
 
-// Local [R, C] <- natural [T, B] (inverse column map `inv`, or empty for the identity).
-void to_cp(const TensorView& local, const TensorView& natural, const TensorView& inv, const TensorView& cp_inv,
-           const CpTokenMap& map, const Dims& d, dist::Communicator& comm, CpA2aImpl impl, Stream s) {
+// Local [R, C] <- natural [T, B] (inverse column map `inv` in runs of g columns, or
+// TensorView{} for the identity).
+void to_cp(const TensorView& local, const TensorView& natural, const TensorView& inv, int64_t g,
+           const TensorView& cp_inv, const CpTokenMap& map, const Dims& d, dist::Communicator& comm,
+           CpA2aImpl impl, Stream s) {
   if (d.cp == 1) {
     gather_rows(local, natural, TensorView{}, s);
     return;
@@ -164,7 +169,7 @@ void to_cp(const TensorView& local, const TensorView& natural, const TensorView&
     Tensor recv = Tensor::empty(Shape{d.cp, d.R, d.B}, local.dtype, dev);  // [cp][T/cp][B] by source rank
     gather_rows(send.view().reshape(Shape{d.T, d.B}), natural, cp_inv, s);
     comm.all_to_all(recv, send, s);
-    unpack_blocks(local, recv, inv, s);
+    unpack_blocks(local, recv, inv, g, s);
     return;
   }
   Tensor send = Tensor::empty(Shape{d.T * d.B}, local.dtype, dev);
@@ -184,7 +189,7 @@ void to_cp(const TensorView& local, const TensorView& natural, const TensorView&
       copy(rows_of(to_j, h, h), rows_of(natural, c + (2 * d.cp - 1 - j) * h, h), s);
     }
     comm.all_to_all(recv_i, send_i, s);
-    unpack_blocks(rows_of(local, c / d.cp, ri), recv_i, inv, s);
+    unpack_blocks(rows_of(local, c / d.cp, ri), recv_i, inv, g, s);
   }
 }
 
@@ -227,17 +232,36 @@ CpHeadLayout::CpHeadLayout(std::vector<int64_t> sections, int cp, Device device,
   width_ = int64_t(perm_.size());
   inv_.assign(perm_.size(), 0);
   for (size_t m = 0; m < perm_.size(); ++m) inv_[size_t(perm_[m])] = int32_t(m);
-  perm_view_ = TensorView(perm_.data(), DType::i32, Device::cpu(), Shape{width_});
-  inv_view_ = TensorView(inv_.data(), DType::i32, Device::cpu(), Shape{width_});
-  if (device.is_cpu()) return;
-  Tensor host = Tensor::empty(Shape{2, width_}, DType::i32);  // one upload for both maps
-  std::copy(perm_.begin(), perm_.end(), host.ptr<int32_t>());
-  std::copy(inv_.begin(), inv_.end(), host.ptr<int32_t>() + width_);
-  dev_ = Tensor::empty(Shape{2, width_}, DType::i32, device);
-  copy(dev_, host, s);
-  host_staging_ = host;  // the upload may still read it (asynchronous from pinned memory)
-  perm_view_ = dev_.view().select(0, 0);
-  inv_view_ = dev_.view().select(0, 1);
+  // Runs of g columns move together: g divides every per-rank section width (hence every
+  // section offset and the block width C/cp).
+  group_ = 0;
+  for (int64_t S : sections_) group_ = std::gcd(group_, S / cp);
+  if (group_ == 0) group_ = 1;
+  const int64_t C = width_, Cg = width_ / group_;
+  maps_.resize(size_t(2 * C + 2 * Cg));
+  std::copy(perm_.begin(), perm_.end(), maps_.begin());
+  std::copy(inv_.begin(), inv_.end(), maps_.begin() + C);
+  for (int64_t u = 0; u < Cg; ++u) {
+    maps_[size_t(2 * C + u)] = perm_[size_t(u * group_)] / int32_t(group_);
+    maps_[size_t(2 * C + Cg + u)] = inv_[size_t(u * group_)] / int32_t(group_);
+  }
+  const int32_t* base = maps_.data();
+  if (device.is_cuda()) {  // one upload of the four maps
+    Tensor host = Tensor::empty(Shape{int64_t(maps_.size())}, DType::i32);
+    std::copy(maps_.begin(), maps_.end(), host.ptr<int32_t>());
+    dev_ = Tensor::empty(host.shape(), DType::i32, device);
+    copy(dev_, host, s);
+    host_staging_ = host;  // the upload may still read it
+    base = dev_.ptr<int32_t>();
+  }
+  const Device where = device.is_cuda() ? device : Device::cpu();
+  auto view = [&](int64_t off, int64_t n) {
+    return TensorView(const_cast<int32_t*>(base) + off, DType::i32, where, Shape{n});
+  };
+  perm_view_ = view(0, C);
+  inv_view_ = view(C, C);
+  perm_g_view_ = view(2 * C, Cg);
+  inv_g_view_ = view(2 * C + Cg, Cg);
 }
 
 void cp2hp_fwd(const TensorView& y, const TensorView& x, const CpHeadLayout& heads, const CpTokenMap& map,
@@ -245,9 +269,9 @@ void cp2hp_fwd(const TensorView& y, const TensorView& x, const CpHeadLayout& hea
   const Dims d = check_args(x, y, heads.width(), map, cp, impl, "cp2hp_fwd");
   DT_CHECK(heads.cp() == d.cp, "cp2hp_fwd: the head layout is for cp={}, the communicator has {} ranks",
            heads.cp(), d.cp);
-  if (d.cp > 1) check_map(heads.perm(), d.C, x, "cp2hp_fwd", "the head permutation");
+  if (d.cp > 1) check_map(heads.perm_grouped(), d.C / heads.group(), x, "cp2hp_fwd", "the head permutation");
   if (d.T == 0 || d.B == 0) return;
-  to_hp(y, x, heads.perm(), map.cp_idx, map, d, cp, impl, s);
+  to_hp(y, x, heads.perm_grouped(), heads.group(), map.cp_idx, map, d, cp, impl, s);
 }
 
 void cp2hp_bwd(const TensorView& dx, const TensorView& dy, const CpHeadLayout& heads, const CpTokenMap& map,
@@ -255,9 +279,9 @@ void cp2hp_bwd(const TensorView& dx, const TensorView& dy, const CpHeadLayout& h
   const Dims d = check_args(dx, dy, heads.width(), map, cp, impl, "cp2hp_bwd");
   DT_CHECK(heads.cp() == d.cp, "cp2hp_bwd: the head layout is for cp={}, the communicator has {} ranks",
            heads.cp(), d.cp);
-  if (d.cp > 1) check_map(heads.inv(), d.C, dx, "cp2hp_bwd", "the inverse head permutation");
+  if (d.cp > 1) check_map(heads.inv_grouped(), d.C / heads.group(), dx, "cp2hp_bwd", "the inverse head permutation");
   if (d.T == 0 || d.B == 0) return;
-  to_cp(dx, dy, heads.inv(), map.cp_inv, map, d, cp, impl, s);
+  to_cp(dx, dy, heads.inv_grouped(), heads.group(), map.cp_inv, map, d, cp, impl, s);
 }
 
 void hp2cp_fwd(const TensorView& out, const TensorView& o, const CpTokenMap& map, dist::Communicator& cp,
@@ -265,7 +289,7 @@ void hp2cp_fwd(const TensorView& out, const TensorView& o, const CpTokenMap& map
   DT_CHECK(out.ndim() == 2, "hp2cp_fwd: out must be [T/cp, Cv], got {}", out.str());
   const Dims d = check_args(out, o, out.shape[1], map, cp, impl, "hp2cp_fwd");
   if (d.T == 0 || d.B == 0) return;
-  to_cp(out, o, TensorView{}, map.cp_inv, map, d, cp, impl, s);
+  to_cp(out, o, TensorView{}, 1, map.cp_inv, map, d, cp, impl, s);
 }
 
 void hp2cp_bwd(const TensorView& d_o, const TensorView& d_out, const CpTokenMap& map, dist::Communicator& cp,
@@ -273,7 +297,7 @@ void hp2cp_bwd(const TensorView& d_o, const TensorView& d_out, const CpTokenMap&
   DT_CHECK(d_out.ndim() == 2, "hp2cp_bwd: d_out must be [T/cp, Cv], got {}", d_out.str());
   const Dims d = check_args(d_out, d_o, d_out.shape[1], map, cp, impl, "hp2cp_bwd");
   if (d.T == 0 || d.B == 0) return;
-  to_hp(d_o, d_out, TensorView{}, map.cp_idx, map, d, cp, impl, s);
+  to_hp(d_o, d_out, TensorView{}, 1, map.cp_idx, map, d, cp, impl, s);
 }
 
 }  // namespace dt::ops

@@ -93,8 +93,12 @@ inline std::vector<NamedPack> packs_for(int cp, uint64_t seed) {
   return p;
 }
 
-// Sections [q | k | v | z | b | a] of the TP-local projection, each a multiple of cp.
-inline std::vector<int64_t> sections_for(int cp) { return {2 * cp, 2 * cp, 4 * cp, 4 * cp, cp, cp}; }
+// Sections [q | k | v | z | b | a] of the TP-local projection, each a multiple of cp. Set 0
+// moves single columns (runs g = 1), set 1 runs of g = 4 columns (as real head sizes do).
+inline std::vector<int64_t> sections_for(int cp, int set) {
+  if (set == 0) return {2 * cp, 2 * cp, 4 * cp, 4 * cp, cp, cp};
+  return {8 * cp, 8 * cp, 16 * cp, 16 * cp, 4 * cp, 4 * cp};
+}
 
 // Bytes of element e of a tag: unique per (tag, x, c) for 4- and 8-byte elements; a hash
 // for 2-byte ones. Never interpreted as numbers (the ops move bytes).
@@ -193,20 +197,23 @@ inline void run_suite(dist::Backend backend, const Where& w) {
     const int cp = dims.cp, r = pg.coord.cp, sp = dims.tp;  // sequence parallelism on: sp = tp
     ASSERT_EQ(cpc.size(), cp);
     ASSERT_EQ(cpc.rank(), r);
-    const std::vector<int64_t> sections = sections_for(cp);
-    const ops::CpHeadLayout heads(sections, cp, w.device, w.stream);
-    const int64_t C = heads.width(), B = C / cp, Cv = 6 * cp, Bv = Cv / cp;
+    const ops::CpHeadLayout layouts[2] = {ops::CpHeadLayout(sections_for(cp, 0), cp, w.device, w.stream),
+                                          ops::CpHeadLayout(sections_for(cp, 1), cp, w.device, w.stream)};
     // Data differ per (tp, dp): the tag of this rank's CP group.
     const uint64_t group_tag = 1 + uint64_t(pg.coord.tp) + 8 * uint64_t(pg.coord.dp);
 
+    int pack_no = 0;
     for (const NamedPack& np : packs_for(cp, seed)) {
+      const ops::CpHeadLayout& heads = layouts[pack_no++ % 2];
+      const std::vector<int64_t>& sections = heads.sections();
+      const int64_t C = heads.width(), B = C / cp, Cv = 6 * cp, Bv = Cv / cp;
       const data::PackedBatchDesc desc = make_pack(np.actual, cp, sp, r, np.force_trailing);
       const data::PackedSeqParams psp = data::PackedSeqParams::build(desc, w.device, w.stream);
       const ops::CpTokenMap map = psp.cp_map();
       const std::span<const int32_t> cu = psp.cu_seqlens_padded();
       const int64_t T = psp.tokens(), R = psp.tokens_cp();
       const std::string where = layout_name(dims) + " pack " + np.name + " cp_rank " + std::to_string(r);
-      SCOPED_TRACE(where + " T=" + std::to_string(T));
+      SCOPED_TRACE(where + " T=" + std::to_string(T) + " C=" + std::to_string(C));
 
       for (DType t : kDtypes) {
         SCOPED_TRACE(std::string("dtype ") + dtype_name(t));

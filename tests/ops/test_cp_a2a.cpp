@@ -21,6 +21,10 @@ TEST(CpA2aCpu, HeadPermOfTheSpecExample) {
   for (auto [lo, hi] : {std::pair{1024, 2048}, {3072, 4096}, {6144, 8192}, {10240, 12288}, {12304, 12320}, {12336, 12352}})
     for (int32_t c = lo; c < hi; ++c) want.push_back(c);
   EXPECT_EQ(perm, want);
+  // Runs of gcd(1024, 1024, 2048, 2048, 16, 16) = 16 columns move together.
+  const ops::CpHeadLayout h(S, 2);
+  EXPECT_EQ(h.group(), 16);
+  EXPECT_EQ(h.perm_grouped().numel(), 12352 / 16);
 }
 
 TEST(CpA2aCpu, HeadPermIsABijectionAndIdentityAtCp1) {
@@ -37,6 +41,15 @@ TEST(CpA2aCpu, HeadPermIsABijectionAndIdentityAtCp1) {
       EXPECT_EQ(h.inv_host()[size_t(h.perm_host()[m])], m);
     }
     for (int v : seen) EXPECT_EQ(v, 1);
+    // The grouped maps describe the same permutation in runs of g columns.
+    const int64_t g = h.group();
+    ASSERT_EQ(g, 1);  // gcd(4, 0, 2, 6, 1)
+    const ops::CpHeadLayout h2({4L * cp, 8L * cp, 0}, cp);
+    ASSERT_EQ(h2.group(), 4);
+    for (int64_t m = 0; m < h2.width(); ++m) {
+      EXPECT_EQ(h2.perm_host()[m], h2.perm_grouped().ptr<int32_t>()[m / 4] * 4 + m % 4);
+      EXPECT_EQ(h2.inv_host()[m], h2.inv_grouped().ptr<int32_t>()[m / 4] * 4 + m % 4);
+    }
     if (cp == 1)
       for (int64_t m = 0; m < C; ++m) EXPECT_EQ(h.perm_host()[m], m);
     // Block r holds the r-th 1/cp slice of each section, in section order.

@@ -44,7 +44,8 @@ class CpA2aCuda : public ::testing::Test {
 TEST_F(CpA2aCuda, EveryLayoutPackDtypeAndImpl) { cpa2a::run_suite(dist::Backend::nccl, where_); }
 
 // The three kernels alone against the CPU backend, bitwise, on one GPU: element sizes 1-8,
-// widths that allow 16-byte words and widths that do not, strided rows, random maps.
+// widths that allow 16-byte words and widths that do not, strided rows, random maps with
+// runs of 1 and 4 columns.
 #if DELTATRON_HAVE_CUDA
 TEST_F(CpA2aCuda, KernelsMatchTheCpuBitwise) {
   std::mt19937_64 rng(test_seed());
@@ -71,10 +72,12 @@ TEST_F(CpA2aCuda, KernelsMatchTheCpuBitwise) {
   for (DType t : {DType::u8, DType::bf16, DType::f32, DType::i64}) {
     for (int64_t B : {1, 5, 8, 64}) {
       for (int64_t pad : {0, 3}) {
-        for (bool use_map : {false, true}) {
-          SCOPED_TRACE(fmt::format("{} B={} pad={} map={}", dtype_name(t), B, pad, use_map));
+        for (int64_t g : {0, 1, 4}) {  // 0: no column map; else a random map of runs of g columns
+          if (g && B % g) continue;
+          const bool use_map = g > 0;
+          SCOPED_TRACE(fmt::format("{} B={} pad={} map run={}", dtype_name(t), B, pad, g));
           const int64_t P = 3, R = 11, C = P * B;
-          Tensor cmap_h = use_map ? rand_map(C) : Tensor(), cmap_d = use_map ? cpa2a::on(cmap_h, where_) : Tensor();
+          Tensor cmap_h = use_map ? rand_map(C / g) : Tensor(), cmap_d = use_map ? cpa2a::on(cmap_h, where_) : Tensor();
           Tensor rmap_h = use_map ? rand_map(P * R) : Tensor(), rmap_d = use_map ? cpa2a::on(rmap_h, where_) : Tensor();
           const TensorView cm_h = use_map ? cmap_h.view() : TensorView{}, cm_d = use_map ? cmap_d.view() : TensorView{};
           const TensorView rm_h = use_map ? rmap_h.view() : TensorView{}, rm_d = use_map ? rmap_d.view() : TensorView{};
@@ -83,16 +86,16 @@ TEST_F(CpA2aCuda, KernelsMatchTheCpuBitwise) {
           Tensor src_h, src_d;
           auto [src_hv, src_dv] = rows_view(R, C, pad, t, &src_h, &src_d);
           Tensor send_h = Tensor::empty(Shape{P, R, B}, t), send_d = Tensor::empty(Shape{P, R, B}, t, where_.device);
-          ops::cpu::cp_pack_blocks(send_h, src_hv, cm_h, {});
-          ops::cuda::cp_pack_blocks(send_d, src_dv, cm_d, s);
+          ops::cpu::cp_pack_blocks(send_h, src_hv, cm_h, std::max<int64_t>(g, 1), {});
+          ops::cuda::cp_pack_blocks(send_d, src_dv, cm_d, std::max<int64_t>(g, 1), s);
           EXPECT_TRUE(cpa2a::same_bytes(send_d, send_h, where_)) << "pack_blocks";
 
           // unpack: dst [R, C] <- recv [P, R, B]
           Tensor recv_h = rand_bytes(Shape{P, R, B}, t), recv_d = cpa2a::on(recv_h, where_);
           Tensor dst_h, dst_d;
           auto [dst_hv, dst_dv] = rows_view(R, C, pad, t, &dst_h, &dst_d);
-          ops::cpu::cp_unpack_blocks(dst_hv, recv_h, cm_h, {});
-          ops::cuda::cp_unpack_blocks(dst_dv, recv_d, cm_d, s);
+          ops::cpu::cp_unpack_blocks(dst_hv, recv_h, cm_h, std::max<int64_t>(g, 1), {});
+          ops::cuda::cp_unpack_blocks(dst_dv, recv_d, cm_d, std::max<int64_t>(g, 1), s);
           EXPECT_TRUE(cpa2a::same_bytes(dst_d, dst_h, where_)) << "unpack_blocks (padding columns included)";
 
           // gather rows: g [P*R, B] <- src2 [P*R, B]

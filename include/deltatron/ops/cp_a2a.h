@@ -64,16 +64,22 @@ class CpHeadLayout {
   const std::vector<int32_t>& inv_host() const { return inv_; }    // [C], inv[perm[m]] = m
   TensorView perm() const { return perm_view_; }                   // [C] int32 on device()
   TensorView inv() const { return inv_view_; }                     // [C] int32 on device()
+  // The permutation moves whole runs of g = gcd_x(S_x / cp) columns: the kernels read it at
+  // that granularity (perm[m] = perm_grouped[m / g] * g + m % g), so they can move wide words.
+  int64_t group() const { return group_; }
+  TensorView perm_grouped() const { return perm_g_view_; }  // [C/g] int32 on device()
+  TensorView inv_grouped() const { return inv_g_view_; }    // [C/g] int32 on device()
   Device device() const { return perm_view_.device; }
 
  private:
   int cp_ = 1;
-  int64_t width_ = 0;
+  int64_t width_ = 0, group_ = 1;
   std::vector<int64_t> sections_;
+  std::vector<int32_t> maps_;  // [perm C | inv C | perm_g C/g | inv_g C/g]
   std::vector<int32_t> perm_, inv_;
-  Tensor dev_;           // [2, C] int32: perm, inv (CUDA only)
+  Tensor dev_;           // maps_ on the device (CUDA only)
   Tensor host_staging_;  // its host staging copy, alive while the upload may read it
-  TensorView perm_view_, inv_view_;
+  TensorView perm_view_, inv_view_, perm_g_view_, inv_g_view_;
 };
 
 // The token side of the conversion for one micro-batch (data::PackedSeqParams::cp_map()).

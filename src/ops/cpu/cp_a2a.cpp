@@ -39,9 +39,9 @@ void cp_gather_rows(const TensorView& dst, const TensorView& src, const TensorVi
   }
 }
 
-void cp_pack_blocks(const TensorView& send, const TensorView& src, const TensorView& col, Stream) {
+void cp_pack_blocks(const TensorView& send, const TensorView& src, const TensorView& col, int64_t g, Stream) {
   const int64_t P = send.shape[0], R = send.shape[1], B = send.shape[2];  // send [cp, R, B]; src [R, cp*B]
-  const int32_t* cm = map_or_null(col);                                    // [cp*B]
+  const int32_t* cm = map_or_null(col);                                    // [cp*B/g]
   by_size(send.dtype, [&](auto tag) {
     using E = decltype(tag);
     E* g_send = send.ptr<E>();
@@ -51,7 +51,8 @@ void cp_pack_blocks(const TensorView& send, const TensorView& src, const TensorV
         E* out = g_send + (j * R + l) * B;
         const E* in = g_src + l * src.stride[0];
         if (cm) {
-          for (int64_t m = 0; m < B; ++m) out[m] = in[cm[j * B + m]];
+          for (int64_t m = 0; m < B; m += g)  // runs of g columns
+            std::memcpy(out + m, in + int64_t(cm[(j * B + m) / g]) * g, size_t(g) * sizeof(E));
         } else {
           std::memcpy(out, in + j * B, size_t(B) * sizeof(E));
         }
@@ -59,9 +60,9 @@ void cp_pack_blocks(const TensorView& send, const TensorView& src, const TensorV
   });
 }
 
-void cp_unpack_blocks(const TensorView& dst, const TensorView& recv, const TensorView& inv, Stream) {
+void cp_unpack_blocks(const TensorView& dst, const TensorView& recv, const TensorView& inv, int64_t g, Stream) {
   const int64_t R = recv.shape[1], B = recv.shape[2], C = dst.shape[1];  // dst [R, cp*B]; recv [cp, R, B]
-  const int32_t* im = map_or_null(inv);                                   // [cp*B]
+  const int32_t* im = map_or_null(inv);                                   // [cp*B/g]
   by_size(dst.dtype, [&](auto tag) {
     using E = decltype(tag);
     E* g_dst = dst.ptr<E>();
@@ -69,9 +70,9 @@ void cp_unpack_blocks(const TensorView& dst, const TensorView& recv, const Tenso
     for (int64_t l = 0; l < R; ++l) {
       E* out = g_dst + l * dst.stride[0];
       if (im) {
-        for (int64_t c = 0; c < C; ++c) {
-          const int64_t k = im[c];
-          out[c] = g_recv[((k / B) * R + l) * B + k % B];
+        for (int64_t c = 0; c < C; c += g) {  // runs of g columns, never crossing a block (g | B)
+          const int64_t k = int64_t(im[c / g]) * g;
+          std::memcpy(out + c, g_recv + ((k / B) * R + l) * B + k % B, size_t(g) * sizeof(E));
         }
       } else {
         for (int64_t j = 0; j * B < C; ++j) std::memcpy(out + j * B, g_recv + (j * R + l) * B, size_t(B) * sizeof(E));

@@ -1,13 +1,16 @@
 // CUDA kernels of the cp2hp / hp2cp data movement (thd-context-parallel.md 4.3-4.6): one
 // family of three gathers around the CP all-to-all.
 //   gather_rows   dst[i, :] = src[idx[i], :]                   token map (cp_idx / cp_inv)
-//   pack_blocks   send[j, l, m] = src[l, col[j*B + m]]          head permutation into the send buffer
-//   unpack_blocks dst[l, c] = recv[k / B, l, k % B], k = inv[c] receive buffer to rows
+//   pack_blocks   send[j, l, m] = src[l, col(j*B + m)]          head permutation into the send buffer
+//   unpack_blocks dst[l, c] = recv[k / B, l, k % B], k = inv(c) receive buffer to rows
+// A column map moves runs of g columns (col(m) = map[m / g] * g + m % g; g = gcd of the
+// per-rank section widths), so with the Qwen3.5 sections even the permuted pack moves 16-byte
+// words.
 // Layouts: 2-D views [rows, cols] with a unit inner stride and any row stride; send/recv
 // [cp, rows, B] contiguous; maps int32 or empty (identity). Pure byte moves (any dtype of
 // 1/2/4/8 bytes), deterministic, no atomics; every output element is written once (=).
-// Threads walk the OUTPUT linearly (coalesced stores); without a column map each thread
-// moves the widest word (up to 16 bytes) that the row widths, strides and addresses allow.
+// Threads walk the OUTPUT linearly (coalesced stores); each moves the widest word (up to 16
+// bytes) that the runs, row widths, strides and addresses allow.
 #include <nvtx3/nvToolsExt.h>
 
 #include <cstdint>
@@ -43,23 +46,27 @@ __global__ void gather_rows_kernel(W* __restrict__ g_dst, int64_t dst_stride, co
 
 template <typename W>
 __global__ void pack_blocks_kernel(W* __restrict__ g_send, const W* __restrict__ g_src, int64_t src_stride,
-                                   const int32_t* __restrict__ g_col, int64_t P, int64_t R, int64_t B) {
+                                   const int32_t* __restrict__ g_col, int64_t unit, int64_t P, int64_t R,
+                                   int64_t B) {
   const int64_t n = P * R * B;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t j = i / (R * B), rem = i - j * (R * B);
-    const int64_t l = rem / B, m = rem - l * B;
-    const int64_t c = g_col ? int64_t(g_col[j * B + m]) : j * B + m;
+    const int64_t l = rem / B, m = j * B + (rem - l * B);  // output column (in words)
+    const int64_t u = m / unit;
+    const int64_t c = g_col ? int64_t(g_col[u]) * unit + (m - u * unit) : m;
     g_send[i] = g_src[l * src_stride + c];
   }
 }
 
 template <typename W>
 __global__ void unpack_blocks_kernel(W* __restrict__ g_dst, int64_t dst_stride, const W* __restrict__ g_recv,
-                                     const int32_t* __restrict__ g_inv, int64_t R, int64_t B, int64_t C) {
+                                     const int32_t* __restrict__ g_inv, int64_t unit, int64_t R, int64_t B,
+                                     int64_t C) {
   const int64_t n = R * C;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t l = i / C, c = i - l * C;
-    const int64_t k = g_inv ? int64_t(g_inv[c]) : c;
+    const int64_t u = c / unit;
+    const int64_t k = g_inv ? int64_t(g_inv[u]) * unit + (c - u * unit) : c;
     const int64_t j = k / B;
     g_dst[l * dst_stride + c] = g_recv[(j * R + l) * B + (k - j * B)];
   }
@@ -117,35 +124,37 @@ void cp_gather_rows(const TensorView& dst, const TensorView& src, const TensorVi
   DT_CUDA_LAUNCH_CHECK();
 }
 
-void cp_pack_blocks(const TensorView& send, const TensorView& src, const TensorView& col, Stream s) {
+void cp_pack_blocks(const TensorView& send, const TensorView& src, const TensorView& col, int64_t g, Stream s) {
   Range range("cp_a2a::pack_blocks");
   const int64_t P = send.shape[0], R = send.shape[1], B = send.shape[2];  // send [cp, R, B]; src [R, cp*B]
   const uint64_t es = dtype_size(send.dtype);
   if (P * R * B == 0) return;
-  // A column map moves single elements; the identity moves whole words of each block.
-  const int wb = !col.data ? word_bytes({B * es, src.stride[0] * es, addr(send.data), addr(src.data)}) : int(es);
-  const int64_t bw = int64_t(B * es) / wb;
+  // Words never straddle a run of the column map (g columns) nor a block (B columns).
+  const uint64_t run = col.data ? g * es : B * es;
+  const int wb = word_bytes({run, B * es, src.stride[0] * es, addr(send.data), addr(src.data)});
+  const int64_t bw = int64_t(B * es) / wb, unit = int64_t(run) / wb;
   by_word(wb, [&](auto tag) {
     using W = decltype(tag);
     pack_blocks_kernel<W><<<blocks_for(P * R * bw), kThreads, 0, cuda_stream(s)>>>(
         static_cast<W*>(send.data), static_cast<const W*>(src.data), int64_t(src.stride[0] * es) / wb,
-        map_or_null(col), P, R, bw);
+        map_or_null(col), unit, P, R, bw);
   });
   DT_CUDA_LAUNCH_CHECK();
 }
 
-void cp_unpack_blocks(const TensorView& dst, const TensorView& recv, const TensorView& inv, Stream s) {
+void cp_unpack_blocks(const TensorView& dst, const TensorView& recv, const TensorView& inv, int64_t g, Stream s) {
   Range range("cp_a2a::unpack_blocks");
   const int64_t R = recv.shape[1], B = recv.shape[2], C = dst.shape[1];  // dst [R, cp*B]; recv [cp, R, B]
   const uint64_t es = dtype_size(dst.dtype);
   if (R * C == 0) return;
-  const int wb = !inv.data ? word_bytes({B * es, dst.stride[0] * es, addr(dst.data), addr(recv.data)}) : int(es);
-  const int64_t bw = int64_t(B * es) / wb, cw = int64_t(C * es) / wb;
+  const uint64_t run = inv.data ? g * es : B * es;
+  const int wb = word_bytes({run, B * es, dst.stride[0] * es, addr(dst.data), addr(recv.data)});
+  const int64_t bw = int64_t(B * es) / wb, cw = int64_t(C * es) / wb, unit = int64_t(run) / wb;
   by_word(wb, [&](auto tag) {
     using W = decltype(tag);
     unpack_blocks_kernel<W><<<blocks_for(R * cw), kThreads, 0, cuda_stream(s)>>>(
         static_cast<W*>(dst.data), int64_t(dst.stride[0] * es) / wb, static_cast<const W*>(recv.data),
-        map_or_null(inv), R, bw, cw);
+        map_or_null(inv), unit, R, bw, cw);
   });
   DT_CUDA_LAUNCH_CHECK();
 }
