@@ -348,4 +348,34 @@ ops::CpTokenMap PackedSeqParams::cp_map() const {
   return m;
 }
 
+std::string PackedSeqParams::revalidate() const {
+  if (cu_.empty()) return "packed batch: PackedSeqParams was never built";
+  PackedBatchDesc d;
+  d.cu_seqlens.assign(cu_.begin(), cu_.end());
+  d.cu_seqlens_padded.assign(varlen_.cu_seqlens().begin(), varlen_.cu_seqlens().end());
+  d.tokens_local = tokens_local();
+  d.sp = sp_;
+  d.cp = cp_;
+  d.cp_rank = cp_rank_;
+  return validate_packed_batch(d);
+}
+
+uint64_t PackedSeqParams::checksum() const {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a offset basis
+  auto mix = [&h](uint64_t v) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (v >> (8 * b)) & 0xffu;
+      h *= 1099511628211ull;  // FNV prime
+    }
+  };
+  mix(uint64_t(sp_));
+  mix(uint64_t(cp_));
+  mix(uint64_t(T_));
+  for (const std::vector<int32_t>* a : {&cu_, &varlen_.cu_seqlens()}) {
+    mix(a->size());
+    for (int32_t v : *a) mix(uint64_t(uint32_t(v)));
+  }
+  return h;
+}
+
 }  // namespace dt::data

@@ -355,6 +355,19 @@ TEST(PackedSeqParams, MasksPositionsAndSpSplitFollowTheGlobalLayout) {
   }
 }
 
+TEST(PackedSeqParams, RevalidateAndChecksum) {
+  const PackedSeqParams a = PackedSeqParams::build(desc({0, 7, 10}, {0, 8, 12}, 6, 1, 2, 0));
+  const PackedSeqParams b = PackedSeqParams::build(desc({0, 7, 10}, {0, 8, 12}, 6, 1, 2, 1));
+  const PackedSeqParams c = PackedSeqParams::build(desc({0, 6, 10}, {0, 8, 12}, 6, 1, 2, 0));
+  const PackedSeqParams e = PackedSeqParams::build(desc({0, 7, 10}, {0, 8, 12}, 3, 2, 2, 0));
+  EXPECT_EQ(a.revalidate(), "");
+  EXPECT_EQ(e.revalidate(), "");
+  EXPECT_EQ(a.checksum(), b.checksum()) << "the CP rank is not part of the shared metadata";
+  EXPECT_NE(a.checksum(), c.checksum()) << "actual lengths differ";
+  EXPECT_NE(a.checksum(), e.checksum()) << "sp differs";
+  EXPECT_EQ(PackedSeqParams().revalidate(), "packed batch: PackedSeqParams was never built");
+}
+
 TEST(PackedSeqParamsDeathTest, BuildRejectsAnInvalidBatch) {
   EXPECT_DEATH(PackedSeqParams::build(desc({0, 7, 10}, {0, 8, 14}, 7, 1, 2)),
                "packed batch: padded length of sequence 1 is 6, not a multiple of 2\\*cp=4");

@@ -103,7 +103,7 @@ class PackedSeqParams {
   int64_t tokens() const { return T_; }                           // T = cu_seqlens_padded[N]
   int64_t tokens_cp() const { return T_ / cp_; }                  // zig-zag rows of a CP rank
   int64_t tokens_local() const { return T_ / (int64_t(cp_) * sp_); }  // T_local (after the SP split)
-  int64_t real_tokens() const { return cu_.back(); }              // cu_seqlens[N]
+  int64_t real_tokens() const { return cu_.empty() ? 0 : cu_.back(); }  // cu_seqlens[N]
   int64_t real_tokens_cp() const { return real_cp_; }             // ones in loss_mask_local
   int64_t max_seqlen() const { return max_seqlen_; }              // max padded length p_i
   int sp() const { return sp_; }
@@ -141,6 +141,13 @@ class PackedSeqParams {
 
   // What ops::cp2hp_* / hp2cp_* read (views on device(), host cu_seqlens_padded).
   ops::CpTokenMap cp_map() const;
+
+  // The host rules V1-V8 re-run on the host copies ("" when valid), e.g. by a layer in a
+  // debug build; never reads the device.
+  std::string revalidate() const;
+  // FNV-1a over (sp, cp, T, cu_seqlens, cu_seqlens_padded): equal on every rank of a TP x CP
+  // group when the metadata agree (section 2.1: compared across the group at the first step).
+  uint64_t checksum() const;
 
  private:
   int64_t T_ = 0, real_cp_ = 0, max_seqlen_ = 0;
