@@ -105,7 +105,9 @@ Row bench(const char* name, const std::vector<int32_t>& cu, int64_t Hk, int64_t 
   const double th = double(T) * double(Hv);
   r.fwd_tf = th * Ff / (r.fwd_ms * 1e-3) / 1e12;
   r.fb_tf = th * (Ff + Fb) / (r.fb_ms * 1e-3) / 1e12;
-  const float sum = dt::ops::item(o);  // a sanity read: the output must be finite
+  Tensor total = Tensor::empty(Shape{1}, DType::f32, o.device());
+  dt::ops::sum(total, o, s);
+  const float sum = dt::ops::item(total, s);  // a sanity read: the output must be finite
   std::printf("%-40s T=%lld N=%lld Hk=%lld Hv=%lld: fwd %.3f ms (%.2f Mtok/s, %.0f TFLOP/s) bwd %.3f ms, fwd+bwd "
               "%.3f ms (%.2f Mtok/s, %.0f TFLOP/s)%s\n",
               name, (long long)T, (long long)N, (long long)Hk, (long long)Hv, r.fwd_ms, T / r.fwd_ms / 1e3, r.fwd_tf,

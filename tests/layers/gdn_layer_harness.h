@@ -86,7 +86,8 @@ inline GdnRun run_gdn(layers::GatedDeltaNet& layer, const TensorView& x, const T
   return r;
 }
 
-// The serial fp32 CPU reference on the unpadded batch, identical on every rank.
+// The serial reference (tp = cp = 1) on the unpadded batch, identical on every rank: the fp32
+// CPU oracle by default, or a single-GPU run in `act` (the bf16 parallel-vs-serial baseline).
 struct GdnReference {
   Tensor x, dy;  // [T_real, H] host f32
   std::vector<int64_t> cu;
@@ -94,7 +95,8 @@ struct GdnReference {
   std::vector<model::ParamSpec> specs;
 };
 
-inline GdnReference gdn_reference(const layers::GdnConfig& cfg, uint64_t seed) {
+inline GdnReference gdn_reference(const layers::GdnConfig& cfg, uint64_t seed, dist::Backend backend = dist::Backend::mpi,
+                                  Device dev = Device::cpu(), DType act = DType::f32) {
   GdnReference R;
   const int64_t T = std::accumulate(kGdnRealLens.begin(), kGdnRealLens.end(), int64_t(0)), H = cfg.hidden;
   R.x = Tensor::empty(Shape{T, H}, DType::f32);
@@ -105,13 +107,15 @@ inline GdnReference gdn_reference(const layers::GdnConfig& cfg, uint64_t seed) {
   const int world = dist::world_size();
   dist::ParallelDims dims{1, 1, world};
   EXPECT_EQ(dims.resolve(world), "");
-  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::mpi);
+  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, backend);
   layers::RunCtx ctx;
   ctx.pg = &pg;
   ctx.seed = seed;
+  ctx.device = dev;
+  ctx.act_dtype = act;
   layers::GatedDeltaNet layer(cfg, "model.layers.0", ctx);
-  data::PackedSeqParams psp = data::PackedSeqParams::build({R.cu, R.cu, 1, T, 1, 1, 0}, Device::cpu(), {}, true);
-  R.out = run_gdn(layer, R.x, R.dy, psp);
+  data::PackedSeqParams psp = data::PackedSeqParams::build({R.cu, R.cu, 1, T, 1, 1, 0}, dev, {}, true);
+  R.out = run_gdn(layer, upload(R.x, dev, act), upload(R.dy, dev, act), psp);
   for (model::Param& p : layer.params()) R.specs.push_back(p.spec);
   return R;
 }

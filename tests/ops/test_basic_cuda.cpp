@@ -44,6 +44,18 @@ TEST(BasicCuda, FillCopyCastAreBitExact) {
   ops::copy(dt_, d.view().transpose(0, 1));
   Tensor got = host(dt_);
   ASSERT_EQ(std::memcmp(want.data(), got.data(), want.nbytes()), 0);
+  // Row-strided copies (column slices, [T, H, d] head slices) take the 2-D pitched path.
+  Tensor wide = rand_host(Shape{33, 40}, -1.f, 1.f, DType::bf16);
+  Tensor want2 = Tensor::empty(Shape{33, 3, 4}, DType::bf16);
+  ops::copy(want2.view().reshape(Shape{33, 12}), wide.view().slice(1, 5, 17));
+  Tensor dwide = dev(wide), got2 = Tensor::empty(Shape{33, 3, 4}, DType::bf16, kGpu);
+  dt::testing::poison(got2);
+  TensorView src3 = dwide.view().slice(1, 5, 17);  // [33, 12] pitch 40, viewed as [33, 3, 4]
+  src3.shape = Shape{33, 3, 4};
+  src3.stride = {40, 4, 1};
+  ops::copy(got2, src3);
+  Tensor h2 = host(got2);
+  ASSERT_EQ(std::memcmp(h2.data(), want2.data(), want2.nbytes()), 0) << "pitched 2-D copy";
   for (DType t : {DType::f32, DType::bf16, DType::i32, DType::i64, DType::u8}) {
     Tensor x = Tensor::empty(Shape{1001}, t, kGpu), xr = Tensor::empty(Shape{1001}, t);
     ops::fill(x, 7.0);

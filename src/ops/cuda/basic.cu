@@ -53,6 +53,28 @@ struct StridedIndex {  // row-major unravel of a linear index over a strided vie
   }
 };
 
+// Collapses a view to [rows, cols] with unit inner stride and row pitch `pitch` (elements):
+// every dim but the first must be contiguous with the next. False otherwise.
+bool as_2d(const TensorView& v, int64_t* rows, int64_t* cols, int64_t* pitch) {
+  const int nd = v.ndim();
+  if (nd == 0) return false;
+  int64_t c = 1;  // elements of one row so far, innermost dims first
+  for (int d = nd - 1; d >= 1; --d) {
+    if (v.shape[d] != 1 && v.stride[d] != c) return false;
+    c *= v.shape[d];
+  }
+  if (nd == 1) {  // one row of shape[0] elements
+    if (v.shape[0] != 1 && v.stride[0] != 1) return false;
+    *rows = 1;
+    *cols = *pitch = v.shape[0];
+    return true;
+  }
+  *rows = v.shape[0];
+  *cols = c;
+  *pitch = v.shape[0] == 1 ? c : v.stride[0];
+  return *pitch >= c;
+}
+
 constexpr int kThreads = 256;
 inline unsigned blocks_for(int64_t n) {
   int64_t b = (n + kThreads - 1) / kThreads;
@@ -84,10 +106,11 @@ __global__ void binary_kernel(Bin op, void* out, DType ot, const void* a, DType 
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float r;
     switch (op) {
-      case Bin::add: r = ld(a, at, i) + ld(b, bt, i); break;
-      case Bin::mul: r = ld(a, at, i) * ld(b, bt, i); break;
-      case Bin::axpy: r = ld(out, ot, i) + alpha * ld(a, at, i); break;
-      default: r = ld(out, ot, i) * alpha; break;
+      // Explicit round-to-nearest intrinsics: no FMA contraction, so results are the CPU's bits.
+      case Bin::add: r = __fadd_rn(ld(a, at, i), ld(b, bt, i)); break;
+      case Bin::mul: r = __fmul_rn(ld(a, at, i), ld(b, bt, i)); break;
+      case Bin::axpy: r = __fadd_rn(ld(out, ot, i), __fmul_rn(alpha, ld(a, at, i))); break;
+      default: r = __fmul_rn(ld(out, ot, i), alpha); break;
     }
     st(out, ot, i, r);
   }
@@ -177,6 +200,15 @@ void copy(const TensorView& dst, const TensorView& src, Stream s) {
   Range r("dt::copy");
   if (dst.dtype == src.dtype && dst.is_contiguous() && src.is_contiguous()) {
     DT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDeviceToDevice, cuda_stream(s)));
+    return;
+  }
+  // Row-strided views (column slices of a wider buffer, [T, H, d] head slices) collapse to
+  // [rows, cols] with a pitch: one cudaMemcpy2DAsync moves them at copy bandwidth.
+  int64_t dr, dc, dp, sr, sc, sp;
+  if (dst.dtype == src.dtype && as_2d(dst, &dr, &dc, &dp) && as_2d(src, &sr, &sc, &sp) && dr == sr && dc == sc) {
+    const size_t es = dtype_size(dst.dtype);
+    DT_CUDA_CHECK(cudaMemcpy2DAsync(dst.data, size_t(dp) * es, src.data, size_t(sp) * es, size_t(dc) * es, size_t(dr),
+                                    cudaMemcpyDeviceToDevice, cuda_stream(s)));
     return;
   }
   StridedIndex di(dst), si(src);
