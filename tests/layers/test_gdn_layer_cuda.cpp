@@ -8,6 +8,8 @@
 //    large-magnitude test config above (init std 0.2) amplifies bf16 storage errors through the
 //    l2norm and dbeta backward (4-10e-2 measured on an H200), so it only bounds bf16 vs bf16.
 // 1 GPU: (1,F,1). 2 GPUs (mpirun -np 2): (2,F,1), (2,T,1), (1,F,2).
+#include <cuda_runtime.h>
+
 #include "gdn_layer_harness.h"
 
 using namespace dt;
@@ -55,4 +57,69 @@ TEST(GdnLayerCuda, Bf16AccuracyAgainstFp32Oracle) {
   for (size_t k = 0; k < S32.specs.size(); ++k)
     std::printf("[gdn-layer bf16 vs fp32, init std 0.2] %-45s %s\n", S32.specs[k].name.c_str(),
                 compare(S16.out.grads[k], S32.out.grads[k]).str().c_str());
+}
+
+// No device->host synchronisation inside the layer (thd-context-parallel.md R3): forward and
+// backward are captured into a CUDA graph in global capture mode, where any synchronous copy,
+// stream/device synchronisation or cudaMalloc fails the capture. The replay must give the
+// eager run's bits (deterministic kernels). Run once eagerly first so the caching allocator
+// and the GEMM heuristics are warm, as in a steady-state step.
+TEST(GdnLayerCuda, ForwardBackwardCaptureIntoAGraph) {
+  if (dist::world_size() != 1) GTEST_SKIP() << "single-GPU test";
+  const layers::GdnConfig cfg = gdn_small_config();
+  const uint64_t seed = test_seed();
+  Device dev = Device::cuda(dist::select_cuda_device());
+  cudaStream_t st;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  Stream s{st};
+  dist::ParallelDims dims{1, 1, 1};
+  ASSERT_EQ(dims.resolve(1), "");
+  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::nccl);
+  layers::RunCtx ctx;
+  ctx.pg = &pg;
+  ctx.seed = seed;
+  ctx.device = dev;
+  ctx.act_dtype = DType::bf16;
+  ctx.stream = s;
+  layers::GatedDeltaNet layer(cfg, "model.layers.0", ctx);
+  std::vector<int64_t> cu = cumsum(kGdnRealLens);
+  const int64_t T = cu.back(), H = cfg.hidden;
+  data::PackedSeqParams psp = data::PackedSeqParams::build({cu, cu, 1, T, 1, 1, 0}, dev, s, true);
+  Tensor xh = Tensor::empty(Shape{T, H}, DType::f32), dyh = Tensor::empty(Shape{T, H}, DType::f32);
+  ops::rng_normal(xh, seed, 301, 0.f, 1.f, ops::RngSlice::whole(xh));
+  ops::rng_normal(dyh, seed, 302, 0.f, 1.f, ops::RngSlice::whole(dyh));
+  Tensor x = upload(xh, dev, DType::bf16), dy = upload(dyh, dev, DType::bf16);
+  Tensor y = Tensor::empty(Shape{T, H}, DType::bf16, dev), dx = Tensor::empty(Shape{T, H}, DType::bf16, dev);
+
+  layer.forward(y, x, psp);  // eager
+  layer.backward(dx, dy, psp);
+  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  Tensor y_ref = download_f32(y), dx_ref = download_f32(dx);
+  std::vector<Tensor> g_ref;
+  for (model::Param& p : layer.params()) {
+    g_ref.push_back(download_f32(p.grad));
+    ops::fill(p.grad, 0.0, s);
+  }
+  poison(y, s);
+  poison(dx, s);
+
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
+  layer.forward(y, x, psp);
+  layer.backward(dx, dy, psp);
+  ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess) << "the layer synchronised inside the step";
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  Tensor y_g = download_f32(y), dx_g = download_f32(dx);
+  EXPECT_EQ(std::memcmp(y_g.data(), y_ref.data(), y_ref.nbytes()), 0) << "graph replay y differs";
+  EXPECT_EQ(std::memcmp(dx_g.data(), dx_ref.data(), dx_ref.nbytes()), 0) << "graph replay dx differs";
+  for (size_t k = 0; k < g_ref.size(); ++k) {
+    Tensor g = download_f32(layer.params()[k].grad);
+    EXPECT_EQ(std::memcmp(g.data(), g_ref[k].data(), g.nbytes()), 0) << layer.params()[k].spec.name;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
 }
