@@ -53,9 +53,11 @@ using bf16 = __nv_bfloat16;
 
 constexpr int C = 64;               // chunk size
 constexpr int D = 128;              // largest head dim; tiles are padded to D columns / rows
-constexpr int BV = 32;              // V tile of the serial kernels
+constexpr int BV = 64;              // V tile of the serial kernels (8 warps: 4 x 32 state rows, 2 x 32 columns)
 constexpr int kChunkThreads = 256;  // 8 warps per (chunk, head) CTA
-constexpr int kSeqThreads = 128;    // 4 warps per (sequence, head, V tile) CTA
+constexpr int kSeqThreads = 256;    // 8 warps per (sequence, head, V tile) CTA
+// bf16: two serial CTAs per SM (<= 128 registers, smem <= 113 KB); f32: one.
+template <class T> constexpr int kSeqMinBlocks = sizeof(T) == 2 ? 2 : 1;
 
 // Shared-memory row strides (elements): +16 bytes per row keeps ldmatrix conflict-free.
 template <class T> constexpr int kPad = int(16 / sizeof(T));
@@ -316,6 +318,29 @@ __device__ __forceinline__ ChunkIdx chunk_idx(const Params& p) {
   return r;
 }
 
+// s_k[r][:] *= beta_r e^gamma_r, s_v[r][:] *= beta_r (in place, [C][LDD] tiles, 16-byte vectors);
+// each element is rounded once, from_f(to_f(x) * f), exactly as an elementwise loop would.
+template <class T>
+__device__ __forceinline__ void scale_rows(T* s_k, T* s_v, const float* s_beta, const float* s_eg, int tid) {
+  constexpr int V = kPad<T>, VPR = D / V;
+  for (int idx = tid; idx < C * VPR; idx += kChunkThreads) {
+    const int r = idx / VPR, c = (idx - r * VPR) * V;
+    const float fv = s_beta[r], fk = fv * s_eg[r];
+    uint4* pk = reinterpret_cast<uint4*>(s_k + r * LDD<T> + c);
+    uint4* pv = reinterpret_cast<uint4*>(s_v + r * LDD<T> + c);
+    uint4 xk = *pk, xv = *pv;
+    T* ek = reinterpret_cast<T*>(&xk);
+    T* ev = reinterpret_cast<T*>(&xv);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      ek[e] = from_f<T>(to_f(ek[e]) * fk);
+      ev[e] = from_f<T>(to_f(ev[e]) * fv);
+    }
+    *pk = xk;
+    *pv = xv;
+  }
+}
+
 // =================================================================================== kernels
 // ---- prep: gamma, A, Tm (fp32 solve), W = Tm diag(beta e^gamma) K, U = Tm diag(beta) V --------
 template <class T>
@@ -328,8 +353,9 @@ struct PrepSmem {
   static constexpr size_t gam = tm + sizeof(float) * C * LDT;            // f32 [C]
   static constexpr size_t beta = gam + sizeof(float) * C;
   static constexpr size_t eg = beta + sizeof(float) * C;
-  static constexpr size_t y = eg + sizeof(float) * C;                    // f32 [3][16][17] merge scratch
-  static constexpr size_t bytes = y + sizeof(float) * 3 * 16 * 17;
+  static constexpr size_t y = eg + sizeof(float) * C;                    // f32 [3][16][LDY] merge scratch
+  static constexpr size_t bytes = y + sizeof(float) * 3 * 16 * 20;
+  static_assert(tm % 16 == 0 && y % 16 == 0, "float4 access");
 };
 
 template <class T>
@@ -395,25 +421,36 @@ __global__ __launch_bounds__(kChunkThreads) void prep_kernel(Params p, const T* 
 #pragma unroll
       for (int i = 0; i < 16; ++i) s_tm[(d0 + i) * LDT + d0 + lane] = r_x[i];
     }
-    for (int idx = tid; idx < C * C; idx += kChunkThreads) {
-      const int r = idx >> 6, c = idx & (C - 1);
-      if ((c >> 4) > (r >> 4)) s_tm[r * LDT + c] = 0.f;
+    for (int idx = tid; idx < C * C / 4; idx += kChunkThreads) {  // upper blocks = 0 (float4 groups)
+      const int r = idx >> 4, c = (idx & 15) * 4;
+      if ((c >> 4) > (r >> 4)) *reinterpret_cast<float4*>(s_tm + r * LDT + c) = make_float4(0.f, 0.f, 0.f, 0.f);
     }
     __syncthreads();
+    // Each thread owns 4 consecutive columns of one row (float4 operands); every element keeps
+    // its own fixed summation order (m, kk ascending).
+    constexpr int LDY = 20;
     for (int lev = 1; lev < 4; ++lev) {
       const int nb = 4 - lev;  // blocks (b + lev, b) at this distance
-      for (int e = tid; e < nb * 256; e += kChunkThreads) {
-        const int b = e >> 8, r = (e >> 4) & 15, c = e & 15, bi = b + lev;
-        float r_s = 0.f;
-        for (int m = 16 * b; m < 16 * bi; ++m) r_s = fmaf(s_a[(16 * bi + r) * LDA + m], s_tm[m * LDT + 16 * b + c], r_s);
-        s_y[b * 272 + r * 17 + c] = r_s;
+      for (int e = tid; e < nb * 64; e += kChunkThreads) {
+        const int b = e >> 6, r = (e >> 2) & 15, c = (e & 3) * 4, bi = b + lev;
+        float4 r_s = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int m = 16 * b; m < 16 * bi; ++m) {
+          const float a = s_a[(16 * bi + r) * LDA + m];
+          const float4 t = *reinterpret_cast<const float4*>(s_tm + m * LDT + 16 * b + c);
+          r_s.x = fmaf(a, t.x, r_s.x), r_s.y = fmaf(a, t.y, r_s.y), r_s.z = fmaf(a, t.z, r_s.z), r_s.w = fmaf(a, t.w, r_s.w);
+        }
+        *reinterpret_cast<float4*>(s_y + b * 16 * LDY + r * LDY + c) = r_s;
       }
       __syncthreads();
-      for (int e = tid; e < nb * 256; e += kChunkThreads) {
-        const int b = e >> 8, r = (e >> 4) & 15, c = e & 15, bi = b + lev;
-        float r_s = 0.f;
-        for (int kk = 0; kk <= r; ++kk) r_s = fmaf(s_tm[(16 * bi + r) * LDT + 16 * bi + kk], s_y[b * 272 + kk * 17 + c], r_s);
-        s_tm[(16 * bi + r) * LDT + 16 * b + c] = -r_s;
+      for (int e = tid; e < nb * 64; e += kChunkThreads) {
+        const int b = e >> 6, r = (e >> 2) & 15, c = (e & 3) * 4, bi = b + lev;
+        float4 r_s = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int kk = 0; kk <= r; ++kk) {
+          const float a = s_tm[(16 * bi + r) * LDT + 16 * bi + kk];
+          const float4 y = *reinterpret_cast<const float4*>(s_y + b * 16 * LDY + kk * LDY + c);
+          r_s.x = fmaf(a, y.x, r_s.x), r_s.y = fmaf(a, y.y, r_s.y), r_s.z = fmaf(a, y.z, r_s.z), r_s.w = fmaf(a, y.w, r_s.w);
+        }
+        *reinterpret_cast<float4*>(s_tm + (16 * bi + r) * LDT + 16 * b + c) = make_float4(-r_s.x, -r_s.y, -r_s.z, -r_s.w);
       }
       __syncthreads();
     }
@@ -442,17 +479,17 @@ __global__ __launch_bounds__(kChunkThreads) void prep_kernel(Params p, const T* 
 
   // Tm -> T (MMA operand, and the backward's copy); K <- K beta e^gamma; V <- V beta (in place)
   T* g_tm = g_Tm ? g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C : nullptr;
-  for (int idx = tid; idx < C * C; idx += kChunkThreads) {
-    const int r = idx >> 6, c = idx & (C - 1);
-    const T x = from_f<T>(s_tm[r * LDT + c]);
-    s_tmt[r * LDC<T> + c] = x;
-    if (g_tm) g_tm[idx] = x;
+  for (int idx = tid; idx < C * C / 4; idx += kChunkThreads) {
+    const int r = idx >> 4, c = (idx & 15) * 4;
+    const float4 x = *reinterpret_cast<const float4*>(s_tm + r * LDT + c);
+    store2(s_tmt + r * LDC<T> + c, x.x, x.y);
+    store2(s_tmt + r * LDC<T> + c + 2, x.z, x.w);
+    if (g_tm) {
+      store2(g_tm + 4 * idx, x.x, x.y);
+      store2(g_tm + 4 * idx + 2, x.z, x.w);
+    }
   }
-  for (int idx = tid; idx < C * D; idx += kChunkThreads) {
-    const int r = idx >> 7, c = idx & (D - 1);
-    s_k[r * LDD<T> + c] = from_f<T>(to_f(s_k[r * LDD<T> + c]) * (s_beta[r] * s_eg[r]));
-    s_v[r * LDD<T> + c] = from_f<T>(to_f(s_v[r * LDD<T> + c]) * s_beta[r]);
-  }
+  scale_rows<T>(s_k, s_v, s_beta, s_eg, tid);
   __syncthreads();
 
   // W = Tm Kb [C, dk], U = Tm Vb [C, dv]
@@ -488,12 +525,12 @@ struct StateSmem {
   static constexpr size_t gam = u + sizeof(T) * C * LDV<T>;        // f32 [C]
   static constexpr size_t stage = gam + sizeof(float) * C;
   static constexpr size_t s = NS * stage;                          // T [D][LDV]  state operand
-  static constexpr size_t d = s + sizeof(T) * D * LDV<T>;          // T [C][LDV]  decayed Delta
-  static constexpr size_t bytes = d + sizeof(T) * C * LDV<T>;
+  // decayed Delta: overwrites the stage's U tile in place (same thread, same element)
+  static constexpr size_t bytes = s + sizeof(T) * D * LDV<T>;
 };
 
 template <class T>
-__global__ __launch_bounds__(kSeqThreads) void state_kernel(Params p, const T* __restrict__ g_k,
+__global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Params p, const T* __restrict__ g_k,
                                                             const T* __restrict__ g_W, const T* __restrict__ g_U,
                                                             const float* __restrict__ g_gam,
                                                             const float* __restrict__ g_h0,  // [N, Hv, dk, dv] or null
@@ -503,17 +540,16 @@ __global__ __launch_bounds__(kSeqThreads) void state_kernel(Params p, const T* _
   extern __shared__ __align__(16) unsigned char smem[];
   using S = StateSmem<T>;
   T* s_s = reinterpret_cast<T*>(smem + S::s);
-  T* s_d = reinterpret_cast<T*>(smem + S::d);
   const int n = blockIdx.x / p.nvt, vt = blockIdx.x - n * p.nvt, h = blockIdx.y, hk = h / p.G;
   const int v0 = vt * BV, nv = min(BV, p.dv - v0);
   const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1];
   const int eos = p.cu[n + 1];
   const int tid = threadIdx.x, warp = tid >> 5;
-  const int sm0 = 32 * warp;  // state rows of this warp
+  const int sm0 = 32 * (warp & 3), sn0 = 32 * (warp >> 2);  // state rows / tile columns of this warp
   const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + v0;
 
-  float r_S[2][4][4];  // S[dk rows sm0.., BV cols] fp32
-  frag_pairs(r_S, sm0, 0, [&](int r, int c, float& x0, float& x1) {
+  float r_S[2][4][4];  // S[dk rows sm0.., tile cols sn0..] fp32
+  frag_pairs(r_S, sm0, sn0, [&](int r, int c, float& x0, float& x1) {
     x0 = x1 = 0.f;
     if (g_h0 && r < p.dk && c < nv) {
       const float2 v = load2(g_h0 + state_base + int64_t(r) * p.dv + c);
@@ -558,25 +594,26 @@ __global__ __launch_bounds__(kSeqThreads) void state_kernel(Params p, const T* _
     const T* s_k = reinterpret_cast<const T*>(base + S::k);
     const T* s_u = reinterpret_cast<const T*>(base + S::u);
     const float* s_gam = reinterpret_cast<const float*>(base + S::gam);
+    T* s_d = reinterpret_cast<T*>(base + S::u);
     const int64_t bos = p.chunk_start[c];
     const int L = min(C, eos - int(bos)), Lk = round16(L);
     const float gam_e = s_gam[L - 1];
 
     // 1. S -> smem operand (T) and the chunk-start state h[c]
     T* g_hc = g_h ? g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 : nullptr;
-    frag_pairs(r_S, sm0, 0, [&](int r, int cc, float& x0, float& x1) {
+    frag_pairs(r_S, sm0, sn0, [&](int r, int cc, float& x0, float& x1) {
       store2(s_s + r * LDV<T> + cc, x0, x1);
       if (g_hc && r < p.dk && cc < nv) store2(g_hc + int64_t(r) * p.dv + cc, x0, x1);
     });
     __syncthreads();
 
-    // 2. Delta = U - W S  [C, BV]; decayed copy for the state update
+    // 2. Delta = U - W S  [C, BV]; decayed copy for the state update (in place of U)
     {
-      const int m0 = 16 * warp;
+      const int m0 = 16 * (warp & 3);
       float r_acc[1][4][4];
       zero(r_acc);
-      if (m0 < L) warp_gemm<1, 4, false, false>(r_acc, s_w, LDD<T>, s_s, LDV<T>, m0, 0, p.dk);
-      frag_pairs(r_acc, m0, 0, [&](int r, int cc, float& x0, float& x1) {
+      if (m0 < L && sn0 < nv) warp_gemm<1, 4, false, false>(r_acc, s_w, LDD<T>, s_s, LDV<T>, m0, sn0, p.dk);
+      frag_pairs(r_acc, m0, sn0, [&](int r, int cc, float& x0, float& x1) {
         const float2 u = load2(s_u + r * LDV<T> + cc);
         const float d0 = u.x - x0, d1 = u.y - x1;
         if (r < L && cc < nv) store2(g_D + ((bos + r) * p.Hv + h) * p.dv + v0 + cc, d0, d1);
@@ -595,11 +632,11 @@ __global__ __launch_bounds__(kSeqThreads) void state_kernel(Params p, const T* _
         for (int j = 0; j < 4; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) r_S[i][j][e] *= de;
-      if (sm0 < p.dk) warp_gemm<2, 4, true, false>(r_S, s_k, LDD<T>, s_d, LDV<T>, sm0, 0, Lk);
+      if (sm0 < p.dk && sn0 < nv) warp_gemm<2, 4, true, false>(r_S, s_k, LDD<T>, s_d, LDV<T>, sm0, sn0, Lk);
     }
   }
   if (g_ht)
-    frag_pairs(r_S, sm0, 0, [&](int r, int c, float& x0, float& x1) {
+    frag_pairs(r_S, sm0, sn0, [&](int r, int c, float& x0, float& x1) {
       if (r < p.dk && c < nv) store2(g_ht + state_base + int64_t(r) * p.dv + c, x0, x1);
     });
 }
@@ -736,7 +773,7 @@ struct RevSmem {
 };
 
 template <class T>
-__global__ __launch_bounds__(kSeqThreads) void rev_kernel(Params p, const T* __restrict__ g_q,
+__global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void rev_kernel(Params p, const T* __restrict__ g_q,
                                                           const T* __restrict__ g_k, const T* __restrict__ g_W,
                                                           const float* __restrict__ g_gam,
                                                           const T* __restrict__ g_do, const T* __restrict__ g_dDl,
@@ -759,11 +796,11 @@ __global__ __launch_bounds__(kSeqThreads) void rev_kernel(Params p, const T* __r
   const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1];
   const int eos = p.cu[n + 1];
   const int tid = threadIdx.x, warp = tid >> 5;
-  const int sm0 = 32 * warp;
+  const int sm0 = 32 * (warp & 3), sn0 = 32 * (warp >> 2);  // state rows / tile columns of this warp
   const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + v0;
 
   float r_dS[2][4][4];
-  frag_pairs(r_dS, sm0, 0, [&](int r, int c, float& x0, float& x1) {
+  frag_pairs(r_dS, sm0, sn0, [&](int r, int c, float& x0, float& x1) {
     x0 = x1 = 0.f;
     if (g_dht && r < p.dk && c < nv) {
       const float2 v = load2(g_dht + state_base + int64_t(r) * p.dv + c);
@@ -786,7 +823,7 @@ __global__ __launch_bounds__(kSeqThreads) void rev_kernel(Params p, const T* __r
     cp_commit();
     // dS -> operand and dS1[c] (gradient of this chunk's END state) while the loads fly
     T* g_d1 = g_dS1 + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0;
-    frag_pairs(r_dS, sm0, 0, [&](int r, int cc, float& x0, float& x1) {
+    frag_pairs(r_dS, sm0, sn0, [&](int r, int cc, float& x0, float& x1) {
       store2(s_s + r * LDV<T> + cc, x0, x1);
       if (r < p.dk && cc < nv) store2(g_d1 + int64_t(r) * p.dv + cc, x0, x1);
     });
@@ -794,17 +831,25 @@ __global__ __launch_bounds__(kSeqThreads) void rev_kernel(Params p, const T* __r
     __syncthreads();
     const float gam_e = s_gam[L - 1];
     // dO <- scale e^gamma dO (rows), in place
-    for (int idx = tid; idx < C * BV; idx += kSeqThreads) {
-      const int r = idx / BV, cc = idx - r * BV;
-      const float f = r < L ? p.scale * expf(s_gam[r]) : 0.f;
-      s_do[r * LDV<T> + cc] = from_f<T>(to_f(s_do[r * LDV<T> + cc]) * f);
+    {
+      constexpr int V = kPad<T>, VPR = BV / V;  // 16-byte vectors
+      for (int idx = tid; idx < C * VPR; idx += kSeqThreads) {
+        const int r = idx / VPR, cc = (idx - r * VPR) * V;
+        const float f = r < L ? p.scale * expf(s_gam[r]) : 0.f;
+        uint4* pd = reinterpret_cast<uint4*>(s_do + r * LDV<T> + cc);
+        uint4 x = *pd;
+        T* ex = reinterpret_cast<T*>(&x);
+#pragma unroll
+        for (int e = 0; e < V; ++e) ex[e] = from_f<T>(to_f(ex[e]) * f);
+        *pd = x;
+      }
     }
     {  // dDelta = dDelta_local + eL (.) (K dS)  [C, BV]
-      const int m0 = 16 * warp;
+      const int m0 = 16 * (warp & 3);
       float r_acc[1][4][4];
       zero(r_acc);
-      if (m0 < L) warp_gemm<1, 4, false, false>(r_acc, s_k, LDD<T>, s_s, LDV<T>, m0, 0, p.dk);
-      frag_pairs(r_acc, m0, 0, [&](int r, int cc, float& x0, float& x1) {
+      if (m0 < L && sn0 < nv) warp_gemm<1, 4, false, false>(r_acc, s_k, LDD<T>, s_s, LDV<T>, m0, sn0, p.dk);
+      frag_pairs(r_acc, m0, sn0, [&](int r, int cc, float& x0, float& x1) {
         const float2 dl = load2(s_ddl + r * LDV<T> + cc);
         const float f = r < L ? expf(gam_e - s_gam[r]) : 0.f;
         const float d0 = dl.x + (r < L ? x0 * f : 0.f), d1 = dl.y + (r < L ? x1 * f : 0.f);
@@ -821,14 +866,14 @@ __global__ __launch_bounds__(kSeqThreads) void rev_kernel(Params p, const T* __r
         for (int j = 0; j < 4; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) r_dS[i][j][e] *= de;
-      if (sm0 < p.dk) {
-        warp_gemm<2, 4, true, false>(r_dS, s_q, LDD<T>, s_do, LDV<T>, sm0, 0, Lk);
-        warp_gemm<2, 4, true, false>(r_dS, s_w, LDD<T>, s_x, LDV<T>, sm0, 0, Lk);
+      if (sm0 < p.dk && sn0 < nv) {
+        warp_gemm<2, 4, true, false>(r_dS, s_q, LDD<T>, s_do, LDV<T>, sm0, sn0, Lk);
+        warp_gemm<2, 4, true, false>(r_dS, s_w, LDD<T>, s_x, LDV<T>, sm0, sn0, Lk);
       }
     }
   }
   if (g_dh0)
-    frag_pairs(r_dS, sm0, 0, [&](int r, int c, float& x0, float& x1) {
+    frag_pairs(r_dS, sm0, sn0, [&](int r, int c, float& x0, float& x1) {
       if (r < p.dk && c < nv) store2(g_dh0 + state_base + int64_t(r) * p.dv + c, x0, x1);
     });
 }
