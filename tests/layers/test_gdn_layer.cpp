@@ -46,10 +46,13 @@ TEST(GdnLayerPacked, PackedEqualsPerSequence) {
     ops::copy(y.view().slice(0, b, b + n), last.y);
     ops::copy(dx.view().slice(0, b, b + n), last.dx);
   }
-  EXPECT_TRUE(close_rel(R.out.y, y, 1e-6));
-  EXPECT_TRUE(close_rel(R.out.dx, dx, 1e-6));
+  // The kernels are bitwise packed == separate (test_gdn_cpu); here the GEMMs sum over other
+  // token blocks and the per-sequence gradients accumulate in fp32 one sequence at a time,
+  // so the bound is fp32 summation-order noise (measured up to 1.1e-6 on weight gradients).
+  EXPECT_TRUE(close_rel(R.out.y, y, 1e-5));
+  EXPECT_TRUE(close_rel(R.out.dx, dx, 1e-5));
   for (size_t k = 0; k < R.specs.size(); ++k)
-    EXPECT_TRUE(close_rel(R.out.grads[k], last.grads[k], 1e-6)) << R.specs[k].name;
+    EXPECT_TRUE(close_rel(R.out.grads[k], last.grads[k], 1e-5)) << R.specs[k].name;
 }
 
 TEST(GdnLayerConfig, LayoutRulesNameTheValues) {
