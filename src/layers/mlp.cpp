@@ -1,0 +1,109 @@
+// SwiGluMlp layer: forward and backward by hand (data flow in include/deltatron/layers/mlp.h).
+#include "deltatron/layers/mlp.h"
+
+#include "deltatron/ops/basic.h"
+#include "deltatron/ops/gemm.h"
+#include "deltatron/ops/layers_ops.h"
+
+namespace dt::layers {
+namespace {
+enum P { kGate, kUp, kDown };
+TensorView cols(const TensorView& x, int64_t off, int64_t n) { return x.slice(1, off, off + n); }
+}  // namespace
+
+std::vector<model::ParamSpec> SwiGluMlp::param_specs(const MlpConfig& c, const std::string& prefix) {
+  const std::string p = prefix + ".mlp.";
+  using model::InitRule;
+  return {
+      {p + "gate_proj.weight", Shape{c.intermediate, c.hidden}, InitRule::normal(c.init_std), 0},
+      {p + "up_proj.weight", Shape{c.intermediate, c.hidden}, InitRule::normal(c.init_std), 0},
+      {p + "down_proj.weight", Shape{c.hidden, c.intermediate}, InitRule::normal(c.init_std), 1},
+  };
+}
+
+std::string SwiGluMlp::check_layout(const MlpConfig& c, int tp) {
+  if (c.intermediate % tp)
+    return fmt::format("config: the column-parallel MLP needs tp={} to divide intermediate_size={}", tp,
+                       c.intermediate);
+  return "";
+}
+
+SwiGluMlp::SwiGluMlp(const MlpConfig& cfg, const std::string& prefix, const RunCtx& ctx)
+    : cfg_(cfg), ctx_(ctx), prefix_(prefix) {
+  DT_CHECK(ctx.pg != nullptr, "SwiGluMlp {}: RunCtx.pg is null", prefix);
+  tp_ = ctx.pg->dims.tp;
+  sp_ = ctx.sp && tp_ > 1;
+  std::string err = check_layout(cfg, tp_);
+  if (!err.empty()) user_error(err);
+  for (const model::ParamSpec& s : param_specs(cfg, prefix))
+    params_.push_back(model::make_param(s, tp_, ctx.pg->coord.tp, ctx.seed, ctx.device, ctx.act_dtype, ctx.stream));
+}
+
+void SwiGluMlp::forward(const TensorView& y, const TensorView& x) {
+  const Stream s = ctx_.stream;
+  const DType A = ctx_.act_dtype;
+  const Device dev = ctx_.device;
+  const int64_t H = cfg_.hidden, F_t = cfg_.intermediate / tp_;
+  DT_CHECK(x.ndim() == 2 && x.shape[1] == H, "SwiGluMlp {}: x must be [T_local, {}], got {}", prefix_, H, x.str());
+  check_shape(y, x.shape, "SwiGluMlp y [T_local, hidden]");
+  const int64_t T_r = x.shape[0] * (sp_ ? tp_ : 1);
+
+  xg_ = Tensor::empty(Shape{T_r, H}, A, dev);  // [T_r, H]
+  if (sp_) ctx_.pg->tp->all_gather(xg_, x, s);
+  else ops::copy(xg_, x, s);
+  gu_ = Tensor::empty(Shape{T_r, 2 * F_t}, A, dev);  // [T_r, 2 F_t] = [g | u]
+  ops::gemm(cols(gu_, 0, F_t), xg_, params_[kGate].w(), {false, true}, s);
+  ops::gemm(cols(gu_, F_t, F_t), xg_, params_[kUp].w(), {false, true}, s);
+  h_ = Tensor::empty(Shape{T_r, F_t}, A, dev);  // [T_r, F_t]
+  ops::swiglu_fwd(h_, cols(gu_, 0, F_t), cols(gu_, F_t, F_t), s);
+  if (sp_) {
+    Tensor partial = Tensor::empty(Shape{T_r, H}, A, dev);  // [T_r, H] partial over TP
+    ops::gemm(partial, h_, params_[kDown].w(), {false, true}, s);
+    ctx_.pg->tp->reduce_scatter(y, partial, dist::ReduceOp::sum, s);
+  } else {
+    ops::gemm(y, h_, params_[kDown].w(), {false, true}, s);
+    if (tp_ > 1) ctx_.pg->tp->all_reduce(y, dist::ReduceOp::sum, s);
+  }
+}
+
+void SwiGluMlp::backward(const TensorView& dx, const TensorView& dy) {
+  const Stream s = ctx_.stream;
+  const DType A = ctx_.act_dtype;
+  const Device dev = ctx_.device;
+  const int64_t H = cfg_.hidden, F_t = cfg_.intermediate / tp_;
+  DT_CHECK(xg_.defined(), "SwiGluMlp {}: backward without forward", prefix_);
+  const int64_t T_r = xg_.shape()[0], T_in = T_r / (sp_ ? tp_ : 1);
+  check_shape(dy, Shape{T_in, H}, "SwiGluMlp dy [T_local, hidden]");
+  check_shape(dx, Shape{T_in, H}, "SwiGluMlp dx [T_local, hidden]");
+
+  Tensor dyg_t;  // [T_r, H]
+  TensorView dyg = dy;
+  if (sp_) {
+    dyg_t = Tensor::empty(Shape{T_r, H}, A, dev);
+    ctx_.pg->tp->all_gather(dyg_t, dy, s);
+    dyg = dyg_t;
+  }
+  // down_proj: dW += dy^T h;  dh = dy W.                                   dh [T_r, F_t]
+  ops::gemm(params_[kDown].grad, dyg, h_, {true, false, 1.f, 1.f}, s);
+  Tensor dh = Tensor::empty(Shape{T_r, F_t}, A, dev);
+  ops::gemm(dh, dyg, params_[kDown].w(), {}, s);
+  Tensor dgu = Tensor::empty(Shape{T_r, 2 * F_t}, A, dev);  // [T_r, 2 F_t] = [dg | du]
+  ops::swiglu_bwd(cols(dgu, 0, F_t), cols(dgu, F_t, F_t), dh, cols(gu_, 0, F_t), cols(gu_, F_t, F_t), s);
+  // gate/up: dW += d^T xg;  dxg = dg Wg + du Wu.
+  Tensor dxg_t;
+  TensorView dxg = dx;
+  if (sp_) {
+    dxg_t = Tensor::empty(Shape{T_r, H}, A, dev);
+    dxg = dxg_t;
+  }
+  for (int i = kGate; i <= kUp; ++i) {
+    TensorView d = cols(dgu, i * F_t, F_t);
+    ops::gemm(params_[i].grad, d, xg_, {true, false, 1.f, 1.f}, s);
+    ops::gemm(dxg, d, params_[i].w(), {false, false, 1.f, i ? 1.f : 0.f}, s);
+  }
+  if (sp_) ctx_.pg->tp->reduce_scatter(dx, dxg, dist::ReduceOp::sum, s);
+  else if (tp_ > 1) ctx_.pg->tp->all_reduce(dx, dist::ReduceOp::sum, s);
+  xg_ = gu_ = h_ = Tensor();
+}
+
+}  // namespace dt::layers
