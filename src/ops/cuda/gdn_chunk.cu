@@ -10,7 +10,7 @@
 // token, NOT cumulated); h0, ht, dht, dh0 [N, Hv, dk, dv] f32 or absent. dk, dv: multiples of 16,
 // at most 128.
 //
-// Kernels (one CTA per (chunk, v-head) unless "serial": one CTA per (sequence, v-head, 32-wide V
+// Kernels (one CTA per (chunk, v-head) unless "serial": one CTA per (sequence, v-head, 64-wide V
 // tile) walking the sequence's chunks in order; the token/chunk axis is always on gridDim.x):
 //   forward : prep (K1+K2+K3: gamma cumsum, A = KK^T masked, Tm = (I+A)^-1 in fp32, W, U)
 //             -> state (K4, serial: chunk-start states h, Delta, ht) -> out (K5: o)
