@@ -543,7 +543,7 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Pa
   const int n = blockIdx.x / p.nvt, vt = blockIdx.x - n * p.nvt, h = blockIdx.y, hk = h / p.G;
   const int v0 = vt * BV, nv = min(BV, p.dv - v0);
   const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1];
-  const int bos0 = p.cu[n], eos = p.cu[n + 1];  // chunk c starts at bos0 + (c - c0) C (no table load per step)
+  const int eos = p.cu[n + 1];
   const int tid = threadIdx.x, warp = tid >> 5;
   const int sm0 = 32 * (warp & 3), sn0 = 32 * (warp >> 2);  // state rows / tile columns of this warp
   const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + v0;
@@ -557,16 +557,8 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Pa
     }
   });
 
-  // S -> smem operand (T) and the chunk-start state h[c]; the next top-of-loop barrier publishes it
-  auto put_state = [&](int c) {
-    T* g_hc = g_h ? g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 : nullptr;
-    frag_pairs(r_S, sm0, sn0, [&](int r, int cc, float& x0, float& x1) {
-      store2(s_s + r * LDV<T> + cc, x0, x1);
-      if (g_hc && r < p.dk && cc < nv) store2(g_hc + int64_t(r) * p.dv + cc, x0, x1);
-    });
-  };
   auto issue = [&](int c, int st) {
-    const int64_t bos = bos0 + int64_t(c - c0) * C;
+    const int64_t bos = p.chunk_start[c];
     const int L = min(C, eos - int(bos));
     unsigned char* base = smem + st * S::stage;
     load_tile(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, C, L,
@@ -582,7 +574,6 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Pa
     if (c0 < c1) issue(c0, 0);
     cp_commit();
   }
-  if (c0 < c1) put_state(c0);
   for (int c = c0; c < c1; ++c) {
     int st = 0;
     if constexpr (S::NS == 2) {
@@ -604,9 +595,17 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Pa
     const T* s_u = reinterpret_cast<const T*>(base + S::u);
     const float* s_gam = reinterpret_cast<const float*>(base + S::gam);
     T* s_d = reinterpret_cast<T*>(base + S::u);
-    const int64_t bos = bos0 + int64_t(c - c0) * C;
+    const int64_t bos = p.chunk_start[c];
     const int L = min(C, eos - int(bos)), Lk = round16(L);
     const float gam_e = s_gam[L - 1];
+
+    // 1. S -> smem operand (T) and the chunk-start state h[c]
+    T* g_hc = g_h ? g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 : nullptr;
+    frag_pairs(r_S, sm0, sn0, [&](int r, int cc, float& x0, float& x1) {
+      store2(s_s + r * LDV<T> + cc, x0, x1);
+      if (g_hc && r < p.dk && cc < nv) store2(g_hc + int64_t(r) * p.dv + cc, x0, x1);
+    });
+    __syncthreads();
 
     // 2. Delta = U - W S  [C, BV]; decayed copy for the state update (in place of U)
     {
@@ -635,8 +634,6 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Pa
           for (int e = 0; e < 4; ++e) r_S[i][j][e] *= de;
       if (sm0 < p.dk && sn0 < nv) warp_gemm<2, 4, true, false>(r_S, s_k, LDD<T>, s_d, LDV<T>, sm0, sn0, Lk);
     }
-    // 1. (next chunk) every warp finished reading s_s in step 2 before the barrier above
-    if (c + 1 < c1) put_state(c + 1);
   }
   if (g_ht)
     frag_pairs(r_S, sm0, sn0, [&](int r, int c, float& x0, float& x1) {
@@ -797,7 +794,7 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void rev_kernel(Para
   const int n = blockIdx.x / p.nvt, vt = blockIdx.x - n * p.nvt, h = blockIdx.y, hk = h / p.G;
   const int v0 = vt * BV, nv = min(BV, p.dv - v0);
   const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1];
-  const int bos0 = p.cu[n], eos = p.cu[n + 1];  // chunk c starts at bos0 + (c - c0) C
+  const int eos = p.cu[n + 1];
   const int tid = threadIdx.x, warp = tid >> 5;
   const int sm0 = 32 * (warp & 3), sn0 = 32 * (warp >> 2);  // state rows / tile columns of this warp
   const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + v0;
@@ -812,7 +809,7 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void rev_kernel(Para
   });
 
   for (int c = c1 - 1; c >= c0; --c) {
-    const int64_t bos = bos0 + int64_t(c - c0) * C;
+    const int64_t bos = p.chunk_start[c];
     const int L = min(C, eos - int(bos)), Lk = round16(L);
     __syncthreads();  // the previous chunk is done with every buffer
     load_tile(s_q, LDD<T>, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kSeqThreads);
