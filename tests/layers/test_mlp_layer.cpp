@@ -66,8 +66,8 @@ TEST(MlpLayer, PackedEqualsPerSequence) {
   for (size_t i = 0; i < kGdnRealLens.size(); ++i) {
     int64_t b = R.cu[i], n = kGdnRealLens[i];
     DenseRun o = fn(ctx, rows_of(R.x, b, n), rows_of(R.dy, b, n), false);
-    EXPECT_TRUE(close_rel(o.y, rows_of(R.out.y, b, n), 1e-6)) << "seq " << i;
-    EXPECT_TRUE(close_rel(o.dx, rows_of(R.out.dx, b, n), 1e-6)) << "seq " << i;
+    EXPECT_TRUE(close_rel(o.y, rows_of(R.out.y, b, n), 1e-5)) << "seq " << i;  // GEMM blocking differs
+    EXPECT_TRUE(close_rel(o.dx, rows_of(R.out.dx, b, n), 1e-5)) << "seq " << i;
     for (size_t k = 0; k < 3; ++k) {
       gsum[k].resize(size_t(o.grads[k].numel()), 0.0);
       for (int64_t e = 0; e < o.grads[k].numel(); ++e) gsum[k][size_t(e)] += o.grads[k].ptr<float>()[e];

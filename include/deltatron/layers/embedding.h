@@ -1,0 +1,56 @@
+// Vocab-parallel token embedding (HF model.embed_tokens.weight [vocab, H]). TP rank t owns the
+// vocab rows [t V/tp, (t+1) V/tp) and gathers the rows of the tokens it owns (zeros elsewhere):
+//   ids [T/cp] (this CP rank's zig-zag rows, every TP rank the same) ─gather─▶ [T/cp, H] partial
+//   ─all-reduce(tp) | reduce-scatter(tp, SP)─▶ y [T_local, H]
+// Backward: dy ─all-gather(tp, SP)─▶ [T/cp, H]; dW[v] += sum of dy over the tokens with id v
+// (deterministic scatter-add, ops::embedding_bwd) on the owned rows only. The TP shards are
+// disjoint, so the gradient needs no TP sum; reduce_grads sums it over dp x cp.
+// Under tie_word_embeddings the LM head reads the same Param (LmHeadLoss takes it).
+#pragma once
+#include <span>
+#include <vector>
+
+#include "deltatron/data/packed_seq.h"
+#include "deltatron/layers/gdn.h"  // RunCtx
+#include "deltatron/model/param.h"
+
+namespace dt::layers {
+
+struct EmbeddingConfig {
+  int64_t vocab = 0;   // vocab_size (global)
+  int64_t hidden = 0;
+  float init_std = 0.02f;
+};
+
+class VocabEmbedding {
+ public:
+  VocabEmbedding(const EmbeddingConfig& cfg, const RunCtx& ctx);
+  static std::vector<model::ParamSpec> param_specs(const EmbeddingConfig& cfg);
+  // "" when tp divides vocab_size, else the config error.
+  static std::string check_layout(const EmbeddingConfig& cfg, int tp);
+
+  std::vector<model::Param>& params() { return params_; }
+  model::Param& weight() { return params_[0]; }
+  int64_t vocab_begin() const { return vocab_begin_; }
+
+  // ids: [T/cp] i32 on the device; y (=): [T/cp / sp, H] act_dtype (sp = tp under SP, else 1).
+  void forward(const TensorView& y, const TensorView& ids);
+  // dy: like y. Accumulates (+=) into weight().grad.
+  void backward(const TensorView& dy);
+
+ private:
+  EmbeddingConfig cfg_;
+  RunCtx ctx_;
+  int tp_ = 1;
+  bool sp_ = false;
+  int64_t vocab_begin_ = 0;
+  std::vector<model::Param> params_;
+  Tensor ids_;  // saved [T/cp] i32
+};
+
+// This CP rank's token ids [T/cp] (zig-zag rows) of the global packed ids [T] (host), uploaded to
+// `dev` as i32: the input of VocabEmbedding::forward.
+Tensor local_token_ids(std::span<const int32_t> ids_global, const data::PackedSeqParams& psp, Device dev,
+                       Stream s = {});
+
+}  // namespace dt::layers

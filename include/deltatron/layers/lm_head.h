@@ -1,0 +1,78 @@
+// Vocab-parallel LM head with the vocab-parallel cross entropy (HF lm_head.weight [vocab, H], or
+// model.embed_tokens.weight under tie_word_embeddings). TP rank t owns the vocab rows
+// [t V/tp, (t+1) V/tp). Per rank, with T_cp = T/cp rows and V_t = V/tp:
+//   h [T_local, H] ─all-gather(tp, SP)─▶ hg [T_cp, H]; then per chunk of <= chunk_tokens rows:
+//   logits = hg W_t^T [n, V_t] f32 ─row max─▶ all-reduce MAX(tp) ─sum exp, target logit─▶
+//   all-reduce SUM(tp) of [2, n] ─▶ loss_t = log(se) + m - l_target  (0 where nothing is predicted)
+// Full-vocab logits never exist on one rank; at most [chunk_tokens, V_t] f32 at a time.
+// Targets (next_token_targets): token x of a document predicts token x + 1 of the SAME document;
+// the last real token of a document and padding predict nothing (label -1). forward returns the
+// loss SUM over this CP rank's predicted tokens (identical on the TP ranks of a group) and their
+// COUNT; the caller all-reduces both over dp x cp and divides once: loss = sum / count. A rank
+// with no predicted token contributes 0 and 0 (never NaN).
+// backward(dh, scale) with scale = d(total loss)/d(loss sum) (1 / global count for the mean)
+// recomputes each chunk's logits from the saved hg (one extra GEMM, no [T_cp, V_t] buffer):
+//   dlogits = scale (softmax - onehot) ; dW_t += dlogits^T hg ; dhg = dlogits W_t
+//   ─reduce-scatter(tp, SP) | all-reduce(tp)─▶ dh.
+// dW accumulates (+=); TP shards are disjoint, reduce_grads sums over dp x cp.
+#pragma once
+#include <span>
+#include <string>
+#include <vector>
+
+#include "deltatron/data/packed_seq.h"
+#include "deltatron/layers/gdn.h"  // RunCtx
+#include "deltatron/model/param.h"
+
+namespace dt::layers {
+
+struct LmHeadConfig {
+  int64_t vocab = 0;
+  int64_t hidden = 0;
+  float init_std = 0.02f;
+  bool tie_word_embeddings = false;
+  int64_t chunk_tokens = 4096;  // rows of logits alive at once
+};
+
+// Next-token targets of this CP rank's rows, built on the host once per micro-batch.
+struct LmTargets {
+  Tensor labels;      // [T/cp] i32 on the device: global vocab id of the next token, or -1
+  int64_t count = 0;  // labels >= 0 (this CP rank)
+};
+// ids_global: the packed token ids [T] of the whole micro-batch (all CP ranks), host.
+LmTargets next_token_targets(std::span<const int32_t> ids_global, const data::PackedSeqParams& psp, Device dev,
+                             Stream s = {});
+
+class LmHeadLoss {
+ public:
+  // tied: the embedding's weight Param (same [V, H] vocab-parallel shard) under
+  // tie_word_embeddings; then this layer owns no parameter and adds its gradient to tied->grad.
+  LmHeadLoss(const LmHeadConfig& cfg, const RunCtx& ctx, model::Param* tied = nullptr);
+  static std::vector<model::ParamSpec> param_specs(const LmHeadConfig& cfg);  // empty when tied
+  static std::string check_layout(const LmHeadConfig& cfg, int tp);
+
+  std::vector<model::Param>& params() { return params_; }
+  model::Param& weight() { return tied_ ? *tied_ : params_[0]; }
+  int64_t vocab_begin() const { return vocab_begin_; }
+
+  struct Result {
+    Tensor loss_sum;    // [1] f32 on the device: sum of the token losses of this CP rank
+    int64_t count = 0;  // predicted tokens of this CP rank (host)
+  };
+  // h: [T_local, H] act_dtype (the final-norm output). Saves hg, labels, row max and sum-exp.
+  Result forward(const TensorView& h, const LmTargets& targets);
+  // dh (=): like h. scale: gradient of the total loss w.r.t. loss_sum (1 / global count).
+  void backward(const TensorView& dh, float scale);
+
+ private:
+  LmHeadConfig cfg_;
+  RunCtx ctx_;
+  int tp_ = 1;
+  bool sp_ = false;
+  int64_t vocab_begin_ = 0;
+  model::Param* tied_ = nullptr;
+  std::vector<model::Param> params_;
+  Tensor hg_, labels_, m_, se_;  // saved: [T_cp, H] act, [T_cp] i32, [T_cp] f32 (global over tp) x2
+};
+
+}  // namespace dt::layers

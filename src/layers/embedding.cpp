@@ -1,0 +1,73 @@
+// VocabEmbedding layer (include/deltatron/layers/embedding.h).
+#include "deltatron/layers/embedding.h"
+
+#include "deltatron/ops/basic.h"
+#include "deltatron/ops/layers_ops.h"
+
+namespace dt::layers {
+
+std::vector<model::ParamSpec> VocabEmbedding::param_specs(const EmbeddingConfig& c) {
+  return {{"model.embed_tokens.weight", Shape{c.vocab, c.hidden}, model::InitRule::normal(c.init_std), 0}};
+}
+
+std::string VocabEmbedding::check_layout(const EmbeddingConfig& c, int tp) {
+  if (c.vocab % tp)
+    return fmt::format("config: the vocab-parallel embedding needs tp={} to divide vocab_size={} (pad the vocab to {})",
+                       tp, c.vocab, (c.vocab + tp - 1) / tp * tp);
+  return "";
+}
+
+VocabEmbedding::VocabEmbedding(const EmbeddingConfig& cfg, const RunCtx& ctx) : cfg_(cfg), ctx_(ctx) {
+  DT_CHECK(ctx.pg != nullptr, "VocabEmbedding: RunCtx.pg is null");
+  tp_ = ctx.pg->dims.tp;
+  sp_ = ctx.sp && tp_ > 1;
+  std::string err = check_layout(cfg, tp_);
+  if (!err.empty()) user_error(err);
+  vocab_begin_ = cfg.vocab / tp_ * ctx.pg->coord.tp;
+  params_.push_back(model::make_param(param_specs(cfg)[0], tp_, ctx.pg->coord.tp, ctx.seed, ctx.device, ctx.act_dtype,
+                                      ctx.stream));
+}
+
+void VocabEmbedding::forward(const TensorView& y, const TensorView& ids) {
+  const Stream s = ctx_.stream;
+  const int64_t H = cfg_.hidden, T_cp = ids.numel(), T_in = T_cp / (sp_ ? tp_ : 1);
+  DT_CHECK(ids.ndim() == 1 && T_cp % (sp_ ? tp_ : 1) == 0, "VocabEmbedding: ids {} must be [T/cp], divisible by sp={}",
+           ids.str(), sp_ ? tp_ : 1);
+  check_shape(y, Shape{T_in, H}, "VocabEmbedding y [T_local, hidden]");
+  ids_ = Tensor::empty(Shape{T_cp}, DType::i32, ctx_.device);  // [T/cp]
+  ops::copy(ids_, ids, s);
+  if (sp_) {
+    Tensor partial = Tensor::empty(Shape{T_cp, H}, ctx_.act_dtype, ctx_.device);  // [T/cp, H]
+    ops::embedding_fwd(partial, ids_, params_[0].w(), vocab_begin_, s);
+    ctx_.pg->tp->reduce_scatter(y, partial, dist::ReduceOp::sum, s);
+  } else {
+    ops::embedding_fwd(y, ids_, params_[0].w(), vocab_begin_, s);
+    if (tp_ > 1) ctx_.pg->tp->all_reduce(y, dist::ReduceOp::sum, s);
+  }
+}
+
+void VocabEmbedding::backward(const TensorView& dy) {
+  DT_CHECK(ids_.defined(), "VocabEmbedding: backward without forward");
+  const int64_t H = cfg_.hidden, T_cp = ids_.numel(), T_in = T_cp / (sp_ ? tp_ : 1);
+  check_shape(dy, Shape{T_in, H}, "VocabEmbedding dy [T_local, hidden]");
+  Tensor dyg_t;  // [T/cp, H]
+  TensorView dyg = dy;
+  if (sp_) {
+    dyg_t = Tensor::empty(Shape{T_cp, H}, dy.dtype, ctx_.device);
+    ctx_.pg->tp->all_gather(dyg_t, dy, ctx_.stream);
+    dyg = dyg_t;
+  }
+  ops::embedding_bwd(params_[0].grad, dyg, ids_, vocab_begin_, ctx_.stream);
+  ids_ = Tensor();
+}
+
+Tensor local_token_ids(std::span<const int32_t> ids_global, const data::PackedSeqParams& psp, Device dev, Stream s) {
+  DT_CHECK(int64_t(ids_global.size()) == psp.tokens(), "local_token_ids: {} ids for a batch of T={} tokens",
+           ids_global.size(), psp.tokens());
+  Tensor g(Tensor::empty(Shape{psp.tokens()}, DType::i32));
+  std::copy(ids_global.begin(), ids_global.end(), g.ptr<int32_t>());
+  Tensor loc = data::zigzag_slice_rows(g, psp.cu_seqlens_padded(), psp.cp(), psp.cp_rank());  // [T/cp]
+  return dev.is_cpu() ? loc : ops::to_device(loc, dev, s);
+}
+
+}  // namespace dt::layers

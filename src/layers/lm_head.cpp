@@ -1,0 +1,134 @@
+// LmHeadLoss layer and next-token targets (include/deltatron/layers/lm_head.h).
+#include "deltatron/layers/lm_head.h"
+
+#include <algorithm>
+
+#include "deltatron/ops/basic.h"
+#include "deltatron/ops/gemm.h"
+#include "deltatron/ops/layers_ops.h"
+
+namespace dt::layers {
+
+LmTargets next_token_targets(std::span<const int32_t> ids_global, const data::PackedSeqParams& psp, Device dev,
+                             Stream s) {
+  const int64_t T = psp.tokens(), T_cp = psp.tokens_cp();
+  DT_CHECK(int64_t(ids_global.size()) == T, "next_token_targets: {} ids for a batch of T={} tokens",
+           ids_global.size(), T);
+  const std::vector<int32_t>& cu_pad = psp.cu_seqlens_padded();
+  const std::vector<int32_t>& cu = psp.cu_seqlens();
+  Tensor lab = Tensor::empty(Shape{T_cp}, DType::i32);  // [T/cp] host
+  int32_t* lp = lab.ptr<int32_t>();
+  LmTargets out;
+  for (int64_t l = 0; l < T_cp; ++l) {
+    const int64_t x = psp.cp() == 1 ? l : data::zigzag_local_to_global(cu_pad, psp.cp(), psp.cp_rank(), l);
+    // Sequence i with cu_pad[i] <= x < cu_pad[i + 1]; its real tokens end at cu_pad[i] + len_i.
+    const int64_t i = std::upper_bound(cu_pad.begin(), cu_pad.end(), int32_t(x)) - cu_pad.begin() - 1;
+    const int64_t real_end = int64_t(cu_pad[size_t(i)]) + (cu[size_t(i) + 1] - cu[size_t(i)]);
+    lp[l] = x + 1 < real_end ? ids_global[size_t(x + 1)] : -1;
+    out.count += lp[l] >= 0;
+  }
+  out.labels = dev.is_cpu() ? lab : ops::to_device(lab, dev, s);
+  return out;
+}
+
+std::vector<model::ParamSpec> LmHeadLoss::param_specs(const LmHeadConfig& c) {
+  if (c.tie_word_embeddings) return {};
+  return {{"lm_head.weight", Shape{c.vocab, c.hidden}, model::InitRule::normal(c.init_std), 0}};
+}
+
+std::string LmHeadLoss::check_layout(const LmHeadConfig& c, int tp) {
+  if (c.vocab % tp)
+    return fmt::format("config: the vocab-parallel LM head needs tp={} to divide vocab_size={} (pad the vocab to {})",
+                       tp, c.vocab, (c.vocab + tp - 1) / tp * tp);
+  return "";
+}
+
+LmHeadLoss::LmHeadLoss(const LmHeadConfig& cfg, const RunCtx& ctx, model::Param* tied)
+    : cfg_(cfg), ctx_(ctx), tied_(tied) {
+  DT_CHECK(ctx.pg != nullptr, "LmHeadLoss: RunCtx.pg is null");
+  DT_CHECK(cfg.tie_word_embeddings == (tied != nullptr),
+           "LmHeadLoss: tie_word_embeddings={} but the tied weight is {}", cfg.tie_word_embeddings,
+           tied ? "given" : "null");
+  DT_CHECK(cfg.chunk_tokens > 0, "LmHeadLoss: chunk_tokens={} must be > 0", cfg.chunk_tokens);
+  tp_ = ctx.pg->dims.tp;
+  sp_ = ctx.sp && tp_ > 1;
+  std::string err = check_layout(cfg, tp_);
+  if (!err.empty()) user_error(err);
+  vocab_begin_ = cfg.vocab / tp_ * ctx.pg->coord.tp;
+  for (const model::ParamSpec& sp : param_specs(cfg))
+    params_.push_back(model::make_param(sp, tp_, ctx.pg->coord.tp, ctx.seed, ctx.device, ctx.act_dtype, ctx.stream));
+  if (tied) {
+    check_shape(tied->master, Shape{cfg.vocab / tp_, cfg.hidden}, "LmHeadLoss tied weight [V/tp, hidden]");
+  }
+}
+
+LmHeadLoss::Result LmHeadLoss::forward(const TensorView& h, const LmTargets& targets) {
+  const Stream s = ctx_.stream;
+  const Device dev = ctx_.device;
+  const int64_t H = cfg_.hidden, V_t = cfg_.vocab / tp_, T_cp = targets.labels.numel();
+  const int64_t T_in = T_cp / (sp_ ? tp_ : 1);
+  check_shape(h, Shape{T_in, H}, "LmHeadLoss h [T_local, hidden]");
+  hg_ = Tensor::empty(Shape{T_cp, H}, h.dtype, dev);  // [T_cp, H]
+  if (sp_) ctx_.pg->tp->all_gather(hg_, h, s);
+  else ops::copy(hg_, h, s);
+  labels_ = targets.labels;
+  m_ = Tensor::empty(Shape{T_cp}, DType::f32, dev);
+  se_ = Tensor::empty(Shape{T_cp}, DType::f32, dev);
+  Tensor loss = Tensor::empty(Shape{T_cp}, DType::f32, dev);  // [T_cp] per-token losses
+  const int64_t C = std::min(cfg_.chunk_tokens, std::max<int64_t>(T_cp, 1));
+  Tensor logits = Tensor::empty(Shape{C, V_t}, DType::f32, dev);  // [C, V_t]
+  const TensorView W = weight().w();
+  for (int64_t c0 = 0; c0 < T_cp; c0 += C) {
+    const int64_t n = std::min(C, T_cp - c0);
+    TensorView lg = logits.view().slice(0, 0, n), mc = m_.view().slice(0, c0, c0 + n);
+    TensorView tg = labels_.view().slice(0, c0, c0 + n);
+    Tensor st_c = Tensor::empty(Shape{2, n}, DType::f32, dev);  // [se | tl], one all-reduce
+    ops::gemm(lg, hg_.view().slice(0, c0, c0 + n), W, {false, true}, s);
+    ops::ce_row_max(mc, lg, s);
+    if (tp_ > 1) ctx_.pg->tp->all_reduce(mc, dist::ReduceOp::max, s);
+    ops::ce_sum_exp(st_c.view().select(0, 0), st_c.view().select(0, 1), lg, mc, tg, vocab_begin_, s);
+    if (tp_ > 1) ctx_.pg->tp->all_reduce(st_c, dist::ReduceOp::sum, s);
+    ops::copy(se_.view().slice(0, c0, c0 + n), st_c.view().select(0, 0), s);
+    ops::ce_loss(loss.view().slice(0, c0, c0 + n), mc, st_c.view().select(0, 0), st_c.view().select(0, 1), tg, s);
+  }
+  Result r;
+  r.loss_sum = Tensor::zeros(Shape{1}, DType::f32, dev, s);
+  if (T_cp > 0) ops::sum(r.loss_sum, loss, s);
+  r.count = targets.count;
+  return r;
+}
+
+void LmHeadLoss::backward(const TensorView& dh, float scale) {
+  DT_CHECK(hg_.defined(), "LmHeadLoss: backward without forward");
+  const Stream s = ctx_.stream;
+  const Device dev = ctx_.device;
+  const DType A = hg_.dtype();
+  const int64_t H = cfg_.hidden, V_t = cfg_.vocab / tp_, T_cp = hg_.shape()[0];
+  const int64_t T_in = T_cp / (sp_ ? tp_ : 1);
+  check_shape(dh, Shape{T_in, H}, "LmHeadLoss dh [T_local, hidden]");
+  Tensor dhg_t;  // [T_cp, H]
+  TensorView dhg = dh;
+  if (sp_) {
+    dhg_t = Tensor::empty(Shape{T_cp, H}, A, dev);
+    dhg = dhg_t;
+  }
+  model::Param& w = weight();
+  const int64_t C = std::min(cfg_.chunk_tokens, std::max<int64_t>(T_cp, 1));
+  Tensor logits = Tensor::empty(Shape{C, V_t}, DType::f32, dev);  // [C, V_t] recomputed
+  Tensor dlogits = Tensor::empty(Shape{C, V_t}, A, dev);          // [C, V_t]
+  for (int64_t c0 = 0; c0 < T_cp; c0 += C) {
+    const int64_t n = std::min(C, T_cp - c0);
+    TensorView lg = logits.view().slice(0, 0, n), dl = dlogits.view().slice(0, 0, n);
+    TensorView hc = hg_.view().slice(0, c0, c0 + n);
+    ops::gemm(lg, hc, w.w(), {false, true}, s);
+    ops::ce_bwd(dl, lg, m_.view().slice(0, c0, c0 + n), se_.view().slice(0, c0, c0 + n),
+                labels_.view().slice(0, c0, c0 + n), vocab_begin_, scale, s);
+    ops::gemm(w.grad, dl, hc, {true, false, 1.f, 1.f}, s);                // dW_t += dl^T hg
+    ops::gemm(dhg.slice(0, c0, c0 + n), dl, w.w(), {}, s);               // dhg = dl W_t
+  }
+  if (sp_) ctx_.pg->tp->reduce_scatter(dh, dhg, dist::ReduceOp::sum, s);
+  else if (tp_ > 1) ctx_.pg->tp->all_reduce(dh, dist::ReduceOp::sum, s);
+  hg_ = labels_ = m_ = se_ = Tensor();
+}
+
+}  // namespace dt::layers
