@@ -1,0 +1,147 @@
+// CUDA dense-layer ops against the CPU reference on fresh random data, f32 (rel. L2 < 1e-4) and
+// bf16 (< 1e-2; inputs rounded to bf16 first, so both sides see the same values), outputs
+// NaN-poisoned; strided views (the halves of one [T, 2F] buffer, a vocab slice of the logits);
+// rmsnorm1p dw and embedding dW accumulate (+=) and are bitwise repeatable.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "deltatron/ops/basic.h"
+#include "deltatron/ops/layers_ops.h"
+#include "test_util.h"
+
+using namespace dt;
+using dt::testing::close_rel;
+using dt::testing::poison;
+using dt::testing::rand_host;
+
+namespace {
+const Device kGpu = Device::cuda(0);
+Tensor as(const TensorView& x, DType t) {
+  Tensor o = Tensor::empty(x.shape, t, x.device);
+  ops::copy(o, x);
+  return o;
+}
+// Host f32 rounded through dtype t (the values both backends see).
+Tensor rounded(const TensorView& h, DType t) { return as(as(h, t), DType::f32); }
+Tensor dev(const TensorView& h, DType t) { return ops::to_device(as(h, t), kGpu); }
+Tensor host32(const TensorView& d) { return as(ops::to_host(d), DType::f32); }
+double tol(DType t) { return t == DType::bf16 ? 1e-2 : 1e-4; }
+}  // namespace
+
+TEST(LayersOpsCuda, Rmsnorm1p) {
+  for (DType t : {DType::f32, DType::bf16}) {
+    const int64_t R = 300, D = 1040;
+    Tensor x = rounded(rand_host(Shape{R, D}, -3.f, 3.f), t), dy = rounded(rand_host(Shape{R, D}), t);
+    Tensor w = rand_host(Shape{D}, -0.5f, 0.5f), dw0 = rand_host(Shape{D});
+    Tensor y = Tensor::empty(Shape{R, D}, DType::f32), rs = Tensor::empty(Shape{R}, DType::f32);
+    Tensor dx = Tensor::empty(Shape{R, D}, DType::f32), dw = as(dw0, DType::f32);
+    ops::rmsnorm1p_fwd(y, rs, x, w, 1e-6f);
+    ops::rmsnorm1p_bwd(dx, dw, dy, x, w, rs);
+    Tensor gx = dev(x, t), gdy = dev(dy, t), gw = dev(w, DType::f32), gdw = dev(dw0, DType::f32);
+    Tensor gy = Tensor::empty(Shape{R, D}, t, kGpu), grs = Tensor::empty(Shape{R}, DType::f32, kGpu);
+    Tensor gdx = Tensor::empty(Shape{R, D}, t, kGpu);
+    poison(gy);
+    poison(gdx);
+    ops::rmsnorm1p_fwd(gy, grs, gx, gw, 1e-6f);
+    ops::rmsnorm1p_bwd(gdx, gdw, gdy, gx, gw, grs);
+    EXPECT_TRUE(close_rel(host32(gy), y, tol(t))) << dtype_name(t) << " y";
+    EXPECT_TRUE(close_rel(host32(grs), rs, 1e-5)) << dtype_name(t) << " rstd";
+    EXPECT_TRUE(close_rel(host32(gdx), dx, tol(t))) << dtype_name(t) << " dx";
+    EXPECT_TRUE(close_rel(host32(gdw), dw, 1e-4)) << dtype_name(t) << " dw (+=)";
+    Tensor gdw2 = dev(dw0, DType::f32);
+    ops::rmsnorm1p_bwd(gdx, gdw2, gdy, gx, gw, grs);
+    EXPECT_EQ(std::memcmp(host32(gdw).data(), host32(gdw2).data(), size_t(D) * 4), 0) << "dw not repeatable";
+  }
+}
+
+TEST(LayersOpsCuda, SwigluOnHalvesOfOneBuffer) {
+  for (DType t : {DType::f32, DType::bf16}) {
+    const int64_t T = 257, F = 136;
+    Tensor gu = rounded(rand_host(Shape{T, 2 * F}, -6.f, 6.f), t), dy = rounded(rand_host(Shape{T, F}), t);
+    Tensor y = Tensor::empty(Shape{T, F}, DType::f32), dgu = Tensor::empty(Shape{T, 2 * F}, DType::f32);
+    auto halves = [F](const TensorView& v) { return std::pair{v.slice(1, 0, F), v.slice(1, F, 2 * F)}; };
+    auto [g, u] = halves(gu);
+    auto [dg, du] = halves(dgu);
+    ops::swiglu_fwd(y, g, u);
+    ops::swiglu_bwd(dg, du, dy, g, u);
+    Tensor ggu = dev(gu, t), gdy = dev(dy, t), gy = Tensor::empty(Shape{T, F}, t, kGpu),
+           gdgu = Tensor::empty(Shape{T, 2 * F}, t, kGpu);
+    poison(gy);
+    poison(gdgu);
+    auto [gg, gu2] = halves(ggu);
+    auto [gdg, gdu] = halves(gdgu);
+    ops::swiglu_fwd(gy, gg, gu2);
+    ops::swiglu_bwd(gdg, gdu, gdy, gg, gu2);
+    EXPECT_TRUE(close_rel(host32(gy), y, tol(t))) << dtype_name(t);
+    EXPECT_TRUE(close_rel(host32(gdgu), dgu, tol(t))) << dtype_name(t);
+  }
+}
+
+TEST(LayersOpsCuda, EmbeddingDeterministicScatterAdd) {
+  for (DType t : {DType::f32, DType::bf16}) {
+    const int64_t T = 3000, V = 500, H = 72, vb = 500;  // this shard owns [500, 1000); ids in [0, 1500)
+    Tensor idf = rand_host(Shape{T}, 0.f, 1500.f);
+    Tensor ids = Tensor::empty(Shape{T}, DType::i32);
+    for (int64_t i = 0; i < T; ++i) ids.ptr<int32_t>()[i] = int32_t(idf.ptr<float>()[i]) % (i % 5 ? 1500 : 7 + 500);
+    Tensor w = rounded(rand_host(Shape{V, H}), t), dy = rounded(rand_host(Shape{T, H}), t), dw0 = rand_host(Shape{V, H});
+    Tensor y = Tensor::empty(Shape{T, H}, DType::f32), dw = as(dw0, DType::f32);
+    ops::embedding_fwd(y, ids, w, vb);
+    ops::embedding_bwd(dw, dy, ids, vb);
+    Tensor gids = ops::to_device(ids, kGpu), gy = Tensor::empty(Shape{T, H}, t, kGpu);
+    poison(gy);
+    ops::embedding_fwd(gy, gids, dev(w, t), vb);
+    Tensor gdw = dev(dw0, DType::f32), gdw2 = dev(dw0, DType::f32), gdy = dev(dy, t);
+    ops::embedding_bwd(gdw, gdy, gids, vb);
+    ops::embedding_bwd(gdw2, gdy, gids, vb);
+    EXPECT_TRUE(close_rel(host32(gy), y, 1e-6)) << dtype_name(t);
+    EXPECT_TRUE(close_rel(host32(gdw), dw, 1e-5)) << dtype_name(t);
+    EXPECT_EQ(std::memcmp(host32(gdw).data(), host32(gdw2).data(), size_t(V * H) * 4), 0) << "not repeatable";
+  }
+}
+
+TEST(LayersOpsCuda, CrossEntropyPieces) {
+  for (DType t : {DType::f32, DType::bf16}) {
+    const int64_t T = 130, Vfull = 3000, vb = 1000, Vl = 1500;  // a vocab slice of a wider buffer
+    Tensor lf = rounded(rand_host(Shape{T, Vfull}, -8.f, 8.f), t);
+    TensorView l = lf.view().slice(1, vb, vb + Vl);
+    Tensor tg = Tensor::empty(Shape{T}, DType::i32);
+    for (int64_t i = 0; i < T; ++i) tg.ptr<int32_t>()[i] = i % 9 == 0 ? -1 : int32_t((i * 37) % Vfull);
+    Tensor m = Tensor::empty(Shape{T}, DType::f32), se = Tensor::empty(Shape{T}, DType::f32),
+           tl = Tensor::empty(Shape{T}, DType::f32), loss = Tensor::empty(Shape{T}, DType::f32),
+           d = Tensor::empty(Shape{T, Vl}, DType::f32);
+    ops::ce_row_max(m, l);
+    ops::ce_sum_exp(se, tl, l, m, tg, vb);
+    ops::ce_loss(loss, m, se, tl, tg);
+    ops::ce_bwd(d, l, m, se, tg, vb, 0.25f);
+    Tensor glf = dev(lf, t), gtg = ops::to_device(tg, kGpu);
+    TensorView gl = glf.view().slice(1, vb, vb + Vl);
+    Tensor gm = Tensor::empty(Shape{T}, DType::f32, kGpu), gse = Tensor::empty(Shape{T}, DType::f32, kGpu),
+           gtl = Tensor::empty(Shape{T}, DType::f32, kGpu), gloss = Tensor::empty(Shape{T}, DType::f32, kGpu),
+           gd = Tensor::empty(Shape{T, Vl}, t, kGpu);
+    for (const Tensor* p : {&gm, &gse, &gtl, &gloss, &gd}) poison(*p);
+    ops::ce_row_max(gm, gl);
+    ops::ce_sum_exp(gse, gtl, gl, gm, gtg, vb);
+    ops::ce_loss(gloss, gm, gse, gtl, gtg);
+    ops::ce_bwd(gd, gl, gm, gse, gtg, vb, 0.25f);
+    EXPECT_TRUE(close_rel(host32(gm), m, 1e-6)) << dtype_name(t) << " m";
+    EXPECT_TRUE(close_rel(host32(gse), se, 1e-5)) << dtype_name(t) << " se";
+    EXPECT_TRUE(close_rel(host32(gtl), tl, 1e-6)) << dtype_name(t) << " tl";
+    EXPECT_TRUE(close_rel(host32(gloss), loss, 1e-5)) << dtype_name(t) << " loss";
+    EXPECT_TRUE(close_rel(host32(gd), d, tol(t))) << dtype_name(t) << " dlogits";
+  }
+  // f32 logits -> bf16 dlogits (the LM head's path under bf16).
+  const int64_t T = 33, V = 700;
+  Tensor l = rand_host(Shape{T, V}, -8.f, 8.f), tg = Tensor::empty(Shape{T}, DType::i32);
+  for (int64_t i = 0; i < T; ++i) tg.ptr<int32_t>()[i] = int32_t((i * 11) % V);
+  Tensor m = Tensor::empty(Shape{T}, DType::f32), se = Tensor::empty(Shape{T}, DType::f32),
+         tl = Tensor::empty(Shape{T}, DType::f32), d = Tensor::empty(Shape{T, V}, DType::f32);
+  ops::ce_row_max(m, l);
+  ops::ce_sum_exp(se, tl, l, m, tg, 0);
+  ops::ce_bwd(d, l, m, se, tg, 0, 1.f);
+  Tensor gd = Tensor::empty(Shape{T, V}, DType::bf16, kGpu);
+  poison(gd);
+  ops::ce_bwd(gd, ops::to_device(l, kGpu), ops::to_device(m, kGpu), ops::to_device(se, kGpu),
+              ops::to_device(tg, kGpu), 0, 1.f);
+  EXPECT_TRUE(close_rel(host32(gd), d, 1e-2)) << "f32 logits -> bf16 dlogits";
+}
