@@ -17,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/cuda_check.h"
 #include "deltatron/core/tensor.h"
 #include "deltatron/ops/basic.h"
@@ -41,28 +42,6 @@ std::vector<int32_t> draw_cu(std::mt19937_64& gen, int64_t T, int lo, int hi) {
   std::vector<int32_t> cu{0};
   while (cu.back() < T) cu.push_back(int32_t(std::min<int64_t>(cu.back() + d(gen), T)));
   return cu;
-}
-
-template <class F>
-float median_ms(F&& f, cudaStream_t st) {
-  cudaEvent_t e0, e1;
-  DT_CUDA_CHECK(cudaEventCreate(&e0));
-  DT_CUDA_CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<float> ms;
-  for (int i = 0; i < 20; ++i) {
-    DT_CUDA_CHECK(cudaEventRecord(e0, st));
-    f();
-    DT_CUDA_CHECK(cudaEventRecord(e1, st));
-    DT_CUDA_CHECK(cudaEventSynchronize(e1));
-    float x = 0;
-    DT_CUDA_CHECK(cudaEventElapsedTime(&x, e0, e1));
-    ms.push_back(x);
-  }
-  DT_CUDA_CHECK(cudaEventDestroy(e0));
-  DT_CUDA_CHECK(cudaEventDestroy(e1));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 Row bench(const char* name, const std::vector<int32_t>& cu, int64_t Hk, int64_t Hv, uint64_t seed, double fla_fwd,
@@ -97,9 +76,9 @@ Row bench(const char* name, const std::vector<int32_t>& cu, int64_t Hk, int64_t 
     dt::ops::gdn_chunk_bwd(dq, dkk, dvv, dg, db, dh0, dO, none, q, k, v, g, beta, none, args, vb.meta(), s);
   };
   Row r{name, T, N, 0, 0, 0, 0, 0, fla_fwd, fla_fb};
-  r.fwd_ms = median_ms(fwd, st);
-  r.bwd_ms = median_ms(bwd, st);
-  r.fb_ms = median_ms([&] { fwd(); bwd(); }, st);
+  r.fwd_ms = dt::bench::median_ms(fwd, st);
+  r.bwd_ms = dt::bench::median_ms(bwd, st);
+  r.fb_ms = dt::bench::median_ms([&] { fwd(); bwd(); }, st);
   const double C = 64, Ff = 6 * C * dk + 4 * C * dv + 6.0 * dk * dv + C * C / 2;
   const double Fb = 18 * C * dk + 10 * C * dv + 18.0 * dk * dv + 4 * C * C;
   const double th = double(T) * double(Hv);

@@ -82,17 +82,35 @@ model::Param& GatedDeltaNet::param(const std::string& suffix) {
   DT_FAIL("GatedDeltaNet {}: no parameter '{}'", prefix_, suffix);
 }
 
+GatedDeltaNet::Dims GatedDeltaNet::dims(const data::PackedSeqParams& psp) const {
+  Dims d;
+  d.T = psp.tokens();
+  d.T_cp = psp.tokens_cp();
+  d.T_in = psp.tokens_local();
+  d.qk_t = cfg_.num_k_heads * cfg_.head_k_dim / tp_;
+  d.v_t = cfg_.num_v_heads * cfg_.head_v_dim / tp_;
+  d.h_t = cfg_.num_v_heads / tp_;
+  d.C_tp = 2 * d.qk_t + 2 * d.v_t + 2 * d.h_t;
+  d.qk_l = hk_l_ * cfg_.head_k_dim;
+  d.v_l = hv_l_ * cfg_.head_v_dim;
+  d.conv_l = 2 * d.qk_l + d.v_l;
+  d.C_l = d.C_tp / cp_;
+  d.off_z = d.conv_l;
+  d.off_b = d.off_z + d.v_l;
+  d.off_a = d.off_b + hv_l_;
+  return d;
+}
+
 void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data::PackedSeqParams& psp) {
   const GdnConfig& c = cfg_;
   const Stream s = ctx_.stream;
   const DType A = ctx_.act_dtype;
   const Device dev = ctx_.device;
   const bool sp = ctx_.sp && tp_ > 1;
+  const Dims d = dims(psp);
   const int64_t H = c.hidden, dk = c.head_k_dim, dv = c.head_v_dim;
-  const int64_t T = psp.tokens(), T_cp = psp.tokens_cp(), T_in = psp.tokens_local();
-  const int64_t qk_t = c.num_k_heads * dk / tp_, v_t = c.num_v_heads * dv / tp_, h_t = c.num_v_heads / tp_;
-  const int64_t C_tp = 2 * qk_t + 2 * v_t + 2 * h_t;
-  const int64_t qk_l = hk_l_ * dk, v_l = hv_l_ * dv, conv_l = 2 * qk_l + v_l, C_l = C_tp / cp_;
+  const int64_t T = d.T, T_cp = d.T_cp, T_in = d.T_in, qk_t = d.qk_t, v_t = d.v_t, h_t = d.h_t, C_tp = d.C_tp;
+  const int64_t qk_l = d.qk_l, v_l = d.v_l, conv_l = d.conv_l, C_l = d.C_l;
   DT_CHECK(psp.cp() == cp_ && psp.sp() == (sp ? tp_ : 1),
            "GatedDeltaNet {}: packed params built for cp {} sp {}, layer runs cp {} sp {}", prefix_, psp.cp(), psp.sp(),
            cp_, sp ? tp_ : 1);
@@ -145,7 +163,7 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
   // Gates in fp32 from fp32 A_log and dt_bias (this CP rank's heads).   g, beta [T, Hv_l]
   saved_[kG] = Tensor::empty(Shape{T, hv_l_}, DType::f32, dev);
   saved_[kBeta] = Tensor::empty(Shape{T, hv_l_}, DType::f32, dev);
-  const int64_t off_z = conv_l, off_b = conv_l + v_l, off_a = off_b + hv_l_;
+  const int64_t off_z = d.off_z, off_b = d.off_b, off_a = d.off_a;
   ops::gdn_gate_fwd(saved_[kG], saved_[kBeta], cols(hp, off_a, hv_l_), cols(hp, off_b, hv_l_), head_slice(kALog),
                     head_slice(kDtBias), s);
 
@@ -188,12 +206,11 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   const DType A = ctx_.act_dtype;
   const Device dev = ctx_.device;
   const bool sp = ctx_.sp && tp_ > 1;
+  const Dims d = dims(psp);
   const int64_t H = c.hidden, dk = c.head_k_dim, dv = c.head_v_dim;
-  const int64_t T = psp.tokens(), T_cp = psp.tokens_cp(), T_in = psp.tokens_local();
-  const int64_t qk_t = c.num_k_heads * dk / tp_, v_t = c.num_v_heads * dv / tp_, h_t = c.num_v_heads / tp_;
-  const int64_t C_tp = 2 * qk_t + 2 * v_t + 2 * h_t;
-  const int64_t qk_l = hk_l_ * dk, v_l = hv_l_ * dv, conv_l = 2 * qk_l + v_l, C_l = C_tp / cp_;
-  const int64_t off_z = conv_l, off_b = conv_l + v_l, off_a = off_b + hv_l_;
+  const int64_t T = d.T, T_cp = d.T_cp, T_in = d.T_in, qk_t = d.qk_t, v_t = d.v_t, h_t = d.h_t, C_tp = d.C_tp;
+  const int64_t qk_l = d.qk_l, v_l = d.v_l, conv_l = d.conv_l, C_l = d.C_l;
+  const int64_t off_z = d.off_z, off_b = d.off_b, off_a = d.off_a;
   DT_CHECK(int(saved_.size()) == kNumSaved && saved_[kXg].defined(), "GatedDeltaNet {}: backward without forward",
            prefix_);
   check_shape(dy, Shape{T_in, H}, "GatedDeltaNet dy [T_local, hidden]");

@@ -2,17 +2,10 @@
 #include <cstring>
 
 #include "ops/basic_backends.h"
+#include "ops/route.h"
 
 namespace dt::ops {
 namespace {
-bool on_cuda(const TensorView& v, const char* op) {
-  if (v.device.is_cpu()) return false;
-#if DELTATRON_HAVE_CUDA
-  return true;
-#else
-  DT_FAIL("{}: got a CUDA tensor ({}), but deltatron was built without CUDA (DELTATRON_CUDA=OFF)", op, v.str());
-#endif
-}
 void check_float(const TensorView& x, const char* what) {
   DT_CHECK(dtype_is_float(x.dtype), "{}: expected a float dtype (f32, bf16, f16), got {}", what, x.str());
 }
@@ -26,11 +19,6 @@ void check_elementwise(const TensorView& out, const TensorView& a, const char* w
 }
 }  // namespace
 
-#if DELTATRON_HAVE_CUDA
-#define DT_ROUTE(op, first, ...) (on_cuda(first, #op) ? cuda::op(__VA_ARGS__) : cpu::op(__VA_ARGS__))
-#else
-#define DT_ROUTE(op, first, ...) (on_cuda(first, #op), cpu::op(__VA_ARGS__))
-#endif
 
 void fill(const TensorView& x, double value, Stream s) { DT_ROUTE(fill, x, x, value, s); }
 

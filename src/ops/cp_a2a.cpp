@@ -17,24 +17,10 @@
 #include "deltatron/dist/comm.h"
 #include "deltatron/ops/basic.h"
 #include "ops/cp_a2a_backends.h"
+#include "ops/route.h"
 
 namespace dt::ops {
 namespace {
-
-bool on_cuda(const TensorView& v, const char* op) {
-  if (v.device.is_cpu()) return false;
-#if DELTATRON_HAVE_CUDA
-  return true;
-#else
-  DT_FAIL("{}: got a CUDA tensor ({}), but deltatron was built without CUDA (DELTATRON_CUDA=OFF)", op, v.str());
-#endif
-}
-
-#if DELTATRON_HAVE_CUDA
-#define DT_ROUTE(op, first, ...) (on_cuda(first, #op) ? cuda::op(__VA_ARGS__) : cpu::op(__VA_ARGS__))
-#else
-#define DT_ROUTE(op, first, ...) (on_cuda(first, #op), cpu::op(__VA_ARGS__))
-#endif
 
 void gather_rows(const TensorView& dst, const TensorView& src, const TensorView& idx, Stream s) {
   DT_ROUTE(cp_gather_rows, dst, dst, src, idx, s);

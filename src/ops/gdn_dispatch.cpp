@@ -1,25 +1,8 @@
 // Routes each GDN op to its CPU or CUDA implementation by the device of the first view.
-#include "gdn_backends.h"
+#include "ops/gdn_backends.h"
+#include "ops/route.h"
 
 namespace dt::ops {
-namespace {
-bool on_cuda(const TensorView& v, const char* op) {
-  if (v.device.is_cpu()) return false;
-#if DELTATRON_HAVE_CUDA
-  return true;
-#else
-  DT_FAIL("{}: got a CUDA tensor, but deltatron was built without CUDA (DELTATRON_CUDA=OFF)", op);
-#endif
-}
-}  // namespace
-
-#if DELTATRON_HAVE_CUDA
-#define DT_ROUTE(op, first, ...) \
-  (on_cuda(first, #op) ? cuda::op(__VA_ARGS__) : cpu::op(__VA_ARGS__))
-#else
-#define DT_ROUTE(op, first, ...) (on_cuda(first, #op), cpu::op(__VA_ARGS__))
-#endif
-
 void causal_conv1d_fwd(const TensorView& y, const TensorView& x, const TensorView& w, const TensorView& bias,
                        bool silu, const VarlenMeta& m, Stream s) {
   DT_ROUTE(causal_conv1d_fwd, y, y, x, w, bias, silu, m, s);

@@ -4,17 +4,10 @@
 #include <string>
 
 #include "ops/layers_ops_backends.h"
+#include "ops/route.h"
 
 namespace dt::ops {
 namespace {
-bool on_cuda(const TensorView& v, const char* op) {
-  if (v.device.is_cpu()) return false;
-#if DELTATRON_HAVE_CUDA
-  return true;
-#else
-  DT_FAIL("{}: got a CUDA tensor ({}), but deltatron was built without CUDA (DELTATRON_CUDA=OFF)", op, v.str());
-#endif
-}
 
 // [rows, cols] with unit inner stride and row stride >= cols; activation dtype (f32 on the
 // CPU, f32 | bf16 on CUDA); on `dev`.
@@ -40,11 +33,6 @@ void check_2d(const TensorView& v, const char* op, const char* what) {
 }
 }  // namespace
 
-#if DELTATRON_HAVE_CUDA
-#define DT_ROUTE(op, first, ...) (on_cuda(first, #op) ? cuda::op(__VA_ARGS__) : cpu::op(__VA_ARGS__))
-#else
-#define DT_ROUTE(op, first, ...) (on_cuda(first, #op), cpu::op(__VA_ARGS__))
-#endif
 
 void rmsnorm1p_fwd(const TensorView& y, const TensorView& rstd, const TensorView& x, const TensorView& w, float eps,
                    Stream s) {

@@ -18,6 +18,7 @@
 
 #include "deltatron/data/packed_seq.h"
 #include "deltatron/dist/parallel.h"
+#include "deltatron/layers/common.h"
 #include "deltatron/model/param.h"
 #include "deltatron/ops/cp_a2a.h"
 
@@ -32,17 +33,6 @@ struct GdnConfig {
   int64_t conv_kernel = 4;  // W
   float norm_eps = 1e-6f;
   float init_std = 0.02f;
-};
-
-// How a layer runs: explicit groups (no globals), device, precision, stream.
-struct RunCtx {
-  const dist::ProcessGroups* pg = nullptr;
-  bool sp = false;                 // sequence parallelism over the tp group
-  Device device = Device::cpu();
-  DType act_dtype = DType::f32;    // activations and GEMM inputs (bf16 on CUDA under bf16)
-  Stream stream{};
-  ops::CpA2aImpl cp_a2a = ops::CpA2aImpl::fused;
-  uint64_t seed = 0;
 };
 
 class GatedDeltaNet {
@@ -63,6 +53,12 @@ class GatedDeltaNet {
   void backward(const TensorView& dx, const TensorView& dy, const data::PackedSeqParams& psp);
 
  private:
+  // Widths per rank (thd-context-parallel.md 5): *_t on the TP rank, *_l inside the kernels
+  // (after cp2hp); off_* are column offsets of z, b, a in the [T, C_l] buffer.
+  struct Dims {
+    int64_t T, T_cp, T_in, qk_t, v_t, h_t, C_tp, qk_l, v_l, conv_l, C_l, off_z, off_b, off_a;
+  };
+  Dims dims(const data::PackedSeqParams& psp) const;
   Tensor conv_weight_slice() const;
   void add_conv_weight_grad(const TensorView& dwc);
   TensorView head_slice(int which) const;

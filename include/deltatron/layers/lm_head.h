@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "deltatron/data/packed_seq.h"
-#include "deltatron/layers/gdn.h"  // RunCtx
+#include "deltatron/layers/common.h"
 #include "deltatron/model/param.h"
 
 namespace dt::layers {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "deltatron/layers/gdn.h"  // RunCtx
+#include "deltatron/layers/common.h"
 #include "deltatron/model/param.h"
 
 namespace dt::layers {

@@ -1,0 +1,23 @@
+// What every layer needs to know about how it runs: explicit process groups (no globals),
+// device, precision, stream, the CP all-to-all implementation and the init seed.
+#pragma once
+#include <cstdint>
+
+#include "deltatron/core/tensor.h"
+#include "deltatron/dist/parallel.h"
+#include "deltatron/ops/cp_a2a.h"
+
+namespace dt::layers {
+
+// How a layer runs: explicit groups (no globals), device, precision, stream.
+struct RunCtx {
+  const dist::ProcessGroups* pg = nullptr;
+  bool sp = false;                 // sequence parallelism over the tp group
+  Device device = Device::cpu();
+  DType act_dtype = DType::f32;    // activations and GEMM inputs (bf16 on CUDA under bf16)
+  Stream stream{};
+  ops::CpA2aImpl cp_a2a = ops::CpA2aImpl::fused;
+  uint64_t seed = 0;
+};
+
+}  // namespace dt::layers
