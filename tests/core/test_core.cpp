@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "deltatron/core/allocator.h"
+#include "deltatron/core/log.h"
 #include "deltatron/core/numeric.h"
 #include "deltatron/core/rng.h"
 #include "deltatron/core/tensor.h"
@@ -171,4 +172,15 @@ TEST(Varlen, ChunkTableAndValidation) {
   EXPECT_EQ(ops::validate_cu_seqlens({1, 4}), "cu_seqlens[0] = 1, but the boundaries must start at 0");
   EXPECT_EQ(ops::validate_cu_seqlens({0, 4, 3}),
             "cu_seqlens[2] = 3 < cu_seqlens[1] = 4: the boundaries must be non-decreasing");
+}
+
+TEST(Logging, RankPrefixAndOnlyRankZeroByDefault) {
+  init_logging(3);
+  EXPECT_EQ(spdlog::default_logger()->level(), spdlog::level::off) << "rank 3 prints nothing by default";
+  init_logging(4, /*all_ranks=*/true);
+  EXPECT_EQ(spdlog::default_logger()->level(), spdlog::level::info);
+  init_logging(0);
+  init_logging(0);  // idempotent
+  EXPECT_EQ(spdlog::default_logger()->level(), spdlog::level::info);
+  EXPECT_EQ(spdlog::default_logger()->name(), "dt0");
 }
