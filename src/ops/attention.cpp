@@ -1,0 +1,163 @@
+// Shape/dtype/device checks of the attention-layer ops (include/deltatron/ops/attention.h), then
+// routing to the backend. Only the CPU reference exists: a CUDA view fails here, clearly, until
+// the kernels land (then this file routes with DT_ROUTE like layers_ops.cpp).
+#include <string>
+
+#include "ops/attention_backends.h"
+#include "ops/route.h"
+
+namespace dt::ops {
+namespace {
+
+// CPU for now; a CUDA view (or one in a CPU-only build) stops with a message naming the op.
+void require_cpu(const TensorView& v, const char* op) {
+  if (!detail::on_cuda(v, op)) return;
+  DT_FAIL("{}: not implemented on CUDA yet (got {}); only the CPU reference exists (issue 5)", op, v.str());
+}
+
+// [rows, H, D] f32 with unit inner stride, head stride D and row stride >= H*D, on `dev`.
+void check_heads(const TensorView& v, int64_t rows, int64_t H, int64_t D, Device dev, const char* op,
+                 const char* what) {
+  const std::string label = fmt::format("{} {}", op, what);
+  check_shape(v, Shape{rows, H, D}, label.c_str());
+  check_dtype(v, DType::f32, label.c_str());
+  DT_CHECK(v.device == dev, "{}: on {}, expected {} like the first view", label, v.device.str(), dev.str());
+  DT_CHECK(D <= 1 || v.stride[2] == 1, "{}: needs a unit inner stride, got {}", label, v.str());
+  DT_CHECK(H <= 1 || v.stride[1] == D, "{}: needs head stride {} (heads packed in a row), got {}", label, D, v.str());
+  DT_CHECK(rows <= 1 || v.stride[0] >= H * D, "{}: row stride {} < row length {}", label, v.stride[0], H * D);
+}
+// [rows, cols] f32, unit inner stride, row stride >= cols, on `dev`.
+void check_rows(const TensorView& v, int64_t rows, int64_t cols, Device dev, const char* op, const char* what) {
+  const std::string label = fmt::format("{} {}", op, what);
+  check_shape(v, Shape{rows, cols}, label.c_str());
+  check_dtype(v, DType::f32, label.c_str());
+  DT_CHECK(v.device == dev, "{}: on {}, expected {} like the first view", label, v.device.str(), dev.str());
+  DT_CHECK(cols <= 1 || v.stride[1] == 1, "{}: needs a unit inner stride, got {}", label, v.str());
+  DT_CHECK(rows <= 1 || v.stride[0] >= cols, "{}: row stride {} < row length {}", label, v.stride[0], cols);
+}
+void check_vec(const TensorView& v, int64_t n, DType t, Device dev, const char* op, const char* what) {
+  const std::string label = fmt::format("{} {}", op, what);
+  check_shape(v, Shape{n}, label.c_str());
+  check_dtype(v, t, label.c_str());
+  check_contiguous(v, label.c_str());
+  DT_CHECK(v.device == dev, "{}: on {}, expected {} like the first view", label, v.device.str(), dev.str());
+}
+void check_ndim(const TensorView& v, int n, const char* op, const char* what) {
+  DT_CHECK(v.ndim() == n, "{} {}: expected a {}-D view, got {}", op, what, n, v.str());
+}
+
+void check_rope(const TensorView& y, const TensorView& x, const TensorView& pos, int64_t rd, double theta,
+                const char* op) {
+  check_ndim(x, 3, op, "x");
+  const int64_t T = x.shape[0], H = x.shape[1], D = x.shape[2];
+  check_heads(x, T, H, D, x.device, op, "x [T, H, D]");
+  check_heads(y, T, H, D, x.device, op, "y [T, H, D]");
+  check_vec(pos, T, DType::i32, x.device, op, "pos [T]");
+  DT_CHECK(rd >= 0 && rd % 2 == 0 && rd <= D, "{}: rotary_dim={} must be even and in [0, head_dim={}]", op, rd, D);
+  DT_CHECK(theta > 0, "{}: rope theta must be > 0, got {}", op, theta);
+}
+
+void check_attn(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& lse,
+                const AttnVarlen& m, const char* op) {
+  check_ndim(q, 3, op, "q");
+  check_ndim(k, 3, op, "k");
+  const int64_t Tq = q.shape[0], Hq = q.shape[1], D = q.shape[2], Tk = k.shape[0], Hkv = k.shape[1];
+  const Device dev = q.device;
+  check_heads(q, Tq, Hq, D, dev, op, "q [Tq, Hq, D]");
+  check_heads(k, Tk, Hkv, D, dev, op, "k [Tk, Hkv, D]");
+  check_heads(v, Tk, Hkv, D, dev, op, "v [Tk, Hkv, D]");
+  check_shape(lse, Shape{Tq, Hq}, "attention lse [Tq, Hq]");
+  check_dtype(lse, DType::f32, "attention lse [Tq, Hq]");
+  check_contiguous(lse, "attention lse [Tq, Hq]");
+  DT_CHECK(lse.device == dev, "{} lse: on {}, expected {}", op, lse.device.str(), dev.str());
+  DT_CHECK(Hkv > 0 && Hq % Hkv == 0, "{}: query heads {} must be a multiple of key/value heads {}", op, Hq, Hkv);
+  DT_CHECK(m.cu_seqlens_padded.ndim() == 1 && m.cu_seqlens_padded.shape[0] >= 2,
+           "{}: cu_seqlens_padded must be [N+1] with N >= 1, got {}", op, m.cu_seqlens_padded.str());
+  const int64_t N1 = m.cu_seqlens_padded.shape[0];
+  check_vec(m.cu_seqlens_padded, N1, DType::i32, dev, op, "cu_seqlens_padded [N+1]");
+  check_vec(m.cu_seqlens, N1, DType::i32, dev, op, "cu_seqlens [N+1]");
+  check_vec(m.q_pos, Tq, DType::i32, dev, op, "q_pos [Tq]");
+  DT_CHECK(m.q_div >= 1 && Tq * m.q_div == Tk, "{}: query rows {} x q_div {} must equal key rows {}", op, Tq,
+           m.q_div, Tk);
+}
+
+}  // namespace
+
+void rope_fwd(const TensorView& y, const TensorView& x, const TensorView& pos, int64_t rotary_dim, double theta,
+              Stream s) {
+  constexpr const char* op = "rope_fwd";
+  check_rope(y, x, pos, rotary_dim, theta, op);
+  require_cpu(x, op);
+  if (x.shape[0] == 0) return;
+  cpu::rope_fwd(y, x, pos, rotary_dim, theta, s);
+}
+void rope_bwd(const TensorView& dx, const TensorView& dy, const TensorView& pos, int64_t rotary_dim, double theta,
+              Stream s) {
+  constexpr const char* op = "rope_bwd";
+  check_rope(dx, dy, pos, rotary_dim, theta, op);
+  require_cpu(dy, op);
+  if (dy.shape[0] == 0) return;
+  cpu::rope_bwd(dx, dy, pos, rotary_dim, theta, s);
+}
+
+void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView& q, const TensorView& k,
+                   const TensorView& v, const AttnVarlen& meta, float scale, Stream s) {
+  constexpr const char* op = "attention_fwd";
+  check_attn(q, k, v, lse, meta, op);
+  check_heads(o, q.shape[0], q.shape[1], q.shape[2], q.device, op, "o [Tq, Hq, D]");
+  require_cpu(q, op);
+  if (q.shape[0] == 0) return;
+  cpu::attention_fwd(o, lse, q, k, v, meta, scale, s);
+}
+void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& d_o,
+                   const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                   const TensorView& lse, const AttnVarlen& meta, float scale, Stream s) {
+  constexpr const char* op = "attention_bwd";
+  check_attn(q, k, v, lse, meta, op);
+  const int64_t Tq = q.shape[0], Hq = q.shape[1], D = q.shape[2], Tk = k.shape[0], Hkv = k.shape[1];
+  check_heads(o, Tq, Hq, D, q.device, op, "o [Tq, Hq, D]");
+  check_heads(d_o, Tq, Hq, D, q.device, op, "do [Tq, Hq, D]");
+  check_heads(dq, Tq, Hq, D, q.device, op, "dq [Tq, Hq, D]");
+  check_heads(dk, Tk, Hkv, D, q.device, op, "dk [Tk, Hkv, D]");
+  check_heads(dv, Tk, Hkv, D, q.device, op, "dv [Tk, Hkv, D]");
+  require_cpu(q, op);
+  cpu::attention_bwd(dq, dk, dv, d_o, q, k, v, o, lse, meta, scale, s);
+}
+
+void sigmoid_gate_fwd(const TensorView& y, const TensorView& o, const TensorView& g, Stream s) {
+  constexpr const char* op = "sigmoid_gate_fwd";
+  check_ndim(o, 2, op, "o");
+  const int64_t R = o.shape[0], D = o.shape[1];
+  for (auto [v, what] : {std::pair{&y, "y [R, D]"}, {&o, "o [R, D]"}, {&g, "g [R, D]"}})
+    check_rows(*v, R, D, o.device, op, what);
+  require_cpu(o, op);
+  if (R == 0) return;
+  cpu::sigmoid_gate_fwd(y, o, g, s);
+}
+void sigmoid_gate_bwd(const TensorView& d_o, const TensorView& dg, const TensorView& dy, const TensorView& o,
+                      const TensorView& g, Stream s) {
+  constexpr const char* op = "sigmoid_gate_bwd";
+  check_ndim(o, 2, op, "o");
+  const int64_t R = o.shape[0], D = o.shape[1];
+  for (auto [v, what] :
+       {std::pair{&d_o, "do [R, D]"}, {&dg, "dg [R, D]"}, {&dy, "dy [R, D]"}, {&o, "o [R, D]"}, {&g, "g [R, D]"}})
+    check_rows(*v, R, D, o.device, op, what);
+  require_cpu(o, op);
+  if (R == 0) return;
+  cpu::sigmoid_gate_bwd(d_o, dg, dy, o, g, s);
+}
+
+void gather_rows(const TensorView& out, const TensorView& in, const TensorView& idx, Stream s) {
+  constexpr const char* op = "gather_rows";
+  check_ndim(out, 2, op, "out");
+  check_ndim(in, 2, op, "in");
+  const int64_t R = out.shape[0], C = out.shape[1];
+  check_rows(out, R, C, out.device, op, "out [R, C]");
+  check_rows(in, in.shape[0], C, out.device, op, "in [Rin, C]");
+  check_vec(idx, R, DType::i32, out.device, op, "idx [R]");
+  require_cpu(out, op);
+  if (R == 0) return;
+  cpu::gather_rows(out, in, idx, s);
+}
+
+}  // namespace dt::ops

@@ -1,0 +1,139 @@
+// Parallel-vs-serial harness for token-mixing layers that read the packed-sequence metadata
+// (forward(y, x, psp) / backward(dx, dy, psp): GatedAttention now; the dense harness's per-token
+// layers do not need psp). Same protocol as dense_layer_harness.h: the reference is the layer at
+// tp = cp = 1 on the UNPADDED batch (every rank runs it); the parallel run gets the padded batch
+// (pads random, dy zero there), zig-zag split over CP and SP-split over TP. Compared: y at real
+// rows, dX everywhere (exactly 0 at pad rows on the CPU), every weight gradient after
+// reduce_grads, sliced to the rank's shard. Lengths may include 0 (a pure-padding sequence).
+#pragma once
+#include <functional>
+
+#include "dense_layer_harness.h"  // DenseRun, padded_batch, GdnLayout, cumsum, rows_of, upload, download_f32
+
+namespace dt::testing {
+
+// Builds the layer from ctx, runs forward + backward on (x, dy) with `psp`; reduce_grads over
+// *ctx.pg when `reduce`.
+using SeqLayerFn = std::function<DenseRun(const layers::RunCtx& ctx, const TensorView& x, const TensorView& dy,
+                                          const data::PackedSeqParams& psp, bool reduce)>;
+
+template <typename Layer>
+DenseRun run_seq_layer(Layer& layer, const layers::RunCtx& ctx, const TensorView& x, const TensorView& dy,
+                       const data::PackedSeqParams& psp, bool reduce) {
+  Tensor y = Tensor::empty(x.shape, x.dtype, x.device), dx = Tensor::empty(x.shape, x.dtype, x.device);
+  poison(y);
+  poison(dx);
+  layer.forward(y, x, psp);
+  layer.backward(dx, dy, psp);
+  std::vector<model::Param*> ps;
+  for (model::Param& p : layer.params()) ps.push_back(&p);
+  if (reduce) model::reduce_grads(ps, *ctx.pg, ctx.stream);
+  DenseRun r{download_f32(y), download_f32(dx), {}, {}};
+  for (model::Param& p : layer.params()) {
+    r.grads.push_back(download_f32(p.grad));
+    r.specs.push_back(p.spec);
+  }
+  return r;
+}
+
+// A process group of the whole world as dp (tp = cp = 1), for serial references.
+inline dist::ProcessGroups serial_groups(dist::Backend backend = dist::Backend::mpi) {
+  const int world = dist::world_size();
+  dist::ParallelDims dims{1, 1, world};
+  EXPECT_EQ(dims.resolve(world), "");
+  return dist::ProcessGroups::build(dims, backend);
+}
+
+struct SeqReference {
+  Tensor x, dy;  // [T_real, H] host f32
+  std::vector<int64_t> lens, cu;
+  DenseRun out;
+};
+
+inline SeqReference seq_reference(int64_t H, const std::vector<int64_t>& lens, const SeqLayerFn& fn, uint64_t seed) {
+  SeqReference R;
+  R.lens = lens;
+  R.cu = cumsum(lens);
+  const int64_t T = R.cu.back();
+  R.x = Tensor::empty(Shape{T, H}, DType::f32);
+  R.dy = Tensor::empty(Shape{T, H}, DType::f32);
+  ops::rng_normal(R.x, seed, 301, 0.f, 1.f, ops::RngSlice::whole(R.x));
+  ops::rng_normal(R.dy, seed, 302, 0.f, 1.f, ops::RngSlice::whole(R.dy));
+  dist::ProcessGroups pg = serial_groups();
+  layers::RunCtx ctx;
+  ctx.pg = &pg;
+  ctx.seed = seed;
+  data::PackedSeqParams psp = data::PackedSeqParams::build({R.cu, R.cu, 1, T, 1, 1, 0}, Device::cpu(), {}, true);
+  R.out = fn(ctx, R.x, R.dy, psp, false);
+  return R;
+}
+
+// Real rows of `src` [T_real, H] (sequence i at rows cu[i]..) scattered into a zeroed padded
+// [T, H] tensor (sequence i at cu_pad[i]..).
+inline Tensor scatter_to_padded(const TensorView& src, const std::vector<int64_t>& lens, const std::vector<int64_t>& cu,
+                                const std::vector<int64_t>& cu_pad, int64_t T) {
+  Tensor out = Tensor::zeros(Shape{T, src.shape[1]}, DType::f32);
+  for (size_t i = 0; i < lens.size(); ++i)
+    ops::copy(out.view().slice(0, cu_pad[i], cu_pad[i] + lens[i]), src.slice(0, cu[i], cu[i] + lens[i]));
+  return out;
+}
+
+// Values of the real rows (mask 1) of a host [rows, H] tensor, for comparisons that skip pads.
+inline std::vector<double> masked_rows(const TensorView& t, const std::vector<int32_t>& mask) {
+  std::vector<double> v;
+  const int64_t H = t.shape[1];
+  for (int64_t i = 0; i < int64_t(mask.size()); ++i)
+    if (mask[size_t(i)])
+      for (int64_t h = 0; h < H; ++h) v.push_back(t.ptr<float>()[i * H + h]);
+  return v;
+}
+
+inline void check_seq_layout(const GdnLayout& L, int64_t H, const SeqLayerFn& fn, const SeqReference& R,
+                             uint64_t seed, double tol) {
+  SCOPED_TRACE(fmt::format("tp {} sp {} cp {}", L.tp, L.sp, L.cp));
+  const int world = dist::world_size();
+  dist::ParallelDims dims{L.tp, L.cp, -1};
+  ASSERT_EQ(dims.resolve(world), "");
+  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::mpi);
+  const int sp = L.sp ? L.tp : 1, cp = L.cp;
+  PaddedBatch b = padded_batch(R.lens, cp, sp);
+  const int64_t T = b.T, T_local = T / (int64_t(cp) * sp);
+  data::PackedSeqParams psp =
+      data::PackedSeqParams::build({b.cu_act, b.cu_pad, 1, T_local, sp, cp, pg.coord.cp}, Device::cpu(), {}, true);
+
+  Tensor xg = Tensor::empty(Shape{T, H}, DType::f32);
+  ops::rng_normal(xg, seed, 303, 0.f, 3.f, ops::RngSlice::whole(xg));  // random pads
+  for (size_t i = 0; i < R.lens.size(); ++i)
+    ops::copy(xg.view().slice(0, b.cu_pad[i], b.cu_pad[i] + R.lens[i]),
+              R.x.view().slice(0, R.cu[i], R.cu[i] + R.lens[i]));
+  Tensor dyg = scatter_to_padded(R.dy, R.lens, R.cu, b.cu_pad, T);  // zero at pads
+  Tensor ref_y = scatter_to_padded(R.out.y, R.lens, R.cu, b.cu_pad, T);
+  Tensor ref_dx = scatter_to_padded(R.out.dx, R.lens, R.cu, b.cu_pad, T);
+
+  std::span<const int32_t> cu32(psp.cu_seqlens_padded());
+  auto [r0, r1] = psp.sp_rows(L.sp ? pg.coord.tp : 0);
+  auto local = [&](const TensorView& g) {
+    return rows_of(data::zigzag_slice_rows(g, cu32, cp, pg.coord.cp), r0, r1 - r0);
+  };
+  std::vector<int32_t> mask(psp.loss_mask_local().begin() + r0, psp.loss_mask_local().begin() + r1);
+
+  layers::RunCtx ctx;
+  ctx.pg = &pg;
+  ctx.sp = L.sp;
+  ctx.seed = seed;
+  DenseRun o = fn(ctx, local(xg), local(dyg), psp, true);
+  EXPECT_TRUE(close_rel(masked_rows(o.y, mask), masked_rows(local(ref_y), mask), tol)) << "y at real rows";
+  EXPECT_TRUE(close_rel(o.dx, local(ref_dx), tol)) << "dx";
+  for (int64_t i = 0; i < int64_t(mask.size()); ++i)
+    if (!mask[size_t(i)])
+      for (int64_t h = 0; h < H; ++h) ASSERT_EQ(o.dx.ptr<float>()[i * H + h], 0.f) << "pad row " << i;
+  ASSERT_EQ(o.grads.size(), R.out.specs.size());
+  for (size_t k = 0; k < R.out.specs.size(); ++k) {
+    const model::ParamSpec& spec = R.out.specs[k];
+    Tensor want = Tensor::empty(model::local_shape(spec, L.tp), DType::f32);
+    model::shard_from_global(want, R.out.grads[k], spec, L.tp, pg.coord.tp);
+    EXPECT_TRUE(close_rel(o.grads[k], want, tol)) << spec.name;
+  }
+}
+
+}  // namespace dt::testing
