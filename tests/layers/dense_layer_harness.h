@@ -49,22 +49,9 @@ inline DenseReference dense_reference(int64_t H, const DenseFn& fn, uint64_t see
                                       dist::Backend backend = dist::Backend::mpi, Device dev = Device::cpu(),
                                       DType act = DType::f32) {
   DenseReference R;
-  const int64_t T = std::accumulate(kGdnRealLens.begin(), kGdnRealLens.end(), int64_t(0));
-  R.x = Tensor::empty(Shape{T, H}, DType::f32);
-  R.dy = Tensor::empty(Shape{T, H}, DType::f32);
-  ops::rng_normal(R.x, seed, 201, 0.f, 1.f, ops::RngSlice::whole(R.x));
-  ops::rng_normal(R.dy, seed, 202, 0.f, 1.f, ops::RngSlice::whole(R.dy));
-  R.cu = cumsum(kGdnRealLens);
-  const int world = dist::world_size();
-  dist::ParallelDims dims{1, 1, world};
-  EXPECT_EQ(dims.resolve(world), "");
-  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, backend);
-  layers::RunCtx ctx;
-  ctx.pg = &pg;
-  ctx.seed = seed;
-  ctx.device = dev;
-  ctx.act_dtype = act;
-  R.out = fn(ctx, upload(R.x, dev, act), upload(R.dy, dev, act), false);
+  serial_inputs(H, seed, 201, &R.x, &R.dy, &R.cu);
+  auto S = serial_setting(seed, backend, dev, act);
+  R.out = fn(S->ctx, upload(R.x, dev, act), upload(R.dy, dev, act), false);
   return R;
 }
 

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <numeric>
 
 #include "deltatron/data/packed_seq.h"
@@ -95,25 +96,43 @@ struct GdnReference {
   std::vector<model::ParamSpec> specs;
 };
 
-inline GdnReference gdn_reference(const layers::GdnConfig& cfg, uint64_t seed, dist::Backend backend = dist::Backend::mpi,
-                                  Device dev = Device::cpu(), DType act = DType::f32) {
-  GdnReference R;
-  const int64_t T = std::accumulate(kGdnRealLens.begin(), kGdnRealLens.end(), int64_t(0)), H = cfg.hidden;
-  R.x = Tensor::empty(Shape{T, H}, DType::f32);
-  R.dy = Tensor::empty(Shape{T, H}, DType::f32);
-  ops::rng_normal(R.x, seed, 101, 0.f, 1.f, ops::RngSlice::whole(R.x));
-  ops::rng_normal(R.dy, seed, 102, 0.f, 1.f, ops::RngSlice::whole(R.dy));
-  R.cu = cumsum(kGdnRealLens);
+// The serial reference's setting, on every rank: tp = cp = 1 (dp = world, which the layers
+// never use), with the run's device and precision. Heap-held: ctx points into pg.
+struct SerialSetting {
+  dist::ProcessGroups pg;
+  layers::RunCtx ctx;
+};
+inline std::unique_ptr<SerialSetting> serial_setting(uint64_t seed, dist::Backend backend, Device dev, DType act) {
+  auto S = std::make_unique<SerialSetting>();
   const int world = dist::world_size();
   dist::ParallelDims dims{1, 1, world};
   EXPECT_EQ(dims.resolve(world), "");
-  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, backend);
-  layers::RunCtx ctx;
-  ctx.pg = &pg;
-  ctx.seed = seed;
-  ctx.device = dev;
-  ctx.act_dtype = act;
-  layers::GatedDeltaNet layer(cfg, "model.layers.0", ctx);
+  S->pg = dist::ProcessGroups::build(dims, backend);
+  S->ctx.pg = &S->pg;
+  S->ctx.seed = seed;
+  S->ctx.device = dev;
+  S->ctx.act_dtype = act;
+  return S;
+}
+
+// The unpadded packed batch of kGdnRealLens: x, dy [T_real, H] host f32 drawn from `stream0`,
+// stream0 + 1, and its cu_seqlens.
+inline void serial_inputs(int64_t H, uint64_t seed, uint64_t stream0, Tensor* x, Tensor* dy, std::vector<int64_t>* cu) {
+  const int64_t T = std::accumulate(kGdnRealLens.begin(), kGdnRealLens.end(), int64_t(0));
+  *x = Tensor::empty(Shape{T, H}, DType::f32);
+  *dy = Tensor::empty(Shape{T, H}, DType::f32);
+  ops::rng_normal(*x, seed, stream0, 0.f, 1.f, ops::RngSlice::whole(*x));
+  ops::rng_normal(*dy, seed, stream0 + 1, 0.f, 1.f, ops::RngSlice::whole(*dy));
+  *cu = cumsum(kGdnRealLens);
+}
+
+inline GdnReference gdn_reference(const layers::GdnConfig& cfg, uint64_t seed, dist::Backend backend = dist::Backend::mpi,
+                                  Device dev = Device::cpu(), DType act = DType::f32) {
+  GdnReference R;
+  serial_inputs(cfg.hidden, seed, 101, &R.x, &R.dy, &R.cu);
+  auto S = serial_setting(seed, backend, dev, act);
+  layers::GatedDeltaNet layer(cfg, "model.layers.0", S->ctx);
+  const int64_t T = R.cu.back();
   data::PackedSeqParams psp = data::PackedSeqParams::build({R.cu, R.cu, 1, T, 1, 1, 0}, dev, {}, true);
   R.out = run_gdn(layer, upload(R.x, dev, act), upload(R.dy, dev, act), psp);
   for (model::Param& p : layer.params()) R.specs.push_back(p.spec);
