@@ -129,3 +129,21 @@ TEST(AttentionLayer, PackedEqualsPerSequence) {
     EXPECT_TRUE(close_rel(gsum[k], want, 1e-5)) << R.out.specs[k].name;
   }
 }
+
+// A micro-batch whose sequences are all padding (actual length 0) gives exact zeros, never NaN:
+// no row attends anything, so y = o_proj(0) = 0 and no gradient flows.
+TEST(AttentionLayer, PurePaddingBatchIsFinite) {
+  const uint64_t seed = test_seed();
+  dist::ProcessGroups pg = serial_groups();
+  layers::RunCtx ctx;
+  ctx.pg = &pg;
+  ctx.seed = seed;
+  const int64_t H = attn_cfg().hidden, T = 12;
+  data::PackedSeqParams psp = data::PackedSeqParams::build({{0, 0, 0}, {0, 4, 12}, 1, T, 1, 1, 0});
+  DenseRun o = attn_fn()(ctx, rand_host(Shape{T, H}), rand_host(Shape{T, H}), psp, false);
+  for (const Tensor* t : {&o.y, &o.dx}) {
+    for (int64_t i = 0; i < t->numel(); ++i) ASSERT_EQ(t->ptr<float>()[i], 0.f);
+  }
+  for (size_t k = 0; k < o.grads.size(); ++k)
+    for (int64_t i = 0; i < o.grads[k].numel(); ++i) ASSERT_TRUE(std::isfinite(o.grads[k].ptr<float>()[i])) << k;
+}
