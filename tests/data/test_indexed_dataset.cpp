@@ -273,6 +273,26 @@ TEST(IndexedDataset, WriterRejectsValuesTheDtypeCannotHold) {
   ASSERT_EQ(w.finish(), "");
 }
 
+TEST(IndexedDataset, TokenValuesOutsideTheIdRangeAbortOnRead) {
+  const std::string p = tmp_prefix("f32");
+  IndexedDatasetWriter w;
+  ASSERT_EQ(w.open(p, TokenDType::f32), "");
+  ASSERT_EQ(w.add_document(std::vector<int64_t>{3, 4}), "");
+  ASSERT_EQ(w.finish(), "");
+  std::vector<char> bin = slurp(p + ".bin");
+  poke<float>(&bin, 4, 1.5f);  // a non-integral "token id"
+  spit(p + ".bin", bin);
+  IndexedDataset ds;
+  ASSERT_EQ(IndexedDataset::open(p, &ds), "");
+  EXPECT_DEATH((void)ds.document(0), "f32.bin: token 1 of sequence 0 has value 1.5 \\(float32\\), not a token id");
+  const std::string q = tmp_prefix("i8");
+  ASSERT_EQ(w.open(q, TokenDType::i8), "");
+  ASSERT_EQ(w.add_document(std::vector<int64_t>{5, -2}), "");
+  ASSERT_EQ(w.finish(), "");
+  ASSERT_EQ(IndexedDataset::open(q, &ds), "");
+  EXPECT_DEATH((void)ds.sequence(0), "token 1 of sequence 0 has value -2 \\(int8\\)");
+}
+
 TEST(PlainDataset, RoundTripAndErrors) {
   const std::vector<std::vector<int64_t>> docs = {{1, 2, 3}, {}, {65535}, {7, 8}};
   for (TokenDType t : {TokenDType::u16, TokenDType::i32}) {

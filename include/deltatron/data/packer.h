@@ -103,6 +103,7 @@ struct LoaderPosition {
 class PackedLoader {
  public:
   // Validates the config (dt::user_error on a violation; every rank holds the same config).
+  // `ds` must outlive the loader.
   PackedLoader(const IndexedDataset& ds, const PackerConfig& c, int dp_rank);
 
   MicroBatch next();
