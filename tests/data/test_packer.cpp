@@ -7,7 +7,8 @@
 //   * per-rank views: zig-zag rows gather back to the batch, SP rows tile the CP rows;
 //   * deterministic for a seed, different for another; shuffle off keeps dataset order;
 //   * resuming from a saved position yields identical batches; dp shards are disjoint, cover
-//     the epoch and have equal step counts.
+//     the epoch and have equal step counts; under mpirun (test_packer_np3) the same across
+//     processes, one DP rank per process.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <random>
 
 #include "deltatron/data/packer.h"
+#include "deltatron/dist/comm.h"
 #include "test_util.h"
 
 namespace dt::data {
@@ -288,6 +290,54 @@ TEST(Loader, DpShardsAreDisjointAndCoverTheEpoch) {
     }
     for (int64_t i = 0; i < B; ++i) ASSERT_EQ(seen[size_t(i)], 1) << "micro-batch " << i << " dp " << dp;
   }
+}
+
+// One DP rank per process (dp = world size; alone: dp = 1): every process takes the same
+// number of steps, the micro-batch indices of all processes cover the epoch once, the real
+// tokens add up to the dataset's, and every process reports the same loader position.
+TEST(Loader, DpShardsAcrossProcesses) {
+  const int dp = dist::world_size(), rank = dist::world_rank();
+  const TestData t = make_data("mpi", 70, 30, 2024);  // fixed seed: the same data on every rank
+  PackerConfig c;
+  c.max_tokens = 64;
+  c.cp = 2;
+  c.dp = dp;
+  c.seed = 31;
+  PackedLoader l(t.ds, c, rank);
+  const int64_t steps = l.steps_in_epoch(), B = l.micro_batches_in_epoch();
+  // Per step: global index and real tokens; then the position after the epoch.
+  std::vector<int64_t> mine;
+  for (int64_t s = 0; s < steps; ++s) {
+    const MicroBatch mb = l.next();
+    mine.push_back(mb.index);
+    mine.push_back(mb.real_tokens());
+  }
+  const LoaderPosition pos = l.position();
+  mine.push_back(pos.epoch);
+  mine.push_back(pos.step);
+  mine.push_back(int64_t(pos.fingerprint));
+  const int64_t n = int64_t(mine.size());
+  std::vector<int64_t> all(size_t(n * dp));
+  auto w = dist::make_world(dist::Backend::mpi);
+  w->all_gather(TensorView(all.data(), DType::i64, Device::cpu(), Shape{n * dp}),
+                TensorView(mine.data(), DType::i64, Device::cpu(), Shape{n}));
+  std::vector<int> seen(size_t(B), 0);
+  int64_t real = 0;
+  for (int r = 0; r < dp; ++r) {
+    const int64_t* a = all.data() + r * n;
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t idx = a[2 * s];
+      ASSERT_EQ(idx, s * dp + r);
+      if (idx < B) seen[size_t(idx)]++;
+      else ASSERT_EQ(a[2 * s + 1], 0) << "a filler carries no real token";
+      real += a[2 * s + 1];
+    }
+    EXPECT_EQ(a[n - 3], pos.epoch);
+    EXPECT_EQ(a[n - 2], pos.step);
+    EXPECT_EQ(a[n - 1], int64_t(pos.fingerprint)) << "rank " << r << " has another data config or dataset";
+  }
+  for (int64_t i = 0; i < B; ++i) ASSERT_EQ(seen[size_t(i)], 1) << "micro-batch " << i;
+  EXPECT_EQ(real, t.ds.num_tokens());
 }
 
 }  // namespace
