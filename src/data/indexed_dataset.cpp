@@ -306,8 +306,14 @@ IndexedDataset IndexedDataset::open_plain_or_die(const std::string& tokens_path,
   return ds;
 }
 
-const std::string& IndexedDataset::name() const { return p_->name; }
-TokenDType IndexedDataset::dtype() const { return p_->dtype; }
+const std::string& IndexedDataset::name() const {
+  static const std::string none = "(no dataset)";
+  return p_ ? p_->name : none;
+}
+TokenDType IndexedDataset::dtype() const {
+  DT_CHECK(p_, "IndexedDataset::dtype: no dataset is open");
+  return p_->dtype;
+}
 int64_t IndexedDataset::num_sequences() const { return p_ ? p_->S : 0; }
 int64_t IndexedDataset::num_documents() const { return p_ ? p_->D : 0; }
 int64_t IndexedDataset::num_tokens() const { return p_ ? p_->tokens : 0; }
