@@ -121,6 +121,10 @@ std::vector<std::vector<DocPiece>> plan_epoch(std::span<const int64_t> lengths, 
   return bins;
 }
 
+int64_t MicroBatch::label_tokens() const {
+  return int64_t(std::count_if(labels.begin(), labels.end(), [](int32_t l) { return l >= 0; }));
+}
+
 PackedBatchDesc MicroBatch::desc(int cp_rank) const {
   PackedBatchDesc d;
   d.cu_seqlens = cu_seqlens;

@@ -64,6 +64,12 @@ std::vector<MicroBatch> epoch_batches(const TestData& t, const PackerConfig& c, 
 void check_epoch(const TestData& t, const PackerConfig& c, const std::vector<MicroBatch>& mbs) {
   const int64_t pm = packer_pad_multiple(c), A = packer_alignment(c);
   std::map<int64_t, int64_t> next_pos;  // doc -> next expected position
+  int64_t labels = 0, docs_seen = 0;
+  for (const MicroBatch& mb : mbs) labels += mb.label_tokens();
+  for (int64_t L : t.lengths) docs_seen += L > 0;
+  int64_t total = 0;
+  for (int64_t L : t.lengths) total += L;
+  EXPECT_EQ(labels, total - docs_seen) << "every token but the last of each document has a label";
   std::map<int64_t, int64_t> last_batch;
   for (const MicroBatch& mb : mbs) {
     const int64_t T = mb.tokens_total();

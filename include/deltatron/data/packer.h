@@ -1,7 +1,7 @@
 // Deterministic packing of documents into THD micro-batches (docs/data.md, "Packing";
 // shared/docs/thd-context-parallel.md sections 1-3 and rule C4).
 //
-//   1. Document order: a Philox Fisher-Yates shuffle keyed by (data.seed, epoch), or dataset
+//   1. Document order: a Philox Fisher-Yates shuffle keyed by (seed, epoch), or dataset
 //      order when data.shuffle is off. Empty documents are skipped.
 //   2. Pieces: a document longer than data.max_tokens is split into a first piece of
 //      len % max_tokens tokens (when non-zero) and then pieces of exactly max_tokens. Each
@@ -35,7 +35,7 @@ struct PackerConfig {
   int64_t max_tokens = 4096;  // data.max_tokens: physical tokens per micro-batch, every pad included
   int64_t pad_multiple = 0;   // data.pad_multiple; 0 = default (2*cp when cp > 1, else 1)
   bool shuffle = true;        // data.shuffle
-  uint64_t seed = 1234;       // data.seed
+  uint64_t seed = 1234;       // train.seed (docs/config.md: data.shuffle is seeded by it)
   int32_t pad_id = 0;         // token id written on pads
   int sp = 1;                 // tp when sequence parallelism is on, else 1
   int cp = 1;
@@ -71,6 +71,7 @@ struct MicroBatch {
 
   int64_t tokens_total() const { return cu_seqlens_padded.empty() ? 0 : cu_seqlens_padded.back(); }  // T
   int64_t real_tokens() const { return cu_seqlens.empty() ? 0 : cu_seqlens.back(); }
+  int64_t label_tokens() const;  // positions with a label (>= 0): the loss denominator
   // The description PackedSeqParams::build takes for CP rank `cp_rank`.
   PackedBatchDesc desc(int cp_rank = 0) const;
 };
