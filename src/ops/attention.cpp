@@ -4,10 +4,13 @@
 #include <string>
 
 #include "ops/attention_backends.h"
+#include "ops/op_checks.h"
 #include "ops/route.h"
 
 namespace dt::ops {
 namespace {
+using detail::check_rows;
+using detail::check_vec;
 
 // CPU for now; a CUDA view (or one in a CPU-only build) stops with a message naming the op.
 void require_cpu(const TensorView& v, const char* op) {
@@ -25,22 +28,6 @@ void check_heads(const TensorView& v, int64_t rows, int64_t H, int64_t D, Device
   DT_CHECK(D <= 1 || v.stride[2] == 1, "{}: needs a unit inner stride, got {}", label, v.str());
   DT_CHECK(H <= 1 || v.stride[1] == D, "{}: needs head stride {} (heads packed in a row), got {}", label, D, v.str());
   DT_CHECK(rows <= 1 || v.stride[0] >= H * D, "{}: row stride {} < row length {}", label, v.stride[0], H * D);
-}
-// [rows, cols] f32, unit inner stride, row stride >= cols, on `dev`.
-void check_rows(const TensorView& v, int64_t rows, int64_t cols, Device dev, const char* op, const char* what) {
-  const std::string label = fmt::format("{} {}", op, what);
-  check_shape(v, Shape{rows, cols}, label.c_str());
-  check_dtype(v, DType::f32, label.c_str());
-  DT_CHECK(v.device == dev, "{}: on {}, expected {} like the first view", label, v.device.str(), dev.str());
-  DT_CHECK(cols <= 1 || v.stride[1] == 1, "{}: needs a unit inner stride, got {}", label, v.str());
-  DT_CHECK(rows <= 1 || v.stride[0] >= cols, "{}: row stride {} < row length {}", label, v.stride[0], cols);
-}
-void check_vec(const TensorView& v, int64_t n, DType t, Device dev, const char* op, const char* what) {
-  const std::string label = fmt::format("{} {}", op, what);
-  check_shape(v, Shape{n}, label.c_str());
-  check_dtype(v, t, label.c_str());
-  check_contiguous(v, label.c_str());
-  DT_CHECK(v.device == dev, "{}: on {}, expected {} like the first view", label, v.device.str(), dev.str());
 }
 void check_ndim(const TensorView& v, int n, const char* op, const char* what) {
   DT_CHECK(v.ndim() == n, "{} {}: expected a {}-D view, got {}", op, what, n, v.str());
@@ -129,7 +116,7 @@ void sigmoid_gate_fwd(const TensorView& y, const TensorView& o, const TensorView
   check_ndim(o, 2, op, "o");
   const int64_t R = o.shape[0], D = o.shape[1];
   for (auto [v, what] : {std::pair{&y, "y [R, D]"}, {&o, "o [R, D]"}, {&g, "g [R, D]"}})
-    check_rows(*v, R, D, o.device, op, what);
+    check_rows(*v, R, D, o.device, op, what, false);
   require_cpu(o, op);
   if (R == 0) return;
   cpu::sigmoid_gate_fwd(y, o, g, s);
@@ -141,7 +128,7 @@ void sigmoid_gate_bwd(const TensorView& d_o, const TensorView& dg, const TensorV
   const int64_t R = o.shape[0], D = o.shape[1];
   for (auto [v, what] :
        {std::pair{&d_o, "do [R, D]"}, {&dg, "dg [R, D]"}, {&dy, "dy [R, D]"}, {&o, "o [R, D]"}, {&g, "g [R, D]"}})
-    check_rows(*v, R, D, o.device, op, what);
+    check_rows(*v, R, D, o.device, op, what, false);
   require_cpu(o, op);
   if (R == 0) return;
   cpu::sigmoid_gate_bwd(d_o, dg, dy, o, g, s);
@@ -152,8 +139,8 @@ void gather_rows(const TensorView& out, const TensorView& in, const TensorView& 
   check_ndim(out, 2, op, "out");
   check_ndim(in, 2, op, "in");
   const int64_t R = out.shape[0], C = out.shape[1];
-  check_rows(out, R, C, out.device, op, "out [R, C]");
-  check_rows(in, in.shape[0], C, out.device, op, "in [Rin, C]");
+  check_rows(out, R, C, out.device, op, "out [R, C]", false);
+  check_rows(in, in.shape[0], C, out.device, op, "in [Rin, C]", false);
   check_vec(idx, R, DType::i32, out.device, op, "idx [R]");
   require_cpu(out, op);
   if (R == 0) return;

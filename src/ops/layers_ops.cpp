@@ -4,30 +4,14 @@
 #include <string>
 
 #include "ops/layers_ops_backends.h"
+#include "ops/op_checks.h"
 #include "ops/route.h"
 
 namespace dt::ops {
 namespace {
+using detail::check_rows;
+using detail::check_vec;
 
-// [rows, cols] with unit inner stride and row stride >= cols; activation dtype (f32 on the
-// CPU, f32 | bf16 on CUDA); on `dev`.
-void check_rows(const TensorView& v, int64_t rows, int64_t cols, Device dev, const char* op, const char* what) {
-  const std::string label = fmt::format("{} {}", op, what);
-  check_shape(v, Shape{rows, cols}, label.c_str());
-  DT_CHECK(v.device == dev, "{}: on {}, expected {} like the first view", label, v.device.str(), dev.str());
-  DT_CHECK(cols <= 1 || v.stride[1] == 1, "{}: needs a unit inner stride, got {}", label, v.str());
-  DT_CHECK(rows <= 1 || v.stride[0] >= cols, "{}: row stride {} < row length {}", label, v.stride[0], cols);
-  DT_CHECK(v.dtype == DType::f32 || (dev.is_cuda() && v.dtype == DType::bf16),
-           "{}: dtype must be f32 (or bf16 on CUDA), got {}", label, v.str());
-}
-// Contiguous [n] vector (f32 or i32) on `dev`.
-void check_vec(const TensorView& v, int64_t n, DType t, Device dev, const char* op, const char* what) {
-  const std::string label = fmt::format("{} {}", op, what);
-  check_shape(v, Shape{n}, label.c_str());
-  check_dtype(v, t, label.c_str());
-  check_contiguous(v, label.c_str());
-  DT_CHECK(v.device == dev, "{}: on {}, expected {} like the first view", label, v.device.str(), dev.str());
-}
 void check_2d(const TensorView& v, const char* op, const char* what) {
   DT_CHECK(v.ndim() == 2, "{} {}: expected a 2-D view, got {}", op, what, v.str());
 }
@@ -40,8 +24,8 @@ void rmsnorm1p_fwd(const TensorView& y, const TensorView& rstd, const TensorView
   check_2d(x, op, "x");
   const int64_t R = x.shape[0], D = x.shape[1];
   const Device d = x.device;
-  check_rows(x, R, D, d, op, "x [rows, D]");
-  check_rows(y, R, D, d, op, "y [rows, D]");
+  check_rows(x, R, D, d, op, "x [rows, D]", true);
+  check_rows(y, R, D, d, op, "y [rows, D]", true);
   check_vec(rstd, R, DType::f32, d, op, "rstd [rows]");
   check_vec(w, D, DType::f32, d, op, "w [D]");
   DT_CHECK(eps > 0.f, "{}: eps must be > 0, got {}", op, eps);
@@ -54,9 +38,9 @@ void rmsnorm1p_bwd(const TensorView& dx, const TensorView& dw, const TensorView&
   check_2d(x, op, "x");
   const int64_t R = x.shape[0], D = x.shape[1];
   const Device d = x.device;
-  check_rows(x, R, D, d, op, "x [rows, D]");
-  check_rows(dy, R, D, d, op, "dy [rows, D]");
-  check_rows(dx, R, D, d, op, "dx [rows, D]");
+  check_rows(x, R, D, d, op, "x [rows, D]", true);
+  check_rows(dy, R, D, d, op, "dy [rows, D]", true);
+  check_rows(dx, R, D, d, op, "dx [rows, D]", true);
   check_vec(rstd, R, DType::f32, d, op, "rstd [rows]");
   check_vec(w, D, DType::f32, d, op, "w [D]");
   check_vec(dw, D, DType::f32, d, op, "dw [D]");
@@ -69,7 +53,7 @@ void swiglu_fwd(const TensorView& y, const TensorView& g, const TensorView& u, S
   check_2d(g, op, "g");
   const int64_t T = g.shape[0], F = g.shape[1];
   for (auto [v, what] : {std::pair{&y, "y [T, F]"}, {&g, "g [T, F]"}, {&u, "u [T, F]"}})
-    check_rows(*v, T, F, g.device, op, what);
+    check_rows(*v, T, F, g.device, op, what, true);
   if (T == 0) return;
   DT_ROUTE(swiglu_fwd, y, y, g, u, s);
 }
@@ -80,7 +64,7 @@ void swiglu_bwd(const TensorView& dg, const TensorView& du, const TensorView& dy
   const int64_t T = g.shape[0], F = g.shape[1];
   for (auto [v, what] :
        {std::pair{&dg, "dg [T, F]"}, {&du, "du [T, F]"}, {&dy, "dy [T, F]"}, {&g, "g [T, F]"}, {&u, "u [T, F]"}})
-    check_rows(*v, T, F, g.device, op, what);
+    check_rows(*v, T, F, g.device, op, what, true);
   if (T == 0) return;
   DT_ROUTE(swiglu_bwd, dg, dg, du, dy, g, u, s);
 }
@@ -90,8 +74,8 @@ void embedding_fwd(const TensorView& y, const TensorView& ids, const TensorView&
   check_2d(w, op, "w");
   check_2d(y, op, "y");
   const int64_t T = y.shape[0], V = w.shape[0], H = w.shape[1];
-  check_rows(y, T, H, y.device, op, "y [T, H]");
-  check_rows(w, V, H, y.device, op, "w [V_local, H]");
+  check_rows(y, T, H, y.device, op, "y [T, H]", true);
+  check_rows(w, V, H, y.device, op, "w [V_local, H]", true);
   check_vec(ids, T, DType::i32, y.device, op, "ids [T]");
   DT_CHECK(vocab_begin >= 0, "{}: vocab_begin={} < 0", op, vocab_begin);
   if (T == 0) return;
@@ -102,8 +86,8 @@ void embedding_bwd(const TensorView& dw, const TensorView& dy, const TensorView&
   check_2d(dw, op, "dw");
   check_2d(dy, op, "dy");
   const int64_t T = dy.shape[0], V = dw.shape[0], H = dw.shape[1];
-  check_rows(dy, T, H, dw.device, op, "dy [T, H]");
-  check_rows(dw, V, H, dw.device, op, "dw [V_local, H]");
+  check_rows(dy, T, H, dw.device, op, "dy [T, H]", true);
+  check_rows(dw, V, H, dw.device, op, "dw [V_local, H]", true);
   check_dtype(dw, DType::f32, "embedding_bwd dw");
   check_contiguous(dw, "embedding_bwd dw");
   check_vec(ids, T, DType::i32, dw.device, op, "ids [T]");
@@ -116,7 +100,7 @@ void ce_row_max(const TensorView& m, const TensorView& logits, Stream s) {
   constexpr const char* op = "ce_row_max";
   check_2d(logits, op, "logits");
   const int64_t T = logits.shape[0], V = logits.shape[1];
-  check_rows(logits, T, V, logits.device, op, "logits [T, V_local]");
+  check_rows(logits, T, V, logits.device, op, "logits [T, V_local]", true);
   check_vec(m, T, DType::f32, logits.device, op, "m [T]");
   DT_CHECK(V > 0, "{}: the local vocab shard is empty ({})", op, logits.str());
   if (T == 0) return;
@@ -128,7 +112,7 @@ void ce_sum_exp(const TensorView& se, const TensorView& tl, const TensorView& lo
   check_2d(logits, op, "logits");
   const int64_t T = logits.shape[0], V = logits.shape[1];
   const Device d = logits.device;
-  check_rows(logits, T, V, d, op, "logits [T, V_local]");
+  check_rows(logits, T, V, d, op, "logits [T, V_local]", true);
   check_vec(se, T, DType::f32, d, op, "se [T]");
   check_vec(tl, T, DType::f32, d, op, "tl [T]");
   check_vec(m, T, DType::f32, d, op, "m [T]");
@@ -155,8 +139,8 @@ void ce_bwd(const TensorView& dlogits, const TensorView& logits, const TensorVie
   check_2d(logits, op, "logits");
   const int64_t T = logits.shape[0], V = logits.shape[1];
   const Device d = logits.device;
-  check_rows(logits, T, V, d, op, "logits [T, V_local]");
-  check_rows(dlogits, T, V, d, op, "dlogits [T, V_local]");
+  check_rows(logits, T, V, d, op, "logits [T, V_local]", true);
+  check_rows(dlogits, T, V, d, op, "dlogits [T, V_local]", true);
   check_vec(m, T, DType::f32, d, op, "m [T]");
   check_vec(se, T, DType::f32, d, op, "se [T]");
   check_vec(targets, T, DType::i32, d, op, "targets [T]");
