@@ -1,0 +1,38 @@
+// Optimizer update ops: one fused elementwise pass per parameter shard. Each dispatches on
+// the device of its views to the CPU reference (src/ops/cpu/optim.cpp) or the CUDA kernels
+// (src/ops/cuda/optim.cu). Every view is f32 and contiguous, of one shape and one device:
+// the fp32 master weights, the fp32 gradient and the fp32 optimizer state (mixed precision
+// keeps all of these in fp32; the bf16 compute copy is refreshed afterwards by the caller).
+// Deterministic: elementwise, no reductions; CPU and CUDA run the same fp32 operations in the
+// same order without FMA contraction, so they agree to the last bit or nearly so.
+// `p`, `m`, `v` are updated in place (=); `g` is read only.
+#pragma once
+#include <cstdint>
+
+#include "deltatron/core/tensor.h"
+
+namespace dt::ops {
+
+struct AdamWArgs {
+  float lr = 0.f;
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float weight_decay = 0.f;  // decoupled (AdamW): p *= 1 - lr * weight_decay, before the Adam step
+  int64_t step = 1;          // 1-based update count t: bias corrections 1 - beta1^t, 1 - beta2^t
+  float grad_scale = 1.f;    // multiplies g first (the global-norm clip coefficient)
+};
+// With g' = grad_scale * g:
+//   m = beta1 m + (1 - beta1) g';  v = beta2 v + (1 - beta2) g'^2
+//   p = p (1 - lr wd) - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+// The bias-correction factors are computed once on the host in double.
+void adamw_update(const TensorView& p, const TensorView& m, const TensorView& v, const TensorView& g,
+                  const AdamWArgs& a, Stream s = {});
+
+struct SgdArgs {
+  float lr = 0.f;
+  float weight_decay = 0.f;  // L2: g' += weight_decay * p
+  float grad_scale = 1.f;
+};
+// p = p - lr * (grad_scale * g + weight_decay * p)
+void sgd_update(const TensorView& p, const TensorView& g, const SgdArgs& a, Stream s = {});
+
+}  // namespace dt::ops
