@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The run command. Until the trainer exists (issue 6 replaces this job), it installs and
-# builds like scripts/test.sh, prints the environment banner of every rank and runs the
-# 2-rank collective self-check on the MPI backend (and on NCCL when 2 GPUs are present).
+# builds like scripts/test.sh, writes the synthetic quickstart corpus (data/quickstart/corpus,
+# the data configs/quickstart.yaml names), prints the environment banner of every rank and
+# runs the 2-rank collective self-check on the MPI backend (and on NCCL when 2 GPUs are present).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -11,6 +12,8 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DDELTATRON_CUDA="${DELTAT
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target deltatron_cli
 BIN="$BUILD_DIR/bin/deltatron"
 export NCCL_NVLS_ENABLE=0
+mkdir -p data/quickstart
+"$BIN" make-corpus --prefix data/quickstart/corpus --docs 20000 --seed 1234 --vocab 64
 mpirun $(mpirun_flags) -np 2 "$BIN" env
 mpirun $(mpirun_flags) -np 2 "$BIN" selfcheck --tp 2 --backend mpi --dtype f32
 mpirun $(mpirun_flags) -np 2 "$BIN" selfcheck --cp 2 --backend mpi --dtype bf16
