@@ -9,6 +9,7 @@
 //  * Packed vs unpacked: the loss of a padded packed batch equals the token-weighted mean of the
 //    documents run one by one.
 //  * Init: every parameter shard of every layout equals the serial model's, bit for bit.
+//  * Pad tokens change nothing (bitwise); two micro-batches accumulate one step's gradients.
 //  * The registry: param_specs() = params() names/shapes in HF order; config errors name the field.
 #include <cmath>
 #include <cstring>
@@ -352,4 +353,35 @@ TEST(Qwen35Model, PadContentsChangeNothing) {
   for (size_t k = 0; k < outs[0].grads.size(); ++k)
     EXPECT_EQ(std::memcmp(outs[0].grads[k].data(), outs[1].grads[k].data(), outs[0].grads[k].nbytes()), 0)
         << outs[0].specs[k].name;
+}
+
+TEST(Qwen35Model, MicroBatchesAccumulateGradients) {
+  // Gradient accumulation on one rank: two micro-batches (even / odd documents), each backward
+  // scaled by 1 / (total count), accumulate (+=) the gradients of one step over all documents.
+  const uint64_t seed = test_seed();
+  const io::ModelConfig cfg = tiny_config(false);
+  const std::vector<int32_t> tokens = doc_tokens(seed, cfg.vocab_size);
+  const StepOut R = serial_step(cfg, tokens, seed);
+  dist::ProcessGroups pg = make_groups(1, 1);
+  layers::RunCtx ctx;
+  ctx.pg = &pg;
+  ctx.seed = seed;
+  model::Qwen35Model m(cfg, ctx);
+  perturb_weights(m, seed, pg);
+  std::vector<Batch> mbs;
+  for (size_t first : {size_t(0), size_t(1)}) {
+    std::vector<size_t> docs;
+    for (size_t d = first; d < kDocLens.size(); d += 2) docs.push_back(d);
+    mbs.push_back(make_batch(tokens, docs, 1, 1, 0, 2, seed + first));
+  }
+  double sum = 0;
+  for (const Batch& B : mbs) {
+    layers::LmTargets tg = layers::next_token_targets(B.ids, B.psp, Device::cpu());
+    sum += ops::item(m.forward(layers::local_token_ids(B.ids, B.psp, Device::cpu()), B.psp, tg).loss_sum);
+    m.backward(float(1.0 / double(R.loss.count)));
+  }
+  EXPECT_LT(std::abs(sum - R.loss.sum) / std::abs(R.loss.sum), 1e-5);
+  std::vector<model::Param*> ps = m.params();
+  ASSERT_EQ(ps.size(), R.grads.size());
+  for (size_t k = 0; k < ps.size(); ++k) EXPECT_TRUE(close_rel(ps[k]->grad, R.grads[k], 1e-5)) << ps[k]->spec.name;
 }
