@@ -1,7 +1,7 @@
 // The Qwen3.5 hybrid model (3 GDN : 1 gated attention, 4 layers) on the CPU backend, fp32.
 //  * One full step (forward + backward + reduce_grads) under every (tp, cp, dp) layout of the world
 //    size (mpirun -np 1, 2, 4: (1,1,1); (2,1,1) +-SP, (1,2,1), (1,1,2); (2,2,1) +-SP, (1,2,2),
-//    (2,1,2) +-SP), tied and untied embeddings, against the serial model (tp = cp = 1) on the
+//    (2,1,2) +-SP, (1,4,1)), tied and untied embeddings, against the serial model (tp = cp = 1) on the
 //    unpadded concatenation of ALL documents: each dp rank packs a different subset of the
 //    documents with alignment padding (random pad tokens); the global mean loss (sum and count
 //    all-reduced over dp x cp) and every parameter gradient, sliced to the rank's shard, agree to
@@ -173,7 +173,7 @@ struct Layout {
 std::vector<Layout> layouts_for(int world) {
   if (world == 1) return {{1, 1, false}};
   if (world == 2) return {{2, 1, false}, {2, 1, true}, {1, 2, false}, {1, 1, false}};
-  if (world == 4) return {{2, 2, false}, {2, 2, true}, {1, 2, false}, {2, 1, false}, {2, 1, true}};
+  if (world == 4) return {{2, 2, false}, {2, 2, true}, {1, 2, false}, {2, 1, false}, {2, 1, true}, {1, 4, false}};
   return {};
 }
 
