@@ -2,18 +2,23 @@
 //   deltatron env                                  environment banner (every rank's host and devices)
 //   deltatron selfcheck [--tp N --cp N --dp N]     builds the process groups and checks every collective
 //                       [--backend mpi|nccl] [--dtype f32|bf16|...]
+//   deltatron train --config FILE [--set section.key=value]... [--data PREFIX] [--steps N]
+//                                                  trains (CPU backend for now; issue 6)
 //   deltatron make-corpus --prefix P [--docs N --seed S --vocab V]
 //                                                  writes the synthetic quickstart corpus (indexed dataset)
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "cli/selfcheck.h"
 #include "deltatron/core/check.h"
 #include "deltatron/core/sysinfo.h"
 #include "deltatron/data/indexed_dataset.h"
 #include "deltatron/data/synthetic.h"
+#include "deltatron/io/config.h"
+#include "deltatron/train/trainer.h"
 #include "deltatron/dist/comm.h"
 
 int main(int argc, char** argv) {
@@ -29,6 +34,15 @@ int main(int argc, char** argv) {
   self->add_option("--dp", sc.dp, "data-parallel size (-1: inferred)");
   self->add_option("--backend", sc.backend, "mpi (CPU tensors) or nccl (CUDA tensors)");
   self->add_option("--dtype", sc.dtype, "element type of the checked tensors");
+
+  std::string train_config, train_data;
+  std::vector<std::string> train_sets;
+  int64_t train_steps = -1;
+  auto* train = app.add_subcommand("train", "train a hybrid model from a YAML experiment");
+  train->add_option("--config", train_config, "YAML experiment file")->required();
+  train->add_option("--set", train_sets, "override section.key=value (repeatable, applied in order)");
+  train->add_option("--data", train_data, "dataset PREFIX (same as --set data.prefix=PREFIX)");
+  train->add_option("--steps", train_steps, "optimizer steps (same as --set train.steps=N)");
 
   std::string corpus_prefix;
   int64_t corpus_docs = 20000, corpus_seed = 1234, corpus_vocab = 64;
@@ -48,6 +62,13 @@ int main(int argc, char** argv) {
   int rc = 0;
   if (*env) rc = dt::cli::print_env();
   if (*self) rc = dt::cli::selfcheck(sc);
+  if (*train) {
+    if (!train_data.empty()) train_sets.push_back("data.prefix=" + train_data);
+    if (train_steps >= 0) train_sets.push_back("train.steps=" + std::to_string(train_steps));
+    dt::io::Config cfg;
+    if (std::string e = dt::io::load_config(train_config, train_sets, &cfg); !e.empty()) dt::user_error(e);
+    dt::train::run_training(cfg);
+  }
   if (*corpus && dt::dist::world_rank() == 0) {  // one writer
     std::string err = dt::data::write_synthetic_corpus(corpus_prefix, corpus_docs, uint64_t(corpus_seed), corpus_vocab);
     if (!err.empty()) dt::user_error(err, false);
