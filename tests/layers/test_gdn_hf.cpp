@@ -10,6 +10,7 @@
 #include "deltatron/io/safetensors.h"
 #include "deltatron/layers/gdn.h"
 #include "deltatron/ops/basic.h"
+#include "hf_fixture.h"
 #include "test_util.h"
 
 using namespace dt;
@@ -32,23 +33,5 @@ TEST(GdnLayerHf, MatchesTransformersQwen3_5GatedDeltaNet) {
   layers::RunCtx ctx;
   ctx.pg = &pg;
   layers::GatedDeltaNet layer(cfg, "model.layers.0", ctx);
-  const std::string prefix = "model.layers.0.linear_attn.";
-  for (model::Param& p : layer.params()) {
-    const Tensor& w = f.at(p.spec.name.substr(prefix.size()));
-    ASSERT_EQ(w.shape(), p.master.shape()) << p.spec.name;
-    ops::copy(p.master, w);
-  }
-  const Tensor& cu64 = f.at("cu_seqlens");
-  std::vector<int64_t> cu(cu64.ptr<int64_t>(), cu64.ptr<int64_t>() + cu64.numel());
-  const int64_t T = cu.back();
-  data::PackedSeqParams psp = data::PackedSeqParams::build({cu, cu, 1, T, 1, 1, 0});
-  Tensor y = Tensor::empty(Shape{T, cfg.hidden}, DType::f32), dx = Tensor::empty(Shape{T, cfg.hidden}, DType::f32);
-  layer.forward(y, f.at("x"), psp);
-  layer.backward(dx, f.at("dy"), psp);
-  EXPECT_TRUE(dt::testing::close_rel(y, f.at("y"), 1e-4)) << "y";
-  EXPECT_TRUE(dt::testing::close_rel(dx, f.at("dx"), 1e-4)) << "dx";
-  for (model::Param& p : layer.params()) {
-    std::string hf = p.spec.name.substr(prefix.size());
-    EXPECT_TRUE(dt::testing::close_rel(p.grad, f.at("grad." + hf), 1e-4)) << hf;
-  }
+  dt::testing::check_against_hf_fixture(layer, f, "model.layers.0.linear_attn.", cfg.hidden, 1e-4);
 }
