@@ -119,26 +119,8 @@ inline void check_dense_layout(const GdnLayout& L, int64_t H, const DenseFn& fn,
   ctx.device = dev;
   ctx.act_dtype = act;
   DenseRun o = fn(ctx, x_loc, dy_loc, true);
-  std::vector<double> got_y, want_y;
-  for (int64_t i = 0; i < int64_t(mask.size()); ++i)
-    if (mask[size_t(i)])
-      for (int64_t h = 0; h < H; ++h) {
-        got_y.push_back(o.y.ptr<float>()[i * H + h]);
-        want_y.push_back(y_want.ptr<float>()[i * H + h]);
-      }
-  EXPECT_TRUE(close_rel(got_y, want_y, tol)) << "y at real rows";
-  EXPECT_TRUE(close_rel(o.dx, dx_want, tol)) << "dx";
-  if (dev.is_cpu())
-    for (int64_t i = 0; i < int64_t(mask.size()); ++i)
-      if (!mask[size_t(i)])
-        for (int64_t h = 0; h < H; ++h) ASSERT_EQ(o.dx.ptr<float>()[i * H + h], 0.f) << "pad row " << i;
-  ASSERT_EQ(o.grads.size(), R.out.specs.size());
-  for (size_t k = 0; k < R.out.specs.size(); ++k) {
-    const model::ParamSpec& spec = R.out.specs[k];
-    Tensor want = Tensor::empty(model::local_shape(spec, L.tp), DType::f32);
-    model::shard_from_global(want, R.out.grads[k], spec, L.tp, pg.coord.tp);
-    EXPECT_TRUE(close_rel(o.grads[k], want, tol)) << spec.name;
-  }
+  expect_matches_serial(o.y, o.dx, o.grads, y_want, dx_want, R.out.grads, R.out.specs, mask, L.tp, pg.coord.tp, tol,
+                        dev.is_cpu());
 }
 
 inline std::vector<GdnLayout> dense_layouts_for(int world) {

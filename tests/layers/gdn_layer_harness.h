@@ -139,6 +139,38 @@ inline GdnReference gdn_reference(const layers::GdnConfig& cfg, uint64_t seed, d
   return R;
 }
 
+// Values of the real rows (mask 1) of a host [rows, H] tensor, for comparisons that skip pads.
+inline std::vector<double> masked_rows(const TensorView& t, const std::vector<int32_t>& mask) {
+  std::vector<double> v;
+  const int64_t H = t.shape[1];
+  for (int64_t i = 0; i < int64_t(mask.size()); ++i)
+    if (mask[size_t(i)])
+      for (int64_t h = 0; h < H; ++h) v.push_back(t.ptr<float>()[i * H + h]);
+  return v;
+}
+
+// The comparison every parallel-vs-serial layer test makes: y at real rows (mask), dX
+// everywhere (exactly 0 at pad rows when `pads_exact`: dy is 0 there and pads feed nothing
+// real), and every weight gradient sliced to this rank's TP shard; rel. L2 < tol.
+inline void expect_matches_serial(const Tensor& y, const Tensor& dx, const std::vector<Tensor>& grads,
+                                  const TensorView& y_want, const TensorView& dx_want,
+                                  const std::vector<Tensor>& ref_grads, const std::vector<model::ParamSpec>& specs,
+                                  const std::vector<int32_t>& mask, int tp, int tp_rank, double tol, bool pads_exact) {
+  const int64_t H = y.shape()[1];
+  EXPECT_TRUE(close_rel(masked_rows(y, mask), masked_rows(y_want, mask), tol)) << "y at real rows";
+  EXPECT_TRUE(close_rel(dx, dx_want, tol)) << "dx";
+  if (pads_exact)
+    for (int64_t i = 0; i < int64_t(mask.size()); ++i)
+      if (!mask[size_t(i)])
+        for (int64_t h = 0; h < H; ++h) ASSERT_EQ(dx.ptr<float>()[i * H + h], 0.f) << "pad row " << i;
+  ASSERT_EQ(grads.size(), specs.size());
+  for (size_t k = 0; k < specs.size(); ++k) {
+    Tensor want = Tensor::empty(model::local_shape(specs[k], tp), DType::f32);
+    model::shard_from_global(want, ref_grads[k], specs[k], tp, tp_rank);
+    EXPECT_TRUE(close_rel(grads[k], want, tol)) << specs[k].name;
+  }
+}
+
 // Runs one layout and compares with the reference; tol applies to y, dx and the gradients.
 inline void check_gdn_layout(const GdnLayout& L, const layers::GdnConfig& cfg, const GdnReference& R, uint64_t seed,
                              dist::Backend backend, Device dev, DType act, double tol) {
@@ -200,24 +232,8 @@ inline void check_gdn_layout(const GdnLayout& L, const layers::GdnConfig& cfg, c
     if (cp == 1) break;  // no all-to-all to compare
   }
   const GdnRun& o = outs[0];
-  std::vector<double> got_y, want_y;
-  for (int64_t i = 0; i < int64_t(mask.size()); ++i)
-    if (mask[size_t(i)])
-      for (int64_t h = 0; h < H; ++h) {
-        got_y.push_back(o.y.ptr<float>()[i * H + h]);
-        want_y.push_back(y_want.ptr<float>()[i * H + h]);
-      }
-  EXPECT_TRUE(close_rel(got_y, want_y, tol)) << "y at real rows";
-  EXPECT_TRUE(close_rel(o.dx, dx_want, tol)) << "dx";
-  if (dev.is_cpu())
-    for (int64_t i = 0; i < int64_t(mask.size()); ++i)
-      if (!mask[size_t(i)])
-        for (int64_t h = 0; h < H; ++h) ASSERT_EQ(o.dx.ptr<float>()[i * H + h], 0.f) << "pad row " << i;
-  for (size_t k = 0; k < R.specs.size(); ++k) {
-    Tensor want = Tensor::empty(model::local_shape(R.specs[k], L.tp), DType::f32);
-    model::shard_from_global(want, R.out.grads[k], R.specs[k], L.tp, pg.coord.tp);
-    EXPECT_TRUE(close_rel(o.grads[k], want, tol)) << R.specs[k].name;
-  }
+  expect_matches_serial(o.y, o.dx, o.grads, y_want, dx_want, R.out.grads, R.specs, mask, L.tp, pg.coord.tp, tol,
+                        dev.is_cpu());
   if (outs.size() == 2) {
     EXPECT_EQ(std::memcmp(outs[0].y.data(), outs[1].y.data(), outs[0].y.nbytes()), 0) << "y fused vs per_sequence";
     EXPECT_EQ(std::memcmp(outs[0].dx.data(), outs[1].dx.data(), outs[0].dx.nbytes()), 0) << "dx fused vs per_sequence";

@@ -78,16 +78,6 @@ inline Tensor scatter_to_padded(const TensorView& src, const std::vector<int64_t
   return out;
 }
 
-// Values of the real rows (mask 1) of a host [rows, H] tensor, for comparisons that skip pads.
-inline std::vector<double> masked_rows(const TensorView& t, const std::vector<int32_t>& mask) {
-  std::vector<double> v;
-  const int64_t H = t.shape[1];
-  for (int64_t i = 0; i < int64_t(mask.size()); ++i)
-    if (mask[size_t(i)])
-      for (int64_t h = 0; h < H; ++h) v.push_back(t.ptr<float>()[i * H + h]);
-  return v;
-}
-
 inline void check_seq_layout(const GdnLayout& L, int64_t H, const SeqLayerFn& fn, const SeqReference& R,
                              uint64_t seed, double tol) {
   SCOPED_TRACE(fmt::format("tp {} sp {} cp {}", L.tp, L.sp, L.cp));
@@ -122,18 +112,8 @@ inline void check_seq_layout(const GdnLayout& L, int64_t H, const SeqLayerFn& fn
   ctx.sp = L.sp;
   ctx.seed = seed;
   DenseRun o = fn(ctx, local(xg), local(dyg), psp, true);
-  EXPECT_TRUE(close_rel(masked_rows(o.y, mask), masked_rows(local(ref_y), mask), tol)) << "y at real rows";
-  EXPECT_TRUE(close_rel(o.dx, local(ref_dx), tol)) << "dx";
-  for (int64_t i = 0; i < int64_t(mask.size()); ++i)
-    if (!mask[size_t(i)])
-      for (int64_t h = 0; h < H; ++h) ASSERT_EQ(o.dx.ptr<float>()[i * H + h], 0.f) << "pad row " << i;
-  ASSERT_EQ(o.grads.size(), R.out.specs.size());
-  for (size_t k = 0; k < R.out.specs.size(); ++k) {
-    const model::ParamSpec& spec = R.out.specs[k];
-    Tensor want = Tensor::empty(model::local_shape(spec, L.tp), DType::f32);
-    model::shard_from_global(want, R.out.grads[k], spec, L.tp, pg.coord.tp);
-    EXPECT_TRUE(close_rel(o.grads[k], want, tol)) << spec.name;
-  }
+  expect_matches_serial(o.y, o.dx, o.grads, local(ref_y), local(ref_dx), R.out.grads, R.out.specs, mask, L.tp,
+                        pg.coord.tp, tol, /*pads_exact=*/true);
 }
 
 }  // namespace dt::testing
