@@ -11,11 +11,7 @@
 
 namespace dt::testing {
 
-struct DenseRun {
-  Tensor y, dx;                       // host f32
-  std::vector<Tensor> grads;          // host f32, reduced when asked
-  std::vector<model::ParamSpec> specs;
-};
+using DenseRun = LayerRun;
 // Builds the layer from ctx, runs forward + backward on (x, dy); reduce_grads over *pg when
 // `reduce` (the harness passes false for the serial reference).
 using DenseFn = std::function<DenseRun(const layers::RunCtx& ctx, const TensorView& x, const TensorView& dy,
@@ -23,20 +19,7 @@ using DenseFn = std::function<DenseRun(const layers::RunCtx& ctx, const TensorVi
 
 template <typename Layer>
 DenseRun run_dense(Layer& layer, const layers::RunCtx& ctx, const TensorView& x, const TensorView& dy, bool reduce) {
-  Tensor y = Tensor::empty(x.shape, x.dtype, x.device), dx = Tensor::empty(x.shape, x.dtype, x.device);
-  poison(y);
-  poison(dx);
-  layer.forward(y, x);
-  layer.backward(dx, dy);
-  std::vector<model::Param*> ps;
-  for (model::Param& p : layer.params()) ps.push_back(&p);
-  if (reduce) model::reduce_grads(ps, *ctx.pg, ctx.stream);
-  DenseRun r{download_f32(y), download_f32(dx), {}, {}};
-  for (model::Param& p : layer.params()) {
-    r.grads.push_back(download_f32(p.grad));
-    r.specs.push_back(p.spec);
-  }
-  return r;
+  return run_layer(layer, x, dy, reduce ? ctx.pg : nullptr, ctx.stream);
 }
 
 struct DenseReference {

@@ -67,24 +67,39 @@ inline Tensor download_f32(const TensorView& d) {
   return f;
 }
 
-struct GdnRun {
-  Tensor y, dx;              // host f32
-  std::vector<Tensor> grads; // host f32, reduced
+// What one forward + backward of a layer produced, on the host in f32.
+struct LayerRun {
+  Tensor y, dx;
+  std::vector<Tensor> grads;  // reduced when a group was given
+  std::vector<model::ParamSpec> specs;
 };
+using GdnRun = LayerRun;
 
-inline GdnRun run_gdn(layers::GatedDeltaNet& layer, const TensorView& x, const TensorView& dy,
-                      const data::PackedSeqParams& psp, const dist::ProcessGroups* reduce_over = nullptr) {
+// Forward + backward of any layer on (x, dy) into NaN-poisoned outputs; `meta...` is what its
+// forward/backward take after the tensors (the PackedSeqParams for token mixers, nothing for
+// per-token layers). reduce_grads over *reduce_over when given.
+template <typename Layer, typename... Meta>
+LayerRun run_layer(Layer& layer, const TensorView& x, const TensorView& dy, const dist::ProcessGroups* reduce_over,
+                   Stream s, const Meta&... meta) {
   Tensor y = Tensor::empty(x.shape, x.dtype, x.device), dx = Tensor::empty(x.shape, x.dtype, x.device);
   poison(y);
   poison(dx);
-  layer.forward(y, x, psp);
-  layer.backward(dx, dy, psp);
+  layer.forward(y, x, meta...);
+  layer.backward(dx, dy, meta...);
   std::vector<model::Param*> ps;
   for (model::Param& p : layer.params()) ps.push_back(&p);
-  if (reduce_over) model::reduce_grads(ps, *reduce_over);
-  GdnRun r{download_f32(y), download_f32(dx), {}};
-  for (model::Param& p : layer.params()) r.grads.push_back(download_f32(p.grad));
+  if (reduce_over) model::reduce_grads(ps, *reduce_over, s);
+  LayerRun r{download_f32(y), download_f32(dx), {}, {}};
+  for (model::Param& p : layer.params()) {
+    r.grads.push_back(download_f32(p.grad));
+    r.specs.push_back(p.spec);
+  }
   return r;
+}
+
+inline GdnRun run_gdn(layers::GatedDeltaNet& layer, const TensorView& x, const TensorView& dy,
+                      const data::PackedSeqParams& psp, const dist::ProcessGroups* reduce_over = nullptr) {
+  return run_layer(layer, x, dy, reduce_over, Stream{}, psp);
 }
 
 // The serial reference (tp = cp = 1) on the unpadded batch, identical on every rank: the fp32

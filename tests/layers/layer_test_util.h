@@ -20,20 +20,7 @@ using SeqLayerFn = std::function<DenseRun(const layers::RunCtx& ctx, const Tenso
 template <typename Layer>
 DenseRun run_seq_layer(Layer& layer, const layers::RunCtx& ctx, const TensorView& x, const TensorView& dy,
                        const data::PackedSeqParams& psp, bool reduce) {
-  Tensor y = Tensor::empty(x.shape, x.dtype, x.device), dx = Tensor::empty(x.shape, x.dtype, x.device);
-  poison(y);
-  poison(dx);
-  layer.forward(y, x, psp);
-  layer.backward(dx, dy, psp);
-  std::vector<model::Param*> ps;
-  for (model::Param& p : layer.params()) ps.push_back(&p);
-  if (reduce) model::reduce_grads(ps, *ctx.pg, ctx.stream);
-  DenseRun r{download_f32(y), download_f32(dx), {}, {}};
-  for (model::Param& p : layer.params()) {
-    r.grads.push_back(download_f32(p.grad));
-    r.specs.push_back(p.spec);
-  }
-  return r;
+  return run_layer(layer, x, dy, reduce ? ctx.pg : nullptr, ctx.stream, psp);
 }
 
 // A process group of the whole world as dp (tp = cp = 1), for serial references.
