@@ -69,6 +69,7 @@ const std::vector<Field>& fields() {
       DT_FIELD(schedule, name, str, "constant | cosine"),
       DT_FIELD(schedule, warmup_steps, i64, "linear warm-up steps"),
       DT_FIELD(schedule, min_lr_ratio, f64, "cosine floor as a fraction of optimizer.lr"),
+      DT_FIELD(attention, backend, str, "gated attention kernel on CUDA: auto | cudnn | native (cudnn needs cuDNN >= 9.19; auto picks native)"),
       DT_FIELD(train, steps, i64, "optimizer steps"),
       DT_FIELD(train, seed, i64, "seed of init, data order and every RNG"),
       DT_FIELD(train, device, str, "auto | cpu | cuda"),
@@ -78,6 +79,10 @@ const std::vector<Field>& fields() {
       DT_FIELD(checkpoint, dir, str, "checkpoint directory (empty: no checkpoints)"),
       DT_FIELD(checkpoint, interval, i64, "save every N steps; 0 = only at the end"),
       DT_FIELD(checkpoint, keep_last, i64, "checkpoints kept"),
+      DT_FIELD(checkpoint, resume, boolean, "resume from checkpoint.dir/latest when it exists"),
+      DT_FIELD(checkpoint, load, str, "a checkpoint step directory to start from, saved under any layout (overrides resume)"),
+      DT_FIELD(checkpoint, init_from_hf, str, "HF Qwen3.5 directory whose weights initialise the model (--init-from-hf)"),
+      DT_FIELD(checkpoint, export_hf, str, "write an HF directory here at the end of the run (--export-hf)"),
       DT_FIELD(logging, metrics_jsonl, str, "one JSON object per step to this file (empty: off)"),
       DT_FIELD(logging, log_interval, i64, "steps between log lines"),
   };
@@ -239,7 +244,8 @@ std::string validate_config(const Config& c, int world_size) {
   for (const std::string& e : {one_of("optimizer.name", c.optimizer.name, {"adamw", "sgd"}),
                                one_of("schedule.name", c.schedule.name, {"constant", "cosine"}),
                                one_of("train.device", c.train.device, {"auto", "cpu", "cuda"}),
-                               one_of("train.precision", c.train.precision, {"bf16", "fp32"})})
+                               one_of("train.precision", c.train.precision, {"bf16", "fp32"}),
+                               one_of("attention.backend", c.attention.backend, {"auto", "cudnn", "native"})})
     if (!e.empty()) return e;
   if (p.tp < 1 || p.cp < 1 || (p.dp != -1 && p.dp < 1))
     return fmt::format("config: parallel.tp={}, parallel.cp={}, parallel.dp={}: sizes must be >= 1 (dp may be -1)", p.tp,

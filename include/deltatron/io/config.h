@@ -70,10 +70,18 @@ struct TrainConfig {
   int64_t max_nonfinite_in_a_row = 5;
 };
 
+struct AttentionKernelConfig {  // section `attention`: kernel choice of the gated attention layers
+  std::string backend = "auto";  // auto | cudnn | native (CUDA only; the CPU has one reference)
+};
+
 struct CheckpointConfig {
   std::string dir;
   int64_t interval = 0;  // steps; 0 = only at the end when dir is set
   int64_t keep_last = 3;
+  bool resume = true;        // start from dir/latest when it exists
+  std::string load;          // a step directory to start from (any layout); overrides resume
+  std::string init_from_hf;  // an HF Qwen3.5 directory whose weights initialise the model
+  std::string export_hf;     // write an HF directory here at the end of the run
 };
 
 struct LoggingConfig {
@@ -87,6 +95,7 @@ struct Config {
   DataConfig data;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
+  AttentionKernelConfig attention;
   TrainConfig train;
   CheckpointConfig checkpoint;
   LoggingConfig logging;
