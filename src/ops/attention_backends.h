@@ -1,6 +1,6 @@
-// Internal: the backends behind include/deltatron/ops/attention.h. Only the CPU reference exists;
-// the CUDA launchers will be declared in ops::cuda with the same macro once written (then
-// attention.cpp switches to DT_ROUTE), so the two signatures cannot drift.
+// Internal: the backends behind include/deltatron/ops/attention.h, declared with one macro for
+// ops::cpu (src/ops/cpu/attention.cpp) and ops::cuda (src/ops/cuda/attention.cu), so the two
+// signatures cannot drift.
 #pragma once
 #include "deltatron/ops/attention.h"
 
@@ -20,5 +20,8 @@
   void gather_rows(const TensorView& out, const TensorView& in, const TensorView& idx, Stream s);
 
 namespace dt::ops::cpu {
+DT_ATTENTION_OPS_DECLS
+}
+namespace dt::ops::cuda {
 DT_ATTENTION_OPS_DECLS
 }

@@ -23,21 +23,15 @@ DenseRun run_seq_layer(Layer& layer, const layers::RunCtx& ctx, const TensorView
   return run_layer(layer, x, dy, reduce ? ctx.pg : nullptr, ctx.stream, psp);
 }
 
-// A process group of the whole world as dp (tp = cp = 1), for serial references.
-inline dist::ProcessGroups serial_groups(dist::Backend backend = dist::Backend::mpi) {
-  const int world = dist::world_size();
-  dist::ParallelDims dims{1, 1, world};
-  EXPECT_EQ(dims.resolve(world), "");
-  return dist::ProcessGroups::build(dims, backend);
-}
-
 struct SeqReference {
   Tensor x, dy;  // [T_real, H] host f32
   std::vector<int64_t> lens, cu;
   DenseRun out;
 };
 
-inline SeqReference seq_reference(int64_t H, const std::vector<int64_t>& lens, const SeqLayerFn& fn, uint64_t seed) {
+inline SeqReference seq_reference(int64_t H, const std::vector<int64_t>& lens, const SeqLayerFn& fn, uint64_t seed,
+                                  dist::Backend backend = dist::Backend::mpi, Device dev = Device::cpu(),
+                                  DType act = DType::f32) {
   SeqReference R;
   R.lens = lens;
   R.cu = cumsum(lens);
@@ -46,12 +40,9 @@ inline SeqReference seq_reference(int64_t H, const std::vector<int64_t>& lens, c
   R.dy = Tensor::empty(Shape{T, H}, DType::f32);
   ops::rng_normal(R.x, seed, 301, 0.f, 1.f, ops::RngSlice::whole(R.x));
   ops::rng_normal(R.dy, seed, 302, 0.f, 1.f, ops::RngSlice::whole(R.dy));
-  dist::ProcessGroups pg = serial_groups();
-  layers::RunCtx ctx;
-  ctx.pg = &pg;
-  ctx.seed = seed;
-  data::PackedSeqParams psp = data::PackedSeqParams::build({R.cu, R.cu, 1, T, 1, 1, 0}, Device::cpu(), {}, true);
-  R.out = fn(ctx, R.x, R.dy, psp, false);
+  auto S = serial_setting(seed, backend, dev, act);
+  data::PackedSeqParams psp = data::PackedSeqParams::build({R.cu, R.cu, 1, T, 1, 1, 0}, dev, {}, true);
+  R.out = fn(S->ctx, upload(R.x, dev, act), upload(R.dy, dev, act), psp, false);
   return R;
 }
 
@@ -66,17 +57,18 @@ inline Tensor scatter_to_padded(const TensorView& src, const std::vector<int64_t
 }
 
 inline void check_seq_layout(const GdnLayout& L, int64_t H, const SeqLayerFn& fn, const SeqReference& R,
-                             uint64_t seed, double tol) {
-  SCOPED_TRACE(fmt::format("tp {} sp {} cp {}", L.tp, L.sp, L.cp));
+                             uint64_t seed, double tol, dist::Backend backend = dist::Backend::mpi,
+                             Device dev = Device::cpu(), DType act = DType::f32) {
+  SCOPED_TRACE(fmt::format("tp {} sp {} cp {} {} {}", L.tp, L.sp, L.cp, dev.str(), dtype_name(act)));
   const int world = dist::world_size();
   dist::ParallelDims dims{L.tp, L.cp, -1};
   ASSERT_EQ(dims.resolve(world), "");
-  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::mpi);
+  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, backend);
   const int sp = L.sp ? L.tp : 1, cp = L.cp;
   PaddedBatch b = padded_batch(R.lens, cp, sp);
   const int64_t T = b.T, T_local = T / (int64_t(cp) * sp);
   data::PackedSeqParams psp =
-      data::PackedSeqParams::build({b.cu_act, b.cu_pad, 1, T_local, sp, cp, pg.coord.cp}, Device::cpu(), {}, true);
+      data::PackedSeqParams::build({b.cu_act, b.cu_pad, 1, T_local, sp, cp, pg.coord.cp}, dev, {}, true);
 
   Tensor xg = Tensor::empty(Shape{T, H}, DType::f32);
   ops::rng_normal(xg, seed, 303, 0.f, 3.f, ops::RngSlice::whole(xg));  // random pads
@@ -98,9 +90,11 @@ inline void check_seq_layout(const GdnLayout& L, int64_t H, const SeqLayerFn& fn
   ctx.pg = &pg;
   ctx.sp = L.sp;
   ctx.seed = seed;
-  DenseRun o = fn(ctx, local(xg), local(dyg), psp, true);
+  ctx.device = dev;
+  ctx.act_dtype = act;
+  DenseRun o = fn(ctx, upload(local(xg), dev, act), upload(local(dyg), dev, act), psp, true);
   expect_matches_serial(o.y, o.dx, o.grads, local(ref_y), local(ref_dx), R.out.grads, R.out.specs, mask, L.tp,
-                        pg.coord.tp, tol, /*pads_exact=*/true);
+                        pg.coord.tp, tol, /*pads_exact=*/dev.is_cpu());
 }
 
 }  // namespace dt::testing

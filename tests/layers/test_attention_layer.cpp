@@ -107,10 +107,8 @@ TEST(AttentionLayer, PackedEqualsPerSequence) {
   SeqLayerFn fn = attn_fn();
   const int64_t H = attn_cfg().hidden;
   SeqReference R = seq_reference(H, kAttnLens, fn, seed);
-  dist::ProcessGroups pg = serial_groups();
-  layers::RunCtx ctx;
-  ctx.pg = &pg;
-  ctx.seed = seed;
+  auto S = serial_setting(seed, dist::Backend::mpi, Device::cpu(), DType::f32);
+  const layers::RunCtx& ctx = S->ctx;
   std::vector<std::vector<double>> gsum(R.out.grads.size());
   for (size_t i = 0; i < kAttnLens.size(); ++i) {
     const int64_t b = R.cu[i], n = kAttnLens[i];
@@ -133,11 +131,8 @@ TEST(AttentionLayer, PackedEqualsPerSequence) {
 // A micro-batch whose sequences are all padding (actual length 0) gives exact zeros, never NaN:
 // no row attends anything, so y = o_proj(0) = 0 and no gradient flows.
 TEST(AttentionLayer, PurePaddingBatchIsFinite) {
-  const uint64_t seed = test_seed();
-  dist::ProcessGroups pg = serial_groups();
-  layers::RunCtx ctx;
-  ctx.pg = &pg;
-  ctx.seed = seed;
+  auto S = serial_setting(test_seed(), dist::Backend::mpi, Device::cpu(), DType::f32);
+  const layers::RunCtx& ctx = S->ctx;
   const int64_t H = attn_cfg().hidden, T = 12;
   data::PackedSeqParams psp = data::PackedSeqParams::build({{0, 0, 0}, {0, 4, 12}, 1, T, 1, 1, 0});
   DenseRun o = attn_fn()(ctx, rand_host(Shape{T, H}), rand_host(Shape{T, H}), psp, false);

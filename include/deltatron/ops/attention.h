@@ -2,8 +2,10 @@
 // varlen causal softmax attention with GQA, and the sigmoid output gate, plus the row gather the
 // layer uses to put CP-gathered keys into natural order. Every op checks its views here and
 // routes by the device of its first view (src/ops/attention.cpp) to ops::cpu:: (the fp32
-// reference in src/ops/cpu/attention.cpp, double accumulation). CUDA kernels are NOT written
-// yet: a CUDA view reaching any op below fails with "not implemented on CUDA yet".
+// reference in src/ops/cpu/attention.cpp, double accumulation) or ops::cuda:: (flash-attention
+// style kernels in src/ops/cuda/attention.cu). Dtypes: f32 everywhere; on CUDA also bf16 (all
+// tensor views of one call share the dtype; lse stays f32; pos, idx and the varlen arrays i32).
+// CUDA attention: head dim a multiple of 8 (bf16; 4 for f32) up to 256, 16-byte aligned rows.
 // Outputs marked (=) are overwritten; nothing here accumulates. All ops are deterministic.
 #pragma once
 #include <cstdint>
@@ -19,7 +21,7 @@ namespace dt::ops {
 //   y_{j+rd/2} = x_{j+rd/2} cos a_j + x_j sin a_j;    y_d = x_d for d >= rd (pass-through)
 // This is x*cos + rotate_half(x)*sin with cos/sin = cat(cos a, cos a). The backward is the
 // transpose, i.e. the same rotation by -a:  dx = rope(dy, -a).
-// x, y (and dy, dx): [T, Hh, D] f32, unit inner stride, head stride D, any row stride (a column
+// x, y (and dy, dx): [T, Hh, D], unit inner stride, head stride D, any row stride (a column
 // block of a fused projection); y may alias x (in place). pos: [T] i32 contiguous.
 void rope_fwd(const TensorView& y, const TensorView& x, const TensorView& pos, int64_t rotary_dim, double theta,
               Stream s = {});
@@ -40,7 +42,7 @@ void rope_bwd(const TensorView& dx, const TensorView& dy, const TensorView& pos,
 // Backward (D_l = do_l . o_l;  dP_j = do_l . v_j;  dS_j = P_j (dP_j - D_l)):
 //   dq_l = scale sum_j dS_j k_j;  dk_j = scale sum_l dS_j q_l;  dv_j = sum_l P_j do_l
 // dq, dk, dv (=): every row is written (0 where nothing flows).
-// Shapes: q, o, do, dq [Tq, Hq, D]; k, v, dk, dv [Tk, Hkv, D], Tk = c_N; all f32, unit inner
+// Shapes: q, o, do, dq [Tq, Hq, D]; k, v, dk, dv [Tk, Hkv, D], Tk = c_N; one dtype, unit inner
 // stride, head stride D, any row stride. lse [Tq, Hq] f32 contiguous (= in fwd, read in bwd).
 struct AttnVarlen {
   TensorView cu_seqlens_padded;  // [N+1] i32, key rows (natural order); c_N = Tk
@@ -56,14 +58,14 @@ void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
 
 // ---- sigmoid output gate: y = o * sigmoid(g), elementwise ---------------------------------------
 //   backward: sg = sigmoid(g);  do = dy * sg;  dg = dy * o * sg * (1 - sg)         y, do, dg (=)
-// o, g, y, dy, do, dg: [R, D] f32, unit inner stride, any row stride (g may be the gate half of
+// o, g, y, dy, do, dg: [R, D], one dtype, unit inner stride, any row stride (g may be the gate half of
 // the q_proj output viewed per head).
 void sigmoid_gate_fwd(const TensorView& y, const TensorView& o, const TensorView& g, Stream s = {});
 void sigmoid_gate_bwd(const TensorView& d_o, const TensorView& dg, const TensorView& dy, const TensorView& o,
                       const TensorView& g, Stream s = {});
 
 // ---- gather_rows: out[r] = in[idx[r]] (=) ---------------------------------------------------------
-// out [R, C], in [Rin, C] f32 (unit inner stride, any row stride), idx [R] i32 contiguous with
+// out [R, C], in [Rin, C] of one dtype (unit inner stride, any row stride), idx [R] i32 contiguous with
 // 0 <= idx < Rin (checked on the CPU). Bitwise exact: the CP key gather of the attention layer
 // (cp_idx) and its adjoint (cp_inv), both permutations.
 void gather_rows(const TensorView& out, const TensorView& in, const TensorView& idx, Stream s = {});

@@ -1,0 +1,657 @@
+// CUDA kernels of the gated-attention ops (math in include/deltatron/ops/attention.h): partial
+// RoPE, varlen causal softmax attention with GQA (flash-attention style: forward with an online
+// softmax, backward as two deterministic kernels), the sigmoid output gate and the row gather.
+//
+// Varlen without host syncs: a prep kernel turns (cu_seqlens_padded, cu_seqlens, q_pos, q_div)
+// into one key interval per query row l,
+//   kstart_l = c_s,  kend_l = c_s + q_pos_l   (s: the sequence of row l; empty when not live)
+// and one interval per 64-row query tile (the union over its live rows). Every kernel masks a
+// score (l, j) by kstart_l <= j <= kend_l only, so tiles may straddle sequences and CP zig-zag
+// chunks (q_div > 1: positions are not monotonic in l) without special cases, and no tile reads
+// keys outside its interval.
+//
+// Kernels (4 warps per CTA; one CTA per (64-row query tile, query head) or (key block, KV head)):
+//   fwd   : S = Q K^T -> mask -> online softmax (exp2, fp32 m, l) -> P (tile dtype) -> O += P V;
+//           o = O / l, lse = m + log l (natural log, fp32); rows that are not live: o = 0, lse = 0.
+//   bwd   : dsum (D_l = do_l . o_l) -> dq (per query tile: P, dP = dO V^T, dS = P (dP - D),
+//           dQ += dS K) -> dkv (per key block and KV head, over the G query heads and the query
+//           tiles that can see it: P^T, dP^T, dV += P^T dO, dK += dS^T Q). No atomics: every sum
+//           has a fixed order, two runs give the same bits. K/V of a KV head are never repeated.
+// Precision: bf16 tiles -> mma.sync bf16 with fp32 accumulation, P and dS rounded to bf16 for
+// the second product (as flash-attention does); f32 tiles -> the same kernels with exact fp32
+// FFMA products (mma_common.cuh). Head dim D: a multiple of 8 up to 256; tiles are padded to
+// DP in {64, 128, 256} columns with zeros, which leaves every dot product unchanged.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "core/cuda_check.h"
+#include "deltatron/core/tensor.h"
+#include "ops/attention_backends.h"
+#include "ops/cuda/layers_common.cuh"
+#include "ops/cuda/mma_common.cuh"
+
+namespace dt::ops::cuda {
+namespace {
+namespace attn {
+
+using namespace mma;
+
+constexpr int kBM = 64;       // query rows per tile (4 warps x 16 rows)
+constexpr int kThreads = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---- prep: per-row key intervals and per-tile unions ----------------------------------------
+__global__ void rows_kernel(const int32_t* cu_pad, const int32_t* cu, const int32_t* q_pos, int N, int Tq, int q_div,
+                            int32_t* kstart, int32_t* kend, int32_t* tile_lo, int32_t* tile_hi) {
+  __shared__ int s_lo[kBM], s_hi[kBM];
+  const int l = blockIdx.x * kBM + threadIdx.x;
+  int lo = INT_MAX, hi = -1;
+  if (l < Tq) {
+    int a = 0, b = N - 1;  // the largest s with c_s / q_div <= l (an empty sequence owns no row)
+    while (a < b) {
+      const int m = (a + b + 1) >> 1;
+      if (cu_pad[m] / q_div <= l) a = m;
+      else b = m - 1;
+    }
+    const int ks = cu_pad[a], p = q_pos[l];
+    const int ke = p < cu[a + 1] - cu[a] ? ks + p : ks - 1;
+    kstart[l] = ks;
+    kend[l] = ke;
+    if (ke >= ks) lo = ks, hi = ke;
+  }
+  s_lo[threadIdx.x] = lo;
+  s_hi[threadIdx.x] = hi;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int i = 1; i < kBM; ++i) lo = min(lo, s_lo[i]), hi = max(hi, s_hi[i]);
+    tile_lo[blockIdx.x] = lo;
+    tile_hi[blockIdx.x] = hi;
+  }
+}
+
+struct Params {
+  const void *q, *k, *v, *o, *d_o;
+  void *out_o, *dq, *dk, *dv;
+  float* lse;         // [Tq, Hq]
+  const float* dsum;  // [Tq, Hq]
+  int64_t q_rs, k_rs, v_rs, o_rs, do_rs, dq_rs, dk_rs, dv_rs;  // row strides (elements)
+  int Tq, Tk, Hq, Hkv, G, D, N, q_div;
+  float scale, scale_log2;
+  const int32_t *kstart, *kend, *tile_lo, *tile_hi, *cu_pad;
+};
+
+template <class T, int DP> constexpr int LD = DP + kPad<T>;
+
+// ---- forward ---------------------------------------------------------------------------------
+template <class T, int DP, int BN>
+constexpr size_t fwd_smem() {
+  return size_t(kBM + 2 * BN) * LD<T, DP> * sizeof(T) + size_t(kBM) * (BN + kPad<T>) * sizeof(T);
+}
+
+template <class T, int DP, int BN>
+__global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
+  constexpr int L = LD<T, DP>, LP = BN + kPad<T>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sQ = reinterpret_cast<T*>(smem);
+  T* sK = sQ + kBM * L;
+  T* sV = sK + BN * L;
+  T* sP = sV + BN * L;
+  const int tile = blockIdx.x, h = blockIdx.y, hk = h / p.G;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int r0 = tile * kBM, m0 = warp * 16;
+  const int lo = p.tile_lo[tile], hi = p.tile_hi[tile];
+  const T* Q = static_cast<const T*>(p.q) + h * p.D;
+  const T* K = static_cast<const T*>(p.k) + hk * p.D;
+  const T* V = static_cast<const T*>(p.v) + hk * p.D;
+
+  int ks[2], ke[2];
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    const int l = r0 + m0 + g + 8 * h2;
+    ks[h2] = l < p.Tq ? p.kstart[l] : 0;
+    ke[h2] = l < p.Tq ? p.kend[l] : -1;
+  }
+  float acc[1][DP / 8][4];
+  zero(acc);
+  float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.f, 0.f};
+
+  if (lo <= hi) {
+    load_tile(sQ, L, Q + int64_t(r0) * p.q_rs, p.q_rs, kBM, min(kBM, p.Tq - r0), p.D, DP, tid, kThreads);
+    load_tile(sK, L, K + int64_t(lo) * p.k_rs, p.k_rs, BN, min(BN, p.Tk - lo), p.D, DP, tid, kThreads);
+    cp_commit();
+    for (int j0 = lo; j0 <= hi; j0 += BN) {
+      cp_wait<0>();
+      __syncthreads();  // Q, K_j landed; every warp is done with the previous V
+      load_tile(sV, L, V + int64_t(j0) * p.v_rs, p.v_rs, BN, min(BN, p.Tk - j0), p.D, DP, tid, kThreads);
+      cp_commit();
+      float s[1][BN / 8][4];
+      zero(s);
+      warp_gemm<1, BN / 8, false, true>(s, sQ, L, sK, L, m0, 0, DP);
+      // Mask, online softmax in the exp2 domain; P goes to this warp's rows of sP.
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h2 = e >> 1, col = j0 + 8 * j + 2 * t4 + (e & 1);
+          const bool ok = col >= ks[h2] && col <= ke[h2];
+          s[0][j][e] = ok ? s[0][j][e] * p.scale_log2 : -INFINITY;
+          mx[h2] = fmaxf(mx[h2], s[0][j][e]);
+        }
+      float alpha[2], base[2];
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 1));
+        mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 2));
+        const float mn = fmaxf(m[h2], mx[h2]);
+        base[h2] = mn == -INFINITY ? 0.f : mn;  // a row with nothing visible yet stays at 0
+        alpha[h2] = exp2f(m[h2] - base[h2]);    // m = -inf -> 0
+        m[h2] = mn;
+        lsum[h2] *= alpha[h2];
+      }
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        float pv[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          pv[e] = exp2f(s[0][j][e] - base[e >> 1]);
+          lsum[e >> 1] += pv[e];
+        }
+        store2(sP + (m0 + g) * LP + 8 * j + 2 * t4, pv[0], pv[1]);
+        store2(sP + (m0 + g + 8) * LP + 8 * j + 2 * t4, pv[2], pv[3]);
+      }
+#pragma unroll
+      for (int j = 0; j < DP / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[0][j][e] *= alpha[e >> 1];
+      cp_wait<0>();
+      __syncthreads();  // V_j landed, sP written; every warp is done with K_j
+      if (j0 + BN <= hi) {
+        load_tile(sK, L, K + int64_t(j0 + BN) * p.k_rs, p.k_rs, BN, min(BN, p.Tk - j0 - BN), p.D, DP, tid, kThreads);
+        cp_commit();
+      }
+      warp_gemm<1, DP / 8, false, false>(acc, sP, LP, sV, L, m0, 0, BN);
+    }
+  }
+  // Epilogue: the row sums are spread over the 4 lanes of a quad.
+  T* O = static_cast<T*>(p.out_o) + h * p.D;
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    lsum[h2] += __shfl_xor_sync(0xffffffffu, lsum[h2], 1);
+    lsum[h2] += __shfl_xor_sync(0xffffffffu, lsum[h2], 2);
+  }
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    const int l = r0 + m0 + g + 8 * h2;
+    if (l >= p.Tq) continue;
+    const float inv = ke[h2] >= ks[h2] ? 1.f / lsum[h2] : 0.f;  // not live: o = 0
+#pragma unroll
+    for (int j = 0; j < DP / 8; ++j) {
+      const int c = 8 * j + 2 * t4;
+      if (c < p.D) store2(O + int64_t(l) * p.o_rs + c, acc[0][j][2 * h2] * inv, acc[0][j][2 * h2 + 1] * inv);
+    }
+  }
+  if (t4 == 0)
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      const int l = r0 + m0 + g + 8 * h2;
+      if (l < p.Tq) p.lse[int64_t(l) * p.Hq + h] = ke[h2] >= ks[h2] ? (m[h2] + log2f(lsum[h2])) * kLn2 : 0.f;
+    }
+}
+
+// ---- backward: D_l = do_l . o_l per (row, head), fp32 -------------------------------------------
+template <class T>
+__global__ void dsum_kernel(Params p, float* dsum) {
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);  // (l, h)
+  if (row >= int64_t(p.Tq) * p.Hq) return;
+  const int64_t l = row / p.Hq, h = row - l * p.Hq;
+  const T* d_o = static_cast<const T*>(p.d_o) + l * p.do_rs + h * p.D;
+  const T* o = static_cast<const T*>(p.o) + l * p.o_rs + h * p.D;
+  float s = 0.f;
+  for (int e = threadIdx.x & 31; e < p.D; e += 32) s = fmaf(to_f(d_o[e]), to_f(o[e]), s);
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  if ((threadIdx.x & 31) == 0) dsum[row] = s;
+}
+
+// ---- backward: dq per (query tile, query head) --------------------------------------------------
+template <class T, int DP> constexpr int kBNq = (sizeof(T) == 4 && DP == 256) ? 32 : 64;
+template <class T, int DP>
+constexpr size_t dq_smem() {
+  constexpr int BN = kBNq<T, DP>;
+  return size_t(2 * kBM + 2 * BN) * LD<T, DP> * sizeof(T) + size_t(kBM) * (BN + kPad<T>) * sizeof(T);
+}
+
+template <class T, int DP>
+__global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
+  constexpr int BN = kBNq<T, DP>, L = LD<T, DP>, LP = BN + kPad<T>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sQ = reinterpret_cast<T*>(smem);
+  T* sdO = sQ + kBM * L;
+  T* sK = sdO + kBM * L;
+  T* sV = sK + BN * L;
+  T* sdS = sV + BN * L;
+  const int tile = blockIdx.x, h = blockIdx.y, hk = h / p.G;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int r0 = tile * kBM, m0 = warp * 16;
+  const int lo = p.tile_lo[tile], hi = p.tile_hi[tile];
+  const T* K = static_cast<const T*>(p.k) + hk * p.D;
+  const T* V = static_cast<const T*>(p.v) + hk * p.D;
+
+  int ks[2], ke[2];
+  float lse2[2], dl[2];
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    const int l = r0 + m0 + g + 8 * h2;
+    const bool in = l < p.Tq;
+    ks[h2] = in ? p.kstart[l] : 0;
+    ke[h2] = in ? p.kend[l] : -1;
+    lse2[h2] = in ? p.lse[int64_t(l) * p.Hq + h] * kLog2e : 0.f;
+    dl[h2] = in ? p.dsum[int64_t(l) * p.Hq + h] : 0.f;
+  }
+  float acc[1][DP / 8][4];
+  zero(acc);
+  if (lo <= hi) {
+    const int nq = min(kBM, p.Tq - r0);
+    load_tile(sQ, L, static_cast<const T*>(p.q) + int64_t(r0) * p.q_rs + h * p.D, p.q_rs, kBM, nq, p.D, DP, tid,
+              kThreads);
+    load_tile(sdO, L, static_cast<const T*>(p.d_o) + int64_t(r0) * p.do_rs + h * p.D, p.do_rs, kBM, nq, p.D, DP, tid,
+              kThreads);
+    for (int j0 = lo; j0 <= hi; j0 += BN) {
+      load_tile(sK, L, K + int64_t(j0) * p.k_rs, p.k_rs, BN, min(BN, p.Tk - j0), p.D, DP, tid, kThreads);
+      load_tile(sV, L, V + int64_t(j0) * p.v_rs, p.v_rs, BN, min(BN, p.Tk - j0), p.D, DP, tid, kThreads);
+      cp_commit();
+      cp_wait<0>();
+      __syncthreads();
+      float s[1][BN / 8][4], dp[1][BN / 8][4];
+      zero(s);
+      zero(dp);
+      warp_gemm<1, BN / 8, false, true>(s, sQ, L, sK, L, m0, 0, DP);
+      warp_gemm<1, BN / 8, false, true>(dp, sdO, L, sV, L, m0, 0, DP);
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        float ds[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h2 = e >> 1, col = j0 + 8 * j + 2 * t4 + (e & 1);
+          const bool ok = col >= ks[h2] && col <= ke[h2];
+          const float pr = ok ? exp2f(s[0][j][e] * p.scale_log2 - lse2[h2]) : 0.f;
+          ds[e] = pr * (dp[0][j][e] - dl[h2]);
+        }
+        store2(sdS + (m0 + g) * LP + 8 * j + 2 * t4, ds[0], ds[1]);
+        store2(sdS + (m0 + g + 8) * LP + 8 * j + 2 * t4, ds[2], ds[3]);
+      }
+      __syncwarp();  // dS rows are this warp's own
+      warp_gemm<1, DP / 8, false, false>(acc, sdS, LP, sK, L, m0, 0, BN);
+      __syncthreads();  // before the next K/V overwrite the tiles
+    }
+  }
+  T* dQ = static_cast<T*>(p.dq) + h * p.D;
+  frag_pairs(acc, m0, 0, [&](int r, int c, float v0, float v1) {
+    const int l = r0 + r;
+    if (l >= p.Tq || c >= p.D) return;
+    store2(dQ + int64_t(l) * p.dq_rs + c, v0 * p.scale, v1 * p.scale);  // not live: acc = 0
+  });
+}
+
+// ---- backward: dk, dv per (key block, KV head) --------------------------------------------------
+template <int DP> constexpr int kBNk = DP == 256 ? 32 : 64;
+template <class T, int DP>
+constexpr size_t dkv_smem() {
+  constexpr int BN = kBNk<DP>;
+  return size_t(2 * BN + 2 * kBM) * LD<T, DP> * sizeof(T) + size_t(2 * BN) * (kBM + kPad<T>) * sizeof(T) +
+         4 * kBM * sizeof(float);
+}
+
+template <class T, int DP>
+__global__ void __launch_bounds__(kThreads) dkv_kernel(Params p) {
+  constexpr int BN = kBNk<DP>, L = LD<T, DP>, LQ = kBM + kPad<T>;
+  // S^T [BN][kBM] over the 4 warps: WMR row groups of 16 keys x WNC column groups of queries.
+  constexpr int WMR = BN / 16, WNC = 4 / WMR, SW = kBM / 8 / WNC;
+  // dK, dV [BN][DP]: every warp all BN rows, DP/4 columns.
+  constexpr int AM = BN / 16, AN = DP / 32;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sK = reinterpret_cast<T*>(smem);
+  T* sV = sK + BN * L;
+  T* sQ = sV + BN * L;
+  T* sdO = sQ + kBM * L;
+  T* sPt = sdO + kBM * L;
+  T* sdSt = sPt + BN * LQ;
+  int* s_ks = reinterpret_cast<int*>(sdSt + BN * LQ);
+  int* s_ke = s_ks + kBM;
+  float* s_lse = reinterpret_cast<float*>(s_ke + kBM);
+  float* s_d = s_lse + kBM;
+
+  const int j0 = blockIdx.x * BN, hk = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int sm0 = (warp % WMR) * 16, sn0 = (warp / WMR) * (kBM / WNC);
+  const int an0 = warp * (DP / 4);
+  const int nk = min(BN, p.Tk - j0);
+  // The sequences this key block touches and so the query rows that may see it.
+  auto seq_of = [&](int j) {
+    int a = 0, b = p.N - 1;
+    while (a < b) {
+      const int m = (a + b + 1) >> 1;
+      if (p.cu_pad[m] <= j) a = m;
+      else b = m - 1;
+    }
+    return a;
+  };
+  const int qlo = p.cu_pad[seq_of(j0)] / p.q_div, qhi = p.cu_pad[seq_of(j0 + nk - 1) + 1] / p.q_div;
+
+  load_tile(sK, L, static_cast<const T*>(p.k) + int64_t(j0) * p.k_rs + hk * p.D, p.k_rs, BN, nk, p.D, DP, tid,
+            kThreads);
+  load_tile(sV, L, static_cast<const T*>(p.v) + int64_t(j0) * p.v_rs + hk * p.D, p.v_rs, BN, nk, p.D, DP, tid,
+            kThreads);
+  cp_commit();
+  float dk[AM][AN][4], dv[AM][AN][4];
+  zero(dk);
+  zero(dv);
+  for (int gi = 0; gi < p.G; ++gi) {
+    const int h = hk * p.G + gi;
+    for (int t = qlo / kBM; t * kBM < qhi; ++t) {
+      if (p.tile_hi[t] < j0 || p.tile_lo[t] > j0 + nk - 1) continue;  // nothing here sees this block
+      const int r0 = t * kBM, nq = min(kBM, p.Tq - r0);
+      __syncthreads();  // the previous tile's smem is free
+      load_tile(sQ, L, static_cast<const T*>(p.q) + int64_t(r0) * p.q_rs + h * p.D, p.q_rs, kBM, nq, p.D, DP, tid,
+                kThreads);
+      load_tile(sdO, L, static_cast<const T*>(p.d_o) + int64_t(r0) * p.do_rs + h * p.D, p.do_rs, kBM, nq, p.D, DP,
+                tid, kThreads);
+      cp_commit();
+      if (tid < kBM) {
+        const int l = r0 + tid;
+        const bool in = l < p.Tq;
+        s_ks[tid] = in ? p.kstart[l] : 0;
+        s_ke[tid] = in ? p.kend[l] : -1;
+        s_lse[tid] = in ? p.lse[int64_t(l) * p.Hq + h] * kLog2e : 0.f;
+        s_d[tid] = in ? p.dsum[int64_t(l) * p.Hq + h] : 0.f;
+      }
+      cp_wait<0>();
+      __syncthreads();
+      float s[1][SW][4], dp[1][SW][4];
+      zero(s);
+      zero(dp);
+      warp_gemm<1, SW, false, true>(s, sK, L, sQ, L, sm0, sn0, DP);    // S^T = K Q^T
+      warp_gemm<1, SW, false, true>(dp, sV, L, sdO, L, sm0, sn0, DP);  // dP^T = V dO^T
+#pragma unroll
+      for (int j = 0; j < SW; ++j) {
+        float pr[4], ds[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = j0 + sm0 + g + 8 * (e >> 1), c = sn0 + 8 * j + 2 * t4 + (e & 1);
+          const bool ok = key >= s_ks[c] && key <= s_ke[c];
+          pr[e] = ok ? exp2f(s[0][j][e] * p.scale_log2 - s_lse[c]) : 0.f;
+          ds[e] = pr[e] * (dp[0][j][e] - s_d[c]);
+        }
+        const int cc = sn0 + 8 * j + 2 * t4;
+        store2(sPt + (sm0 + g) * LQ + cc, pr[0], pr[1]);
+        store2(sPt + (sm0 + g + 8) * LQ + cc, pr[2], pr[3]);
+        store2(sdSt + (sm0 + g) * LQ + cc, ds[0], ds[1]);
+        store2(sdSt + (sm0 + g + 8) * LQ + cc, ds[2], ds[3]);
+      }
+      __syncthreads();
+      warp_gemm<AM, AN, false, false>(dv, sPt, LQ, sdO, L, 0, an0, kBM);   // dV += P^T dO
+      warp_gemm<AM, AN, false, false>(dk, sdSt, LQ, sQ, L, 0, an0, kBM);  // dK += dS^T Q
+    }
+  }
+  cp_wait<0>();  // K/V of a block no query sees were never waited for
+  T* dK = static_cast<T*>(p.dk) + hk * p.D;
+  T* dV = static_cast<T*>(p.dv) + hk * p.D;
+  frag_pairs(dk, 0, an0, [&](int r, int c, float v0, float v1) {
+    if (r < nk && c < p.D) store2(dK + int64_t(j0 + r) * p.dk_rs + c, v0 * p.scale, v1 * p.scale);
+  });
+  frag_pairs(dv, 0, an0, [&](int r, int c, float v0, float v1) {
+    if (r < nk && c < p.D) store2(dV + int64_t(j0 + r) * p.dv_rs + c, v0, v1);
+  });
+}
+
+// ---- launchers ---------------------------------------------------------------------------------
+template <class K>
+void set_smem(K kernel, size_t bytes) {
+  DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+// Calls f.template operator()<T, DP>() for the dtype and padded head dim.
+template <class F>
+void dispatch(DType dt, int D, F&& f) {
+  auto by_dim = [&]<class T>() {
+    if (D <= 64) f.template operator()<T, 64>();
+    else if (D <= 128) f.template operator()<T, 128>();
+    else f.template operator()<T, 256>();
+  };
+  if (dt == DType::bf16) by_dim.template operator()<bf16>();
+  else by_dim.template operator()<float>();
+}
+
+struct Rows {
+  Tensor kstart, kend, tile_lo, tile_hi;
+};
+Rows make_rows(const AttnVarlen& m, int Tq, cudaStream_t st) {
+  const Device dev = m.cu_seqlens_padded.device;
+  const int tiles = (Tq + kBM - 1) / kBM;
+  Rows r{Tensor::empty(Shape{Tq}, DType::i32, dev), Tensor::empty(Shape{Tq}, DType::i32, dev),
+         Tensor::empty(Shape{tiles}, DType::i32, dev), Tensor::empty(Shape{tiles}, DType::i32, dev)};
+  const int N = int(m.cu_seqlens_padded.shape[0] - 1);
+  rows_kernel<<<tiles, kBM, 0, st>>>(m.cu_seqlens_padded.ptr<int32_t>(), m.cu_seqlens.ptr<int32_t>(),
+                                      m.q_pos.ptr<int32_t>(), N, Tq, m.q_div, r.kstart.ptr<int32_t>(),
+                                      r.kend.ptr<int32_t>(), r.tile_lo.ptr<int32_t>(), r.tile_hi.ptr<int32_t>());
+  DT_CUDA_LAUNCH_CHECK();
+  return r;
+}
+
+Params make_params(const TensorView& q, const TensorView& k, const TensorView& v, const AttnVarlen& m, const Rows& r,
+                   float scale) {
+  Params p{};
+  p.q = q.data;
+  p.k = k.data;
+  p.v = v.data;
+  p.q_rs = q.stride[0];
+  p.k_rs = k.stride[0];
+  p.v_rs = v.stride[0];
+  p.Tq = int(q.shape[0]);
+  p.Tk = int(k.shape[0]);
+  p.Hq = int(q.shape[1]);
+  p.Hkv = int(k.shape[1]);
+  p.G = p.Hq / p.Hkv;
+  p.D = int(q.shape[2]);
+  p.N = int(m.cu_seqlens_padded.shape[0] - 1);
+  p.q_div = m.q_div;
+  p.scale = scale;
+  p.scale_log2 = scale * kLog2e;
+  p.kstart = r.kstart.ptr<int32_t>();
+  p.kend = r.kend.ptr<int32_t>();
+  p.tile_lo = r.tile_lo.ptr<int32_t>();
+  p.tile_hi = r.tile_hi.ptr<int32_t>();
+  p.cu_pad = m.cu_seqlens_padded.ptr<int32_t>();
+  return p;
+}
+
+// ---- rope, sigmoid gate, gather -----------------------------------------------------------------
+template <class T>
+__global__ void rope_kernel(T* y, int64_t ys, const T* x, int64_t xs, const int32_t* pos, int64_t T_, int H, int D,
+                            int rd, double theta, double sign) {
+  const int half = rd / 2, per_row = half + (D - rd);  // rotated pairs, then pass-through dims
+  const int64_t n = T_ * H * per_row;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t th = i / per_row;
+    const int j = int(i - th * per_row);
+    const int64_t t = th / H, h = th - t * H;
+    const T* xr = x + t * xs + h * D;
+    T* yr = y + t * ys + h * D;
+    if (j < half) {  // angles in double: positions up to 2^31 keep full fp32 accuracy
+      const double a = double(pos[t]) * pow(theta, -double(2 * j) / double(rd));
+      double sn, cs;
+      sincos(a, &sn, &cs);
+      sn *= sign;
+      const double u = to_f(xr[j]), w = to_f(xr[j + half]);  // both read before either write
+      yr[j] = from_f<T>(float(u * cs - w * sn));
+      yr[j + half] = from_f<T>(float(w * cs + u * sn));
+    } else if (yr != xr) {
+      const int d = rd + (j - half);
+      yr[d] = xr[d];
+    }
+  }
+}
+
+__device__ __forceinline__ float sigm(float v) { return 1.f / (1.f + expf(-v)); }
+template <class T>
+__global__ void gate_fwd_kernel(T* y, int64_t ys, const T* o, int64_t os, const T* g, int64_t gs, int64_t R, int D) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < R * D; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / D, j = i - r * D;
+    y[r * ys + j] = from_f<T>(to_f(o[r * os + j]) * sigm(to_f(g[r * gs + j])));
+  }
+}
+template <class T>
+__global__ void gate_bwd_kernel(T* d_o, int64_t dos, T* dg, int64_t dgs, const T* dy, int64_t dys, const T* o,
+                                int64_t os, const T* g, int64_t gs, int64_t R, int D) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < R * D; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / D, j = i - r * D;
+    const float sg = sigm(to_f(g[r * gs + j])), d = to_f(dy[r * dys + j]);
+    dg[r * dgs + j] = from_f<T>(d * to_f(o[r * os + j]) * sg * (1.f - sg));
+    d_o[r * dos + j] = from_f<T>(d * sg);
+  }
+}
+
+template <class E>
+__global__ void gather_kernel(E* out, int64_t os, const E* in, int64_t is, const int32_t* idx, int64_t R, int64_t C) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < R * C; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / C, c = i - r * C;
+    out[r * os + c] = in[int64_t(idx[r]) * is + c];
+  }
+}
+
+unsigned blocks(int64_t n) { return lc::grid_for((n + 255) / 256, 65535 * 16); }
+
+template <class F>
+void by_dtype(DType dt, F&& f) {
+  if (dt == DType::bf16) f.template operator()<bf16>();
+  else f.template operator()<float>();
+}
+
+}  // namespace attn
+}  // namespace
+
+using namespace attn;
+
+void rope_fwd(const TensorView& y, const TensorView& x, const TensorView& pos, int64_t rotary_dim, double theta,
+              Stream s) {
+  lc::Nvtx nv("rope_fwd");
+  by_dtype(x.dtype, [&]<class T>() {
+    const int64_t n = x.shape[0] * x.shape[1] * (rotary_dim / 2 + x.shape[2] - rotary_dim);
+    rope_kernel<T><<<blocks(n), 256, 0, static_cast<cudaStream_t>(s.handle)>>>(
+        y.ptr<T>(), y.stride[0], x.ptr<T>(), x.stride[0], pos.ptr<int32_t>(), x.shape[0], int(x.shape[1]),
+        int(x.shape[2]), int(rotary_dim), theta, 1.0);
+  });
+  DT_CUDA_LAUNCH_CHECK();
+}
+void rope_bwd(const TensorView& dx, const TensorView& dy, const TensorView& pos, int64_t rotary_dim, double theta,
+              Stream s) {
+  lc::Nvtx nv("rope_bwd");
+  by_dtype(dy.dtype, [&]<class T>() {
+    const int64_t n = dy.shape[0] * dy.shape[1] * (rotary_dim / 2 + dy.shape[2] - rotary_dim);
+    rope_kernel<T><<<blocks(n), 256, 0, static_cast<cudaStream_t>(s.handle)>>>(
+        dx.ptr<T>(), dx.stride[0], dy.ptr<T>(), dy.stride[0], pos.ptr<int32_t>(), dy.shape[0], int(dy.shape[1]),
+        int(dy.shape[2]), int(rotary_dim), theta, -1.0);
+  });
+  DT_CUDA_LAUNCH_CHECK();
+}
+
+void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView& q, const TensorView& k,
+                   const TensorView& v, const AttnVarlen& meta, float scale, Stream s) {
+  lc::Nvtx nv("attention_fwd");
+  auto st = static_cast<cudaStream_t>(s.handle);
+  const int Tq = int(q.shape[0]);
+  const Rows rows = make_rows(meta, Tq, st);
+  Params p = make_params(q, k, v, meta, rows, scale);
+  p.out_o = o.data;
+  p.o_rs = o.stride[0];
+  p.lse = lse.ptr<float>();
+  const dim3 grid(unsigned((Tq + kBM - 1) / kBM), unsigned(p.Hq));
+  dispatch(q.dtype, p.D, [&]<class T, int DP>() {
+    constexpr int BN = 64;
+    constexpr size_t bytes = fwd_smem<T, DP, BN>();
+    set_smem(fwd_kernel<T, DP, BN>, bytes);
+    fwd_kernel<T, DP, BN><<<grid, kThreads, bytes, st>>>(p);
+  });
+  DT_CUDA_LAUNCH_CHECK();
+}
+
+void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& d_o,
+                   const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                   const TensorView& lse, const AttnVarlen& meta, float scale, Stream s) {
+  lc::Nvtx nv("attention_bwd");
+  auto st = static_cast<cudaStream_t>(s.handle);
+  const int Tq = int(q.shape[0]);
+  const Rows rows = make_rows(meta, Tq, st);
+  Params p = make_params(q, k, v, meta, rows, scale);
+  p.o = o.data;
+  p.o_rs = o.stride[0];
+  p.d_o = d_o.data;
+  p.do_rs = d_o.stride[0];
+  p.dq = dq.data;
+  p.dq_rs = dq.stride[0];
+  p.dk = dk.data;
+  p.dk_rs = dk.stride[0];
+  p.dv = dv.data;
+  p.dv_rs = dv.stride[0];
+  p.lse = lse.ptr<float>();
+  Tensor dsum = Tensor::empty(Shape{int64_t(Tq) * p.Hq}, DType::f32, q.device);
+  p.dsum = dsum.ptr<float>();
+  dispatch(q.dtype, p.D, [&]<class T, int DP>() {
+    dsum_kernel<T><<<unsigned((int64_t(Tq) * p.Hq + 7) / 8), 256, 0, st>>>(p, dsum.ptr<float>());
+    DT_CUDA_LAUNCH_CHECK();
+    constexpr size_t qb = dq_smem<T, DP>(), kb = dkv_smem<T, DP>();
+    set_smem(dq_kernel<T, DP>, qb);
+    dq_kernel<T, DP><<<dim3(unsigned((Tq + kBM - 1) / kBM), unsigned(p.Hq)), kThreads, qb, st>>>(p);
+    DT_CUDA_LAUNCH_CHECK();
+    set_smem(dkv_kernel<T, DP>, kb);
+    dkv_kernel<T, DP><<<dim3(unsigned((p.Tk + kBNk<DP> - 1) / kBNk<DP>), unsigned(p.Hkv)), kThreads, kb, st>>>(p);
+  });
+  DT_CUDA_LAUNCH_CHECK();
+}
+
+void sigmoid_gate_fwd(const TensorView& y, const TensorView& o, const TensorView& g, Stream s) {
+  lc::Nvtx nv("sigmoid_gate_fwd");
+  const int64_t R = o.shape[0], D = o.shape[1];
+  by_dtype(o.dtype, [&]<class T>() {
+    gate_fwd_kernel<T><<<blocks(R * D), 256, 0, static_cast<cudaStream_t>(s.handle)>>>(
+        y.ptr<T>(), y.stride[0], o.ptr<T>(), o.stride[0], g.ptr<T>(), g.stride[0], R, int(D));
+  });
+  DT_CUDA_LAUNCH_CHECK();
+}
+void sigmoid_gate_bwd(const TensorView& d_o, const TensorView& dg, const TensorView& dy, const TensorView& o,
+                      const TensorView& g, Stream s) {
+  lc::Nvtx nv("sigmoid_gate_bwd");
+  const int64_t R = o.shape[0], D = o.shape[1];
+  by_dtype(o.dtype, [&]<class T>() {
+    gate_bwd_kernel<T><<<blocks(R * D), 256, 0, static_cast<cudaStream_t>(s.handle)>>>(
+        d_o.ptr<T>(), d_o.stride[0], dg.ptr<T>(), dg.stride[0], dy.ptr<T>(), dy.stride[0], o.ptr<T>(), o.stride[0],
+        g.ptr<T>(), g.stride[0], R, int(D));
+  });
+  DT_CUDA_LAUNCH_CHECK();
+}
+
+void gather_rows(const TensorView& out, const TensorView& in, const TensorView& idx, Stream s) {
+  lc::Nvtx nv("gather_rows");
+  const int64_t R = out.shape[0], C = out.shape[1];
+  auto st = static_cast<cudaStream_t>(s.handle);
+  auto go = [&]<class E>() {
+    gather_kernel<E><<<blocks(R * C), 256, 0, st>>>(static_cast<E*>(out.data), out.stride[0],
+                                                    static_cast<const E*>(in.data), in.stride[0],
+                                                    idx.ptr<int32_t>(), R, C);
+  };
+  switch (dtype_size(out.dtype)) {
+    case 1: go.template operator()<uint8_t>(); break;
+    case 2: go.template operator()<uint16_t>(); break;
+    case 4: go.template operator()<uint32_t>(); break;
+    default: go.template operator()<uint64_t>(); break;
+  }
+  DT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace dt::ops::cuda

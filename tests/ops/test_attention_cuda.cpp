@@ -1,0 +1,209 @@
+// CUDA attention-layer ops against the CPU reference (itself checked against a double softmax
+// and finite differences in test_attention_ops.cpp), on fresh random data every run:
+//  * varlen attention fwd + bwd, f32 (rel. L2 < 1e-4) and bf16 (< 1e-2; inputs rounded to bf16
+//    first so both sides see the same values), outputs NaN-poisoned, for head dims 16 (padded
+//    tiles), 64, 128, 256, GQA 1/2/4, packed lengths {1, 2, 63, 64, 65, 127, 300} with alignment
+//    padding and a pure-padding sequence (outputs 0, never NaN), K/V as row-strided column blocks
+//    of one [T, 2 Hkv D] buffer as the layer passes them;
+//  * CP zig-zag query rows (q_div = 2) against the CPU on the same rows;
+//  * two runs give the same bits (no atomics);
+//  * rope (in place on a strided view), sigmoid gate, gather_rows, f32 and bf16.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "deltatron/data/packed_seq.h"
+#include "deltatron/ops/attention.h"
+#include "deltatron/ops/basic.h"
+#include "test_util.h"
+
+using namespace dt;
+using dt::testing::close_rel;
+using dt::testing::poison;
+using dt::testing::rand_host;
+
+namespace {
+const Device kGpu = Device::cuda(0);
+Tensor as(const TensorView& x, DType t) {
+  Tensor o = Tensor::empty(x.shape, t, x.device);
+  ops::copy(o, x);
+  return o;
+}
+Tensor rounded(const TensorView& h, DType t) { return as(as(h, t), DType::f32); }
+Tensor dev(const TensorView& h, DType t) { return ops::to_device(as(h, t), kGpu); }
+Tensor host32(const TensorView& d) { return as(ops::to_host(d), DType::f32); }
+double tol(DType t) { return t == DType::bf16 ? 1e-2 : 1e-4; }
+Tensor i32(const std::vector<int32_t>& v, Device d = Device::cpu()) {
+  Tensor t = Tensor::empty(Shape{int64_t(v.size())}, DType::i32);
+  std::copy(v.begin(), v.end(), t.ptr<int32_t>());
+  return d.is_cpu() ? std::move(t) : ops::to_device(t, d);
+}
+TensorView heads(const TensorView& x2d, int64_t off, int64_t H, int64_t D) {
+  TensorView v = x2d.slice(1, off, off + H * D);
+  v.shape = Shape{x2d.shape[0], H, D};
+  v.stride = {x2d.stride[0], D, 1};
+  return v;
+}
+bool bitwise_equal(const TensorView& a, const TensorView& b) {
+  Tensor x = ops::to_host(a), y = ops::to_host(b);
+  return std::memcmp(x.data(), y.data(), size_t(x.numel()) * dtype_size(x.dtype())) == 0;
+}
+
+struct Varlen {
+  std::vector<int32_t> cu_pad{0}, cu_act{0}, pos;
+  int64_t T() const { return cu_pad.back(); }
+};
+Varlen packed(const std::vector<int>& real, const std::vector<int>& padded) {
+  Varlen v;
+  for (size_t i = 0; i < real.size(); ++i) {
+    v.cu_pad.push_back(v.cu_pad.back() + padded[i]);
+    v.cu_act.push_back(v.cu_act.back() + real[i]);
+    for (int p = 0; p < padded[i]; ++p) v.pos.push_back(p);
+  }
+  return v;
+}
+
+struct Out {
+  Tensor o, lse, dq, dk, dv;
+};
+// Runs fwd + bwd on `d` with query rows q_rows (positions q_pos, q_div), K/V the two column blocks
+// of one kv buffer [Tk, 2 Hkv D]. Inputs are host f32 (already rounded to dt).
+Out run(Device d, DType dt, const Varlen& L, const Tensor& q, const Tensor& kv, const Tensor& d_o,
+        const std::vector<int32_t>& q_pos, int q_div, int64_t Hkv, int64_t D) {
+  const int64_t Tq = q.shape()[0], Hq = q.shape()[1], Tk = L.T();
+  auto put = [&](const Tensor& h) { return d.is_cpu() ? as(h, DType::f32) : dev(h, dt); };
+  const DType odt = d.is_cpu() ? DType::f32 : dt;
+  Tensor gq = put(q), gkv = put(kv), gdo = put(d_o);
+  Tensor dkv = Tensor::empty(Shape{Tk, 2 * Hkv * D}, odt, d);
+  Out r{Tensor::empty(Shape{Tq, Hq, D}, odt, d), Tensor::empty(Shape{Tq, Hq}, DType::f32, d),
+        Tensor::empty(Shape{Tq, Hq, D}, odt, d), Tensor(), Tensor()};
+  for (Tensor* t : {&r.o, &r.lse, &r.dq, &dkv}) poison(*t);
+  Tensor cp = i32(L.cu_pad, d), ca = i32(L.cu_act, d), pos = i32(q_pos, d);
+  ops::AttnVarlen m{cp, ca, pos, q_div};
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  const TensorView k = heads(gkv, 0, Hkv, D), v = heads(gkv, Hkv * D, Hkv, D);
+  ops::attention_fwd(r.o, r.lse, gq, k, v, m, scale);
+  ops::attention_bwd(r.dq, heads(dkv, 0, Hkv, D), heads(dkv, Hkv * D, Hkv, D), gdo, gq, k, v, r.o, r.lse, m, scale);
+  r.dk = as(heads(dkv, 0, Hkv, D), odt);
+  r.dv = as(heads(dkv, Hkv * D, Hkv, D), odt);
+  return r;
+}
+
+void expect_close(const Out& g, const Out& c, DType dt, const std::string& what) {
+  EXPECT_TRUE(close_rel(host32(g.o), c.o, tol(dt))) << what << " o";
+  EXPECT_TRUE(close_rel(host32(g.lse), c.lse, dt == DType::bf16 ? 1e-3 : 1e-5)) << what << " lse";
+  EXPECT_TRUE(close_rel(host32(g.dq), c.dq, tol(dt))) << what << " dq";
+  EXPECT_TRUE(close_rel(host32(g.dk), c.dk, tol(dt))) << what << " dk";
+  EXPECT_TRUE(close_rel(host32(g.dv), c.dv, tol(dt))) << what << " dv";
+}
+}  // namespace
+
+TEST(AttentionCuda, VarlenMatchesCpu) {
+  // real 1 of 8, 2, 63, 64, 0 of 16 (pure padding), 65 of 72, 127 of 128, 300 of 304
+  const Varlen L = packed({1, 2, 63, 64, 0, 65, 127, 300}, {8, 2, 63, 64, 16, 72, 128, 304});
+  const int64_t T = L.T();
+  struct Case {
+    int64_t D, Hq, Hkv;
+  };
+  for (Case c : {Case{16, 4, 4}, Case{64, 4, 2}, Case{128, 4, 1}, Case{256, 4, 2}})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const std::string what = fmt::format("D {} Hq {} Hkv {} {}", c.D, c.Hq, c.Hkv, dtype_name(dt));
+      SCOPED_TRACE(what);
+      Tensor q = rounded(rand_host(Shape{T, c.Hq, c.D}, -2.f, 2.f), dt);
+      Tensor kv = rounded(rand_host(Shape{T, 2 * c.Hkv * c.D}, -2.f, 2.f), dt);
+      Tensor d_o = rounded(rand_host(Shape{T, c.Hq, c.D}), dt);
+      Out cpu = run(Device::cpu(), dt, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D);
+      Out gpu = run(kGpu, dt, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D);
+      expect_close(gpu, cpu, dt, what);
+      if (c.D == 64 && dt == DType::bf16) {  // determinism: the same bits twice
+        Out again = run(kGpu, dt, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D);
+        for (auto [a, b, n] : {std::tuple{&gpu.o, &again.o, "o"}, {&gpu.dq, &again.dq, "dq"},
+                               {&gpu.dk, &again.dk, "dk"}, {&gpu.dv, &again.dv, "dv"}})
+          EXPECT_TRUE(bitwise_equal(*a, *b)) << n << " differs between two runs";
+      }
+    }
+}
+
+TEST(AttentionCuda, ZigzagQueryRowsMatchCpu) {
+  const int cp = 2;
+  const Varlen L = packed({5, 0, 130, 64}, {8, 4, 132, 64});
+  const int64_t T = L.T(), Hq = 4, Hkv = 2, D = 64;
+  std::vector<int64_t> cu64(L.cu_pad.begin(), L.cu_pad.end()), ca64(L.cu_act.begin(), L.cu_act.end());
+  Tensor qf = rand_host(Shape{T, Hq, D}, -2.f, 2.f), dof = rand_host(Shape{T, Hq, D});
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tensor kv = rounded(rand_host(Shape{T, 2 * Hkv * D}, -2.f, 2.f), dt);
+    for (int r = 0; r < cp; ++r) {
+      SCOPED_TRACE(fmt::format("{} rank {}", dtype_name(dt), r));
+      data::PackedSeqParams psp = data::PackedSeqParams::build({ca64, cu64, 1, T / cp, 1, cp, r});
+      std::span<const int32_t> cu32(psp.cu_seqlens_padded());
+      Tensor q = rounded(data::zigzag_slice_rows(qf, cu32, cp, r), dt);
+      Tensor d_o = rounded(data::zigzag_slice_rows(dof, cu32, cp, r), dt);
+      Tensor pos_h = ops::to_host(psp.position_ids_local_dev());
+      std::vector<int32_t> pos(pos_h.ptr<int32_t>(), pos_h.ptr<int32_t>() + pos_h.numel());
+      Out cpu = run(Device::cpu(), dt, L, q, kv, d_o, pos, cp, Hkv, D);
+      Out gpu = run(kGpu, dt, L, q, kv, d_o, pos, cp, Hkv, D);
+      expect_close(gpu, cpu, dt, "zig-zag");
+    }
+  }
+}
+
+TEST(AttentionCuda, AllPaddingIsZeroNotNaN) {
+  const Varlen L = packed({0, 0}, {64, 72});
+  const int64_t T = L.T();
+  Tensor q = rand_host(Shape{T, 2, 64}), kv = rand_host(Shape{T, 2 * 64}), d_o = rand_host(Shape{T, 2, 64});
+  Out g = run(kGpu, DType::bf16, L, q, kv, d_o, L.pos, 1, 1, 64);
+  for (const Tensor* t : {&g.o, &g.lse, &g.dq, &g.dk, &g.dv}) {
+    Tensor h = host32(*t);
+    for (int64_t i = 0; i < h.numel(); ++i) ASSERT_EQ(h.ptr<float>()[i], 0.f) << "element " << i;
+  }
+}
+
+TEST(AttentionCuda, RopeGateGather) {
+  const int64_t T = 333, H = 3, D = 64, rd = 16;
+  std::vector<int32_t> posv(T);
+  for (int64_t t = 0; t < T; ++t) posv[size_t(t)] = int32_t((t * 977 + 3) % 40000);  // large angles
+  Tensor pos = i32(posv), gpos = i32(posv, kGpu);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    // rope fwd/bwd in place on a row-strided column block.
+    Tensor buf = rounded(rand_host(Shape{T, 2 * H * D}), dt);
+    Tensor cbuf = as(buf, DType::f32), gbuf = dev(buf, dt);
+    const TensorView cx = heads(cbuf, H * D, H, D), gx = heads(gbuf, H * D, H, D);
+    ops::rope_fwd(cx, cx, pos, rd, 1e7);
+    ops::rope_fwd(gx, gx, gpos, rd, 1e7);
+    EXPECT_TRUE(close_rel(host32(gbuf), cbuf, dt == DType::bf16 ? 5e-3 : 1e-6)) << "rope_fwd";
+    ops::rope_bwd(cx, cx, pos, rd, 1e7);
+    ops::rope_bwd(gx, gx, gpos, rd, 1e7);
+    EXPECT_TRUE(close_rel(host32(gbuf), cbuf, dt == DType::bf16 ? 5e-3 : 1e-6)) << "rope_bwd";
+    // sigmoid gate on the halves of one [R, 2D] buffer.
+    const int64_t R = T * H;
+    Tensor og = rounded(rand_host(Shape{R, 2 * D}, -4.f, 4.f), dt), dy = rounded(rand_host(Shape{R, D}), dt);
+    Tensor y = Tensor::empty(Shape{R, D}, DType::f32), d_o = Tensor::empty(Shape{R, D}, DType::f32),
+           dg = Tensor::empty(Shape{R, D}, DType::f32);
+    ops::sigmoid_gate_fwd(y, og.view().slice(1, 0, D), og.view().slice(1, D, 2 * D));
+    ops::sigmoid_gate_bwd(d_o, dg, dy, og.view().slice(1, 0, D), og.view().slice(1, D, 2 * D));
+    Tensor gog = dev(og, dt), gdy = dev(dy, dt);
+    Tensor gy = Tensor::empty(Shape{R, D}, dt, kGpu), gdo = Tensor::empty(Shape{R, D}, dt, kGpu),
+           gdg = Tensor::empty(Shape{R, D}, dt, kGpu);
+    for (Tensor* t : {&gy, &gdo, &gdg}) poison(*t);
+    ops::sigmoid_gate_fwd(gy, gog.view().slice(1, 0, D), gog.view().slice(1, D, 2 * D));
+    ops::sigmoid_gate_bwd(gdo, gdg, gdy, gog.view().slice(1, 0, D), gog.view().slice(1, D, 2 * D));
+    EXPECT_TRUE(close_rel(host32(gy), y, tol(dt))) << "gate y";
+    EXPECT_TRUE(close_rel(host32(gdo), d_o, tol(dt))) << "gate do";
+    EXPECT_TRUE(close_rel(host32(gdg), dg, tol(dt))) << "gate dg";
+    // gather_rows: a permutation, bitwise.
+    std::vector<int32_t> idx(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) idx[size_t(t)] = int32_t((t * 101) % T);
+    Tensor src = dev(rand_host(Shape{T, 2 * H * D}), dt), out = Tensor::empty(Shape{T, H * D}, dt, kGpu);
+    poison(out);
+    ops::gather_rows(out, src.view().slice(1, 0, H * D), i32(idx, kGpu));
+    Tensor hs = ops::to_host(src), ho = ops::to_host(out);
+    const size_t es = dtype_size(dt);
+    bool same = true;
+    for (int64_t t = 0; t < T; ++t)
+      same &= std::memcmp(static_cast<char*>(ho.data()) + size_t(t * H * D) * es,
+                          static_cast<char*>(hs.data()) + size_t(idx[size_t(t)] * 2 * H * D) * es, size_t(H * D) * es) == 0;
+    EXPECT_TRUE(same) << "gather_rows";
+  }
+}
