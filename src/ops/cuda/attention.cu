@@ -10,7 +10,8 @@
 // chunks (q_div > 1: positions are not monotonic in l) without special cases, and no tile reads
 // keys outside its interval.
 //
-// Kernels (4 warps per CTA; one CTA per (64-row query tile, query head) or (key block, KV head)):
+// Kernels (4 or 8 warps per CTA, kNW; one CTA per (16*warps-row query tile, query head) or
+// (key block, KV head)):
 //   fwd   : S = Q K^T -> mask -> online softmax (exp2, fp32 m, l) -> P (tile dtype) -> O += P V;
 //           o = O / l, lse = m + log l (natural log, fp32); rows that are not live: o = 0, lse = 0.
 //   bwd   : dsum (D_l = do_l . o_l) -> dq (per query tile: P, dP = dO V^T, dS = P (dP - D),
@@ -41,8 +42,11 @@ namespace attn {
 
 using namespace mma;
 
-constexpr int kBM = 64;       // query rows per tile (4 warps x 16 rows)
-constexpr int kThreads = 128;
+constexpr int kBM = 64;  // rows of a prep tile and of the dk/dv kernel's query tiles
+// Warps per CTA (16 query rows each in fwd and dq): 8 for bf16 tiles with DP >= 128, which
+// halves the K/V (fwd, dq) and Q/dO (dk/dv) tile loads per FLOP; 4 otherwise (f32 tiles need
+// the shared memory, DP = 64 the even warp split).
+template <class T, int DP> constexpr int kNW = (sizeof(T) == 2 && DP >= 128) ? 8 : 4;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -89,23 +93,37 @@ struct Params {
 template <class T, int DP> constexpr int LD = DP + kPad<T>;
 
 // ---- forward ---------------------------------------------------------------------------------
-template <class T, int DP, int BN>
-constexpr size_t fwd_smem() {
-  return size_t(kBM + 2 * BN) * LD<T, DP> * sizeof(T) + size_t(kBM) * (BN + kPad<T>) * sizeof(T);
+// The key interval of query rows [r0, r0 + BM): the union of its prep tiles.
+template <int BM>
+__device__ __forceinline__ void tile_range(const Params& p, int r0, int& lo, int& hi) {
+  lo = INT_MAX;
+  hi = -1;
+#pragma unroll
+  for (int s = 0; s < BM / kBM; ++s) {
+    const int t = r0 / kBM + s;
+    if (t * kBM < p.Tq) lo = min(lo, p.tile_lo[t]), hi = max(hi, p.tile_hi[t]);
+  }
 }
 
 template <class T, int DP, int BN>
-__global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
-  constexpr int L = LD<T, DP>, LP = BN + kPad<T>;
+constexpr size_t fwd_smem() {
+  constexpr int BM = 16 * kNW<T, DP>;
+  return size_t(BM + 2 * BN) * LD<T, DP> * sizeof(T) + size_t(BM) * (BN + kPad<T>) * sizeof(T);
+}
+
+template <class T, int DP, int BN>
+__global__ void __launch_bounds__(32 * kNW<T, DP>) fwd_kernel(Params p) {
+  constexpr int L = LD<T, DP>, LP = BN + kPad<T>, BM = 16 * kNW<T, DP>, kThreads = 32 * kNW<T, DP>;
   extern __shared__ __align__(16) unsigned char smem[];
   T* sQ = reinterpret_cast<T*>(smem);
-  T* sK = sQ + kBM * L;
+  T* sK = sQ + BM * L;
   T* sV = sK + BN * L;
   T* sP = sV + BN * L;
-  const int tile = blockIdx.x, h = blockIdx.y, hk = h / p.G;
+  const int h = blockIdx.y, hk = h / p.G;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int r0 = tile * kBM, m0 = warp * 16;
-  const int lo = p.tile_lo[tile], hi = p.tile_hi[tile];
+  const int r0 = blockIdx.x * BM, m0 = warp * 16;
+  int lo, hi;
+  tile_range<BM>(p, r0, lo, hi);
   const T* Q = static_cast<const T*>(p.q) + h * p.D;
   const T* K = static_cast<const T*>(p.k) + hk * p.D;
   const T* V = static_cast<const T*>(p.v) + hk * p.D;
@@ -122,7 +140,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Params p) {
   float m[2] = {-INFINITY, -INFINITY}, lsum[2] = {0.f, 0.f};
 
   if (lo <= hi) {
-    load_tile(sQ, L, Q + int64_t(r0) * p.q_rs, p.q_rs, kBM, min(kBM, p.Tq - r0), p.D, DP, tid, kThreads);
+    load_tile(sQ, L, Q + int64_t(r0) * p.q_rs, p.q_rs, BM, min(BM, p.Tq - r0), p.D, DP, tid, kThreads);
     load_tile(sK, L, K + int64_t(lo) * p.k_rs, p.k_rs, BN, min(BN, p.Tk - lo), p.D, DP, tid, kThreads);
     cp_commit();
     for (int j0 = lo; j0 <= hi; j0 += BN) {
@@ -223,23 +241,24 @@ __global__ void dsum_kernel(Params p, float* dsum) {
 template <class T, int DP> constexpr int kBNq = (sizeof(T) == 4 && DP == 256) ? 32 : 64;
 template <class T, int DP>
 constexpr size_t dq_smem() {
-  constexpr int BN = kBNq<T, DP>;
-  return size_t(2 * kBM + 2 * BN) * LD<T, DP> * sizeof(T) + size_t(kBM) * (BN + kPad<T>) * sizeof(T);
+  constexpr int BN = kBNq<T, DP>, BM = 16 * kNW<T, DP>;
+  return size_t(2 * BM + 2 * BN) * LD<T, DP> * sizeof(T) + size_t(BM) * (BN + kPad<T>) * sizeof(T);
 }
 
 template <class T, int DP>
-__global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
-  constexpr int BN = kBNq<T, DP>, L = LD<T, DP>, LP = BN + kPad<T>;
+__global__ void __launch_bounds__(32 * kNW<T, DP>) dq_kernel(Params p) {
+  constexpr int BN = kBNq<T, DP>, L = LD<T, DP>, LP = BN + kPad<T>, BM = 16 * kNW<T, DP>, kThreads = 32 * kNW<T, DP>;
   extern __shared__ __align__(16) unsigned char smem[];
   T* sQ = reinterpret_cast<T*>(smem);
-  T* sdO = sQ + kBM * L;
-  T* sK = sdO + kBM * L;
+  T* sdO = sQ + BM * L;
+  T* sK = sdO + BM * L;
   T* sV = sK + BN * L;
   T* sdS = sV + BN * L;
-  const int tile = blockIdx.x, h = blockIdx.y, hk = h / p.G;
+  const int h = blockIdx.y, hk = h / p.G;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int r0 = tile * kBM, m0 = warp * 16;
-  const int lo = p.tile_lo[tile], hi = p.tile_hi[tile];
+  const int r0 = blockIdx.x * BM, m0 = warp * 16;
+  int lo, hi;
+  tile_range<BM>(p, r0, lo, hi);
   const T* K = static_cast<const T*>(p.k) + hk * p.D;
   const T* V = static_cast<const T*>(p.v) + hk * p.D;
 
@@ -257,10 +276,10 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
   float acc[1][DP / 8][4];
   zero(acc);
   if (lo <= hi) {
-    const int nq = min(kBM, p.Tq - r0);
-    load_tile(sQ, L, static_cast<const T*>(p.q) + int64_t(r0) * p.q_rs + h * p.D, p.q_rs, kBM, nq, p.D, DP, tid,
+    const int nq = min(BM, p.Tq - r0);
+    load_tile(sQ, L, static_cast<const T*>(p.q) + int64_t(r0) * p.q_rs + h * p.D, p.q_rs, BM, nq, p.D, DP, tid,
               kThreads);
-    load_tile(sdO, L, static_cast<const T*>(p.d_o) + int64_t(r0) * p.do_rs + h * p.D, p.do_rs, kBM, nq, p.D, DP, tid,
+    load_tile(sdO, L, static_cast<const T*>(p.d_o) + int64_t(r0) * p.do_rs + h * p.D, p.do_rs, BM, nq, p.D, DP, tid,
               kThreads);
     for (int j0 = lo; j0 <= hi; j0 += BN) {
       load_tile(sK, L, K + int64_t(j0) * p.k_rs, p.k_rs, BN, min(BN, p.Tk - j0), p.D, DP, tid, kThreads);
@@ -300,21 +319,22 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
 }
 
 // ---- backward: dk, dv per (key block, KV head) --------------------------------------------------
-template <int DP> constexpr int kBNk = DP == 256 ? 32 : 64;
+template <class T, int DP> constexpr int kBNk = (sizeof(T) == 4 && DP == 256) ? 32 : 64;
 template <class T, int DP>
 constexpr size_t dkv_smem() {
-  constexpr int BN = kBNk<DP>;
+  constexpr int BN = kBNk<T, DP>;
   return size_t(2 * BN + 2 * kBM) * LD<T, DP> * sizeof(T) + size_t(2 * BN) * (kBM + kPad<T>) * sizeof(T) +
          4 * kBM * sizeof(float);
 }
 
 template <class T, int DP>
-__global__ void __launch_bounds__(kThreads) dkv_kernel(Params p) {
-  constexpr int BN = kBNk<DP>, L = LD<T, DP>, LQ = kBM + kPad<T>;
-  // S^T [BN][kBM] over the 4 warps: WMR row groups of 16 keys x WNC column groups of queries.
-  constexpr int WMR = BN / 16, WNC = 4 / WMR, SW = kBM / 8 / WNC;
-  // dK, dV [BN][DP]: every warp all BN rows, DP/4 columns.
-  constexpr int AM = BN / 16, AN = DP / 32;
+__global__ void __launch_bounds__(32 * kNW<T, DP>) dkv_kernel(Params p) {
+  constexpr int NW = kNW<T, DP>, kThreads = 32 * NW;
+  constexpr int BN = kBNk<T, DP>, L = LD<T, DP>, LQ = kBM + kPad<T>;
+  // S^T [BN][kBM] over the NW warps: WMR row groups of 16 keys x WNC column groups of queries.
+  constexpr int WMR = BN / 16, WNC = NW / WMR, SW = kBM / 8 / WNC;
+  // dK, dV [BN][DP]: every warp all BN rows, DP/NW columns.
+  constexpr int AM = BN / 16, AN = DP / (8 * NW);
   extern __shared__ __align__(16) unsigned char smem[];
   T* sK = reinterpret_cast<T*>(smem);
   T* sV = sK + BN * L;
@@ -330,7 +350,7 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(Params p) {
   const int j0 = blockIdx.x * BN, hk = blockIdx.y;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int sm0 = (warp % WMR) * 16, sn0 = (warp / WMR) * (kBM / WNC);
-  const int an0 = warp * (DP / 4);
+  const int an0 = warp * (DP / NW);
   const int nk = min(BN, p.Tk - j0);
   // The sequences this key block touches and so the query rows that may see it.
   auto seq_of = [&](int j) {
@@ -571,12 +591,12 @@ void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView&
   p.out_o = o.data;
   p.o_rs = o.stride[0];
   p.lse = lse.ptr<float>();
-  const dim3 grid(unsigned((Tq + kBM - 1) / kBM), unsigned(p.Hq));
   dispatch(q.dtype, p.D, [&]<class T, int DP>() {
-    constexpr int BN = 64;
+    constexpr int BN = 64, NW = kNW<T, DP>;
     constexpr size_t bytes = fwd_smem<T, DP, BN>();
     set_smem(fwd_kernel<T, DP, BN>, bytes);
-    fwd_kernel<T, DP, BN><<<grid, kThreads, bytes, st>>>(p);
+    const dim3 grid(unsigned((Tq + 16 * NW - 1) / (16 * NW)), unsigned(p.Hq));
+    fwd_kernel<T, DP, BN><<<grid, 32 * NW, bytes, st>>>(p);
   });
   DT_CUDA_LAUNCH_CHECK();
 }
@@ -605,12 +625,13 @@ void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
   dispatch(q.dtype, p.D, [&]<class T, int DP>() {
     dsum_kernel<T><<<unsigned((int64_t(Tq) * p.Hq + 7) / 8), 256, 0, st>>>(p, dsum.ptr<float>());
     DT_CUDA_LAUNCH_CHECK();
+    constexpr int NW = kNW<T, DP>, BM = 16 * NW, BN = kBNk<T, DP>;
     constexpr size_t qb = dq_smem<T, DP>(), kb = dkv_smem<T, DP>();
     set_smem(dq_kernel<T, DP>, qb);
-    dq_kernel<T, DP><<<dim3(unsigned((Tq + kBM - 1) / kBM), unsigned(p.Hq)), kThreads, qb, st>>>(p);
+    dq_kernel<T, DP><<<dim3(unsigned((Tq + BM - 1) / BM), unsigned(p.Hq)), 32 * NW, qb, st>>>(p);
     DT_CUDA_LAUNCH_CHECK();
     set_smem(dkv_kernel<T, DP>, kb);
-    dkv_kernel<T, DP><<<dim3(unsigned((p.Tk + kBNk<DP> - 1) / kBNk<DP>), unsigned(p.Hkv)), kThreads, kb, st>>>(p);
+    dkv_kernel<T, DP><<<dim3(unsigned((p.Tk + BN - 1) / BN), unsigned(p.Hkv)), 32 * NW, kb, st>>>(p);
   });
   DT_CUDA_LAUNCH_CHECK();
 }
