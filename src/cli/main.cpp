@@ -2,8 +2,11 @@
 //   deltatron env                                  environment banner (every rank's host and devices)
 //   deltatron selfcheck [--tp N --cp N --dp N]     builds the process groups and checks every collective
 //                       [--backend mpi|nccl] [--dtype f32|bf16|...]
-//   deltatron train --config FILE [--set section.key=value]... [--data PREFIX] [--steps N]
-//                                                  trains (CPU backend for now; issue 6)
+//   deltatron train [--config FILE] [--set section.key=value]... [--data PREFIX] [--steps N]
+//                   [--init-from-hf DIR] [--export-hf DIR]
+//                                                  trains (CPU backend for now; issue 6); HF interop: docs/hf.md
+//   deltatron eval --hf-model DIR --data PREFIX [--max-tokens N] [--dump-logits FILE] [--config FILE] [--set ...]
+//                                                  mean next-token loss, one JSON line (docs/hf.md)
 //   deltatron make-corpus --prefix P [--docs N --seed S --vocab V]
 //                                                  writes the synthetic quickstart corpus (indexed dataset)
 #include <CLI/CLI.hpp>
@@ -12,12 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "cli/eval.h"
 #include "cli/selfcheck.h"
 #include "deltatron/core/check.h"
 #include "deltatron/core/sysinfo.h"
 #include "deltatron/data/indexed_dataset.h"
 #include "deltatron/data/synthetic.h"
 #include "deltatron/io/config.h"
+#include "deltatron/model/hf_io.h"
 #include "deltatron/train/trainer.h"
 #include "deltatron/dist/comm.h"
 
@@ -35,14 +40,28 @@ int main(int argc, char** argv) {
   self->add_option("--backend", sc.backend, "mpi (CPU tensors) or nccl (CUDA tensors)");
   self->add_option("--dtype", sc.dtype, "element type of the checked tensors");
 
-  std::string train_config, train_data;
+  std::string train_config, train_data, train_init_hf, train_export_hf;
   std::vector<std::string> train_sets;
   int64_t train_steps = -1;
   auto* train = app.add_subcommand("train", "train a hybrid model from a YAML experiment");
-  train->add_option("--config", train_config, "YAML experiment file")->required();
+  train->add_option("--config", train_config, "YAML experiment file (default: the defaults of docs/config.md)");
   train->add_option("--set", train_sets, "override section.key=value (repeatable, applied in order)");
   train->add_option("--data", train_data, "dataset PREFIX (same as --set data.prefix=PREFIX)");
   train->add_option("--steps", train_steps, "optimizer steps (same as --set train.steps=N)");
+  train->add_option("--init-from-hf", train_init_hf,
+                    "initialise from an HF Qwen3.5 directory; its config.json sets the model section "
+                    "(same as --set checkpoint.init_from_hf=DIR)");
+  train->add_option("--export-hf", train_export_hf,
+                    "write an HF directory at the end of the run (same as --set checkpoint.export_hf=DIR)");
+
+  dt::cli::EvalOptions ev;
+  auto* eval = app.add_subcommand("eval", "mean next-token loss of a model on a dataset (one JSON line)");
+  eval->add_option("--hf-model", ev.hf_model, "HF Qwen3.5 directory to evaluate")->required();
+  eval->add_option("--data", ev.data, "dataset PREFIX (same as --set data.prefix=PREFIX)");
+  eval->add_option("--max-tokens", ev.max_tokens, "tokens per micro-batch (same as --set data.max_tokens=N)");
+  eval->add_option("--dump-logits", ev.dump_logits, "write the logits [T_real, vocab] f32 of every real token here");
+  eval->add_option("--config", ev.config, "YAML file for the parallel and data sections");
+  eval->add_option("--set", ev.sets, "override section.key=value (repeatable, applied in order)");
 
   std::string corpus_prefix;
   int64_t corpus_docs = 20000, corpus_seed = 1234, corpus_vocab = 64;
@@ -65,10 +84,20 @@ int main(int argc, char** argv) {
   if (*train) {
     if (!train_data.empty()) train_sets.push_back("data.prefix=" + train_data);
     if (train_steps >= 0) train_sets.push_back("train.steps=" + std::to_string(train_steps));
+    if (!train_init_hf.empty()) train_sets.push_back("checkpoint.init_from_hf=" + train_init_hf);
+    if (!train_export_hf.empty()) train_sets.push_back("checkpoint.export_hf=" + train_export_hf);
     dt::io::Config cfg;
     if (std::string e = dt::io::load_config(train_config, train_sets, &cfg); !e.empty()) dt::user_error(e);
+    if (!cfg.checkpoint.init_from_hf.empty()) {  // the HF directory's architecture replaces the model section
+      if (std::string e = dt::model::read_hf_config(cfg.checkpoint.init_from_hf, &cfg.model); !e.empty())
+        dt::user_error(e);
+      if (dt::dist::world_rank() == 0)
+        std::printf("model section from %s/config.json (checkpoint.init_from_hf)\n",
+                    cfg.checkpoint.init_from_hf.c_str());
+    }
     dt::train::run_training(cfg);
   }
+  if (*eval) rc = dt::cli::run_eval(ev);
   if (*corpus && dt::dist::world_rank() == 0) {  // one writer
     std::string err = dt::data::write_synthetic_corpus(corpus_prefix, corpus_docs, uint64_t(corpus_seed), corpus_vocab);
     if (!err.empty()) dt::user_error(err, false);

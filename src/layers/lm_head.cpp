@@ -131,4 +131,31 @@ void LmHeadLoss::backward(const TensorView& dh, float scale) {
   hg_ = labels_ = m_ = se_ = Tensor();
 }
 
+void LmHeadLoss::logits(const TensorView& out, const TensorView& h) {
+  const Stream s = ctx_.stream;
+  const Device dev = ctx_.device;
+  const int64_t H = cfg_.hidden, V = cfg_.vocab, V_t = V / tp_, T_in = h.shape[0];
+  const int64_t T_cp = T_in * (sp_ ? tp_ : 1);
+  check_shape(h, Shape{T_in, H}, "LmHeadLoss::logits h [T_local, hidden]");
+  check_shape(out, Shape{T_cp, V}, "LmHeadLoss::logits out [T_cp, vocab]");
+  check_dtype(out, DType::f32, "LmHeadLoss::logits out");
+  Tensor hg_t;  // [T_cp, H]
+  TensorView hg = h;
+  if (sp_) {
+    hg_t = Tensor::empty(Shape{T_cp, H}, h.dtype, dev);
+    ctx_.pg->tp->all_gather(hg_t, h, s);
+    hg = hg_t;
+  }
+  if (T_cp == 0) return;
+  if (tp_ == 1) {
+    ops::gemm(out, hg, weight().w(), {false, true}, s);
+    return;
+  }
+  Tensor part = Tensor::empty(Shape{T_cp, V_t}, DType::f32, dev);     // [T_cp, V_t] this rank's vocab slice
+  Tensor all = Tensor::empty(Shape{tp_, T_cp, V_t}, DType::f32, dev);  // [tp, T_cp, V_t]
+  ops::gemm(part, hg, weight().w(), {false, true}, s);
+  ctx_.pg->tp->all_gather(all, part, s);
+  for (int t = 0; t < tp_; ++t) ops::copy(out.slice(1, t * V_t, (t + 1) * V_t), all.view().select(0, t), s);
+}
+
 }  // namespace dt::layers

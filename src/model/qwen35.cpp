@@ -244,15 +244,20 @@ Param* Qwen35Model::find_param(const std::string& name) {
 
 layers::LmHeadLoss::Result Qwen35Model::forward(const TensorView& ids, const data::PackedSeqParams& psp,
                                                 const layers::LmTargets& targets) {
+  DT_CHECK(targets.labels.numel() == psp.tokens_cp(), "Qwen35Model: labels {} must hold T/cp={} rows",
+           targets.labels.view().str(), psp.tokens_cp());
+  Tensor hn = final_hidden(ids, psp);
+  psp_ = &psp;
+  return head_->forward(hn, targets);
+}
+
+Tensor Qwen35Model::final_hidden(const TensorView& ids, const data::PackedSeqParams& psp) {
   const int tp = ctx_.pg->dims.tp, cp = ctx_.pg->dims.cp;
   const int sp = ctx_.sp && tp > 1 ? tp : 1;
   DT_CHECK(psp.cp() == cp && psp.cp_rank() == ctx_.pg->coord.cp && psp.sp() == sp,
            "Qwen35Model: the batch metadata has cp={} cp_rank={} sp={}, the layout cp={} cp_rank={} sp={}", psp.cp(),
            psp.cp_rank(), psp.sp(), cp, ctx_.pg->coord.cp, sp);
-  DT_CHECK(ids.numel() == psp.tokens_cp() && targets.labels.numel() == psp.tokens_cp(),
-           "Qwen35Model: ids {} and labels {} must hold T/cp={} rows", ids.str(), targets.labels.view().str(),
-           psp.tokens_cp());
-  psp_ = &psp;
+  DT_CHECK(ids.numel() == psp.tokens_cp(), "Qwen35Model: ids {} must hold T/cp={} rows", ids.str(), psp.tokens_cp());
   T_local_ = psp.tokens_local();
   const Shape hs{T_local_, cfg_.hidden_size};
   Tensor h = Tensor::empty(hs, ctx_.act_dtype, ctx_.device);  // [T_local, H] residual stream
@@ -260,7 +265,15 @@ layers::LmHeadLoss::Result Qwen35Model::forward(const TensorView& ids, const dat
   for (auto& l : layers_) l->forward(h, psp);
   Tensor hn = Tensor::empty(hs, ctx_.act_dtype, ctx_.device);  // [T_local, H] final-norm output
   norm_->forward(hn, h);
-  return head_->forward(hn, targets);
+  return hn;
+}
+
+Tensor Qwen35Model::logits(const TensorView& ids, const data::PackedSeqParams& psp) {
+  Tensor hn = final_hidden(ids, psp);
+  psp_ = nullptr;  // the layers' saved state is not a forward of the loss
+  Tensor out = Tensor::empty(Shape{psp.tokens_cp(), cfg_.vocab_size}, DType::f32, ctx_.device);  // [T/cp, V]
+  head_->logits(out, hn);
+  return out;
 }
 
 void Qwen35Model::backward(float scale) {

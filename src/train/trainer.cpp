@@ -15,6 +15,7 @@
 #include "deltatron/layers/embedding.h"
 #include "deltatron/layers/lm_head.h"
 #include "deltatron/model/grad_reduce.h"
+#include "deltatron/model/hf_io.h"
 #include "deltatron/model/qwen35.h"
 #include "deltatron/ops/basic.h"
 #include "deltatron/train/optimizer.h"
@@ -54,6 +55,8 @@ TrainResult run_training(const io::Config& cfg) {
   ctx.act_dtype = DType::f32;  // fp32 throughout on the CPU
   ctx.seed = uint64_t(cfg.train.seed);
   model::Qwen35Model net(cfg.model, ctx);
+  const DType hf_dtype = cfg.checkpoint.init_from_hf.empty()  // the export keeps the source dtype
+                             ? DType::f32 : model::load_hf_weights_or_die(cfg.checkpoint.init_from_hf, net, pg).source_dtype;
   std::vector<model::Param*> params = net.params();
   Optimizer opt(cfg.optimizer, params);
   LrSchedule schedule(cfg.schedule, cfg.optimizer.lr, cfg.train.steps);
@@ -134,6 +137,7 @@ TrainResult run_training(const io::Config& cfg) {
             << std::flush;
   }
   out.skipped = guard.skipped();
+  if (!cfg.checkpoint.export_hf.empty()) model::export_hf_or_die(cfg.checkpoint.export_hf, net, pg, hf_dtype);
   return out;
 }
 

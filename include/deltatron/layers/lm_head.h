@@ -63,6 +63,11 @@ class LmHeadLoss {
   Result forward(const TensorView& h, const LmTargets& targets);
   // dh (=): like h. scale: gradient of the total loss w.r.t. loss_sum (1 / global count).
   void backward(const TensorView& dh, float scale);
+  // Full-vocab logits of this CP rank's rows for eval and dumps (no loss, nothing saved):
+  // h [T_local, H] as in forward -> out (=) [T_cp, V] f32 on every TP rank (each rank's
+  // [T_cp, V/tp] vocab slice, all-gathered over TP). Materialises [T_cp, V]: meant for eval-sized
+  // batches, never for training.
+  void logits(const TensorView& out, const TensorView& h);
 
  private:
   LmHeadConfig cfg_;

@@ -122,8 +122,14 @@ class Qwen35Model {
   // i.e. 1 / (global predicted count) for the mean loss. Parameter gradients accumulate (+=);
   // model::reduce_grads completes them.
   void backward(float scale);
+  // Eval: the full-vocab logits [T/cp, V] f32 of this CP rank's rows (zig-zag order), the same
+  // on every TP rank. ids and psp as in forward. No backward may follow.
+  Tensor logits(const TensorView& ids, const data::PackedSeqParams& psp);
 
  private:
+  // Embedding -> layers -> final norm: the LM head input [T_local, H] of this rank.
+  Tensor final_hidden(const TensorView& ids, const data::PackedSeqParams& psp);
+
   io::ModelConfig cfg_;
   layers::RunCtx ctx_;
   std::unique_ptr<layers::VocabEmbedding> embed_;
