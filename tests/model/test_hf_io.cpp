@@ -1,0 +1,345 @@
+// HF Qwen3.5 checkpoint interop (model/hf_io.h) against the fixture transformers made
+// (scripts/fixtures/make_hf_model_fixture.py: tests/fixtures/hf_tiny, hf_tiny_docs, hf_tiny_ref).
+// Runs alone (tp 1) and under mpirun -np 2 (tp 2: each rank loads its shard, export gathers).
+//  * config.json -> ModelConfig (the text config and the VL wrapper's text_config).
+//  * Load: every parameter shard equals the file's tensor sliced by shard_from_global, bit for bit;
+//    the VL prefix (model.language_model.*, vision tensors ignored) and index.json shards too.
+//  * Errors name the tensors: missing, unexpected, shape mismatch with both shapes, config field.
+//  * Export -> file: bitwise equal to the source (f32, and bf16 kept as bf16).
+// And, run by tests/cli/CMakeLists.txt on what the CLI wrote (DISABLED_ here, so the plain run
+// does not need those files; the CLI entries enable them with --gtest_also_run_disabled_tests):
+//  * eval --dump-logits: logits of every document vs HF's (rel. L2 < 1e-4 per document), the
+//    mean loss vs HF's (rel. < 1e-4) and the predicted-token count exactly;
+//  * train --init-from-hf, one SGD step (lr 1, no clip, no decay, constant) --export-hf: every
+//    weight moved by -grad of HF's mean loss (rel. L2 < 1e-4 per tensor).
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "deltatron/dist/comm.h"
+#include "deltatron/io/safetensors.h"
+#include "deltatron/model/hf_io.h"
+#include "deltatron/model/qwen35.h"
+#include "test_util.h"
+
+using namespace dt;
+using namespace dt::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kFix = DT_FIXTURE_DIR;
+const std::string kModel = kFix + "/hf_tiny";
+
+struct Setup {
+  dist::ProcessGroups pg;
+  layers::RunCtx ctx;
+};
+
+std::unique_ptr<Setup> make_setup() {
+  auto s = std::make_unique<Setup>();
+  dist::ParallelDims dims{dist::world_size(), 1, 1};  // tp = world size
+  EXPECT_TRUE(dims.resolve(dist::world_size()).empty());
+  s->pg = dist::ProcessGroups::build(dims, dist::Backend::mpi);
+  s->ctx.pg = &s->pg;
+  s->ctx.device = Device::cpu();
+  s->ctx.act_dtype = DType::f32;
+  s->ctx.seed = 7;
+  return s;
+}
+
+io::ModelConfig fixture_config() {
+  io::ModelConfig m;
+  EXPECT_EQ(model::read_hf_config(kModel, &m), "");
+  return m;
+}
+
+// A scratch directory per test and rank (every rank reads its own copy), removed at exit.
+fs::path scratch(const std::string& name) {
+  static std::vector<fs::path> all;
+  static const struct Cleanup {
+    ~Cleanup() {
+      for (const fs::path& p : all) fs::remove_all(p);
+    }
+  } cleanup;
+  fs::path p = fs::temp_directory_path() / fmt::format("dt_hf_io_{}_{}_r{}", ::getpid(), name, dist::world_rank());
+  fs::remove_all(p);
+  fs::create_directories(p);
+  all.push_back(p);
+  return p;
+}
+
+// One directory name for every rank (rank 0's pid).
+fs::path shared_dir(const dist::ProcessGroups& pg, const std::string& name) {
+  Tensor pid = Tensor::empty(Shape{1}, DType::i64);
+  pid.ptr<int64_t>()[0] = ::getpid();
+  pg.world->broadcast(pid, 0);
+  return fs::temp_directory_path() / fmt::format("dt_hf_io_{}_{}", pid.ptr<int64_t>()[0], name);
+}
+
+void write_text(const fs::path& p, const std::string& s) {
+  std::ofstream f(p);
+  f << s;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Writes `tensors` as dir/model.safetensors next to a copy of (or a replacement for) config.json.
+void write_model(const fs::path& dir, const std::map<std::string, Tensor>& tensors, const std::string& config_json) {
+  std::map<std::string, TensorView> v;
+  for (const auto& [k, t] : tensors) v.emplace(k, t.view());
+  ASSERT_EQ(io::write_safetensors((dir / "model.safetensors").string(), v), "");
+  write_text(dir / "config.json", config_json);
+}
+
+std::map<std::string, Tensor> fixture_tensors() { return io::read_safetensors_or_die(kModel + "/model.safetensors").tensors; }
+
+bool bitwise_equal(const TensorView& a, const TensorView& b) {
+  return a.shape == b.shape && a.dtype == b.dtype && std::memcmp(a.data, b.data, a.nbytes()) == 0;
+}
+
+// Every parameter shard equals its tensor in `tensors` (named by `prefix` instead of "model."),
+// cast to f32 and sliced to this rank's shard, bit for bit.
+void expect_loaded(model::Qwen35Model& net, const dist::ProcessGroups& pg, const std::map<std::string, Tensor>& tensors,
+                   const std::string& prefix = "model.") {
+  for (model::Param* p : net.params()) {
+    std::string name = p->spec.name;
+    if (name.starts_with("model.")) name = prefix + name.substr(6);
+    ASSERT_TRUE(tensors.count(name)) << name;
+    Tensor g = Tensor::empty(p->spec.shape, DType::f32);
+    ops::copy(g, tensors.at(name));
+    Tensor want = Tensor::empty(p->master.shape(), DType::f32);
+    model::shard_from_global(want, g, p->spec, pg.dims.tp, pg.coord.tp);
+    EXPECT_TRUE(bitwise_equal(p->master, want)) << name;
+  }
+}
+
+}  // namespace
+
+TEST(HfIo, ReadsTheTextConfig) {
+  const io::ModelConfig m = fixture_config();
+  EXPECT_EQ(m.vocab_size, 96);
+  EXPECT_EQ(m.hidden_size, 32);
+  EXPECT_EQ(m.intermediate_size, 48);
+  EXPECT_EQ(m.num_hidden_layers, 4);
+  EXPECT_EQ(m.layer_types,
+            (std::vector<std::string>{"linear_attention", "full_attention", "linear_attention", "full_attention"}));
+  EXPECT_EQ(m.linear_num_key_heads, 2);
+  EXPECT_EQ(m.linear_num_value_heads, 4);
+  EXPECT_EQ(m.linear_key_head_dim, 8);
+  EXPECT_EQ(m.linear_value_head_dim, 8);
+  EXPECT_EQ(m.num_attention_heads, 4);
+  EXPECT_EQ(m.num_key_value_heads, 2);
+  EXPECT_EQ(m.head_dim, 16);
+  EXPECT_EQ(m.rope_theta, 10000.0);  // from rope_parameters
+  EXPECT_EQ(m.partial_rotary_factor, 0.25);
+  EXPECT_EQ(m.rms_norm_eps, 1e-6);
+  EXPECT_FALSE(m.tie_word_embeddings);
+}
+
+TEST(HfIo, WrittenConfigReadsBack) {
+  io::ModelConfig m = fixture_config();
+  m.tie_word_embeddings = true;
+  m.rope_theta = 5e6;
+  const fs::path d = scratch("cfg");
+  write_text(d / "config.json", model::hf_config_json(m, DType::bf16));
+  io::ModelConfig back;
+  ASSERT_EQ(model::read_hf_config(d.string(), &back), "");
+  EXPECT_EQ(model::compare_model_configs(m, "written", back, "read"), "");
+  EXPECT_EQ(nlohmann::json::parse(read_text(d / "config.json"))["architectures"][0], "Qwen3_5ForCausalLM");
+}
+
+TEST(HfIo, ConfigErrorsNameTheKey) {
+  const fs::path d = scratch("cfgerr");
+  nlohmann::json j = nlohmann::json::parse(read_text(kModel + "/config.json"));
+  j.erase("hidden_size");
+  write_text(d / "config.json", j.dump());
+  io::ModelConfig m;
+  EXPECT_NE(model::read_hf_config(d.string(), &m).find("key 'hidden_size' is missing"), std::string::npos);
+  j = nlohmann::json::parse(read_text(kModel + "/config.json"));
+  j["model_type"] = "llama";
+  write_text(d / "config.json", j.dump());
+  EXPECT_NE(model::read_hf_config(d.string(), &m).find("model_type 'llama' is not a Qwen3.5 text model"),
+            std::string::npos);
+}
+
+TEST(HfIo, LoadsEveryShard) {
+  auto s = make_setup();
+  model::Qwen35Model net(fixture_config(), s->ctx);
+  const model::HfLoadInfo info = model::load_hf_weights_or_die(kModel, net, s->pg);
+  EXPECT_EQ(info.source_dtype, DType::f32);
+  EXPECT_TRUE(info.ignored.empty());
+  expect_loaded(net, s->pg, fixture_tensors());
+}
+
+TEST(HfIo, VlWrapperPrefixAndShardedIndex) {
+  // The VL wrapper: text tensors under model.language_model., a vision tower to ignore, the text
+  // config nested; and the weights split over two shards named by model.safetensors.index.json.
+  const fs::path d = scratch("vl");
+  std::map<std::string, Tensor> a, b;
+  nlohmann::json wm;
+  int i = 0;
+  for (const auto& [k, t] : fixture_tensors()) {
+    const std::string n = k.starts_with("model.") ? "model.language_model." + k.substr(6) : k;
+    (i++ % 2 ? a : b).emplace(n, t);
+    wm[n] = i % 2 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  Tensor vis = rand_host(Shape{4, 4});
+  a.emplace("model.visual.blocks.0.attn.qkv.weight", vis);
+  wm["model.visual.blocks.0.attn.qkv.weight"] = "model-00001-of-00002.safetensors";
+  for (auto [file, m] : {std::pair{"model-00001-of-00002.safetensors", &a}, {"model-00002-of-00002.safetensors", &b}}) {
+    std::map<std::string, TensorView> v;
+    for (const auto& [k, t] : *m) v.emplace(k, t.view());
+    ASSERT_EQ(io::write_safetensors((d / file).string(), v), "");
+  }
+  write_text(d / "model.safetensors.index.json", nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", wm}}.dump());
+  nlohmann::json text = nlohmann::json::parse(read_text(kModel + "/config.json"));
+  nlohmann::json vl = {{"architectures", {"Qwen3_5ForConditionalGeneration"}}, {"model_type", "qwen3_5"},
+                       {"text_config", text}, {"vision_config", {{"depth", 1}}}};
+  write_text(d / "config.json", vl.dump());
+
+  io::ModelConfig m;
+  ASSERT_EQ(model::read_hf_config(d.string(), &m), "");
+  EXPECT_EQ(model::compare_model_configs(m, "VL", fixture_config(), "text"), "");
+  auto s = make_setup();
+  model::Qwen35Model net(m, s->ctx);
+  model::HfLoadInfo info;
+  ASSERT_EQ(model::load_hf_weights(d.string(), net, s->pg, &info), "");
+  EXPECT_EQ(info.ignored, std::vector<std::string>{"model.visual.blocks.0.attn.qkv.weight"});
+  std::map<std::string, Tensor> all = a;
+  all.insert(b.begin(), b.end());
+  expect_loaded(net, s->pg, all, "model.language_model.");
+}
+
+TEST(HfIo, MismatchesNameTheTensors) {
+  auto s = make_setup();
+  model::Qwen35Model net(fixture_config(), s->ctx);
+  const std::string cfg = read_text(kModel + "/config.json");
+  model::HfLoadInfo info;
+  {
+    std::map<std::string, Tensor> t = fixture_tensors();
+    t.erase("model.layers.1.self_attn.q_proj.weight");
+    t.emplace("model.layers.0.linear_attn.extra.weight", rand_host(Shape{3}));
+    const fs::path d = scratch("missing");
+    write_model(d, t, cfg);
+    const std::string e = model::load_hf_weights(d.string(), net, s->pg, &info);
+    EXPECT_NE(e.find("missing tensors: model.layers.1.self_attn.q_proj.weight"), std::string::npos) << e;
+    EXPECT_NE(e.find("unexpected tensors: model.layers.0.linear_attn.extra.weight"), std::string::npos) << e;
+  }
+  {
+    std::map<std::string, Tensor> t = fixture_tensors();
+    t["model.norm.weight"] = rand_host(Shape{33});
+    const fs::path d = scratch("shape");
+    write_model(d, t, cfg);
+    const std::string e = model::load_hf_weights(d.string(), net, s->pg, &info);
+    EXPECT_NE(e.find("shape mismatches: model.norm.weight is [33] in the checkpoint, the model expects [32]"),
+              std::string::npos)
+        << e;
+  }
+  {
+    nlohmann::json j = nlohmann::json::parse(cfg);
+    j["intermediate_size"] = 64;
+    const fs::path d = scratch("cfgdiff");
+    write_model(d, fixture_tensors(), j.dump());
+    const std::string e = model::load_hf_weights(d.string(), net, s->pg, &info);
+    EXPECT_NE(e.find("the run's model section has intermediate_size = 48, but"), std::string::npos) << e;
+    EXPECT_NE(e.find("has 64"), std::string::npos) << e;
+  }
+  {
+    const fs::path d = scratch("empty");
+    write_text(d / "config.json", cfg);
+    const std::string e = model::load_hf_weights(d.string(), net, s->pg, &info);
+    EXPECT_NE(e.find("holds neither model.safetensors nor model.safetensors.index.json"), std::string::npos) << e;
+  }
+}
+
+// Export after import gives back the source bits: f32, and bf16 (exported as bf16, its source dtype).
+TEST(HfIo, ExportImportRoundTripIsBitwise) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    std::map<std::string, Tensor> src;
+    for (const auto& [k, t] : fixture_tensors()) {
+      Tensor c = Tensor::empty(t.shape(), dt);
+      ops::copy(c, t);
+      src.emplace(k, c);
+    }
+    const fs::path in = scratch(std::string("rt_in_") + dtype_name(dt));
+    write_model(in, src, read_text(kModel + "/config.json"));
+    auto s = make_setup();
+    model::Qwen35Model net(fixture_config(), s->ctx);
+    const model::HfLoadInfo info = model::load_hf_weights_or_die(in.string(), net, s->pg);
+    EXPECT_EQ(info.source_dtype, dt);
+    // Rank 0 writes; every rank reads the same directory after the barrier.
+    const fs::path out = shared_dir(s->pg, std::string("rt_out_") + dtype_name(dt));
+    const std::string e = model::export_hf(out.string(), net, s->pg, info.source_dtype);
+    ASSERT_EQ(e, "");
+    s->pg.world->barrier();
+    const io::SafetensorsFile back = io::read_safetensors_or_die((out / "model.safetensors").string());
+    ASSERT_EQ(back.tensors.size(), src.size());
+    for (const auto& [k, t] : src) {
+      ASSERT_TRUE(back.tensors.count(k)) << k;
+      EXPECT_TRUE(bitwise_equal(back.tensors.at(k), t)) << k;
+    }
+    io::ModelConfig m;
+    ASSERT_EQ(model::read_hf_config(out.string(), &m), "");
+    EXPECT_EQ(model::compare_model_configs(m, "exported", fixture_config(), "source"), "");
+    model::Qwen35Model again(m, s->ctx);  // and it loads back
+    model::load_hf_weights_or_die(out.string(), again, s->pg);
+    expect_loaded(again, s->pg, src);
+    s->pg.world->barrier();
+    if (dist::world_rank() == 0) fs::remove_all(out);
+  }
+}
+
+// ---- checks of what the CLI wrote (tests/cli/CMakeLists.txt) ----------------------------------
+
+TEST(HfCli, DISABLED_EvalMatchesHf) {
+  const char* path = std::getenv("DT_HF_EVAL_DUMP");
+  ASSERT_NE(path, nullptr) << "set DT_HF_EVAL_DUMP to the --dump-logits file";
+  const io::SafetensorsFile got = io::read_safetensors_or_die(path);
+  const io::SafetensorsFile ref = io::read_safetensors_or_die(kFix + "/hf_tiny_ref.safetensors");
+  const Tensor& lg = got.at("logits");
+  const Tensor& lr = ref.at("logits");
+  ASSERT_EQ(lg.shape(), lr.shape());
+  const Tensor& cnt = ref.at("count");
+  const Tensor& ls = ref.at("loss_sum");
+  double sum = 0;
+  int64_t count = 0, row = 0;
+  for (int64_t d = 0; d < cnt.numel(); ++d) {  // per document: rows [row, row + length)
+    const int64_t n = cnt.ptr<int64_t>()[d] + 1;
+    EXPECT_TRUE(close_rel(lg.view().slice(0, row, row + n), lr.view().slice(0, row, row + n), 1e-4))
+        << "document " << d << " (length " << n << ")";
+    row += n;
+    sum += double(ls.ptr<float>()[d]);
+    count += cnt.ptr<int64_t>()[d];
+  }
+  EXPECT_EQ(std::stoll(got.metadata.at("predicted_tokens")), count);
+  const double loss = std::stod(got.metadata.at("loss")), want = sum / double(count);
+  EXPECT_LT(std::abs(loss - want) / want, 1e-4) << "loss " << loss << " vs HF " << want;
+}
+
+TEST(HfCli, DISABLED_SgdStepIsMinusHfGrad) {
+  const char* dir = std::getenv("DT_HF_SGD_DIR");
+  ASSERT_NE(dir, nullptr) << "set DT_HF_SGD_DIR to the --export-hf directory";
+  const io::SafetensorsFile after = io::read_safetensors_or_die(std::string(dir) + "/model.safetensors");
+  const io::SafetensorsFile ref = io::read_safetensors_or_die(kFix + "/hf_tiny_ref.safetensors");
+  const std::map<std::string, Tensor> before = fixture_tensors();
+  ASSERT_EQ(after.tensors.size(), before.size());
+  for (const auto& [k, w0] : before) {
+    ASSERT_TRUE(after.tensors.count(k)) << k;
+    const Tensor& w1 = after.at(k);
+    ASSERT_EQ(w1.dtype(), DType::f32) << k;  // the source dtype
+    Tensor step = Tensor::empty(w0.shape(), DType::f32), minus_g = Tensor::empty(w0.shape(), DType::f32);
+    for (int64_t i = 0; i < w0.numel(); ++i) step.ptr<float>()[i] = w1.ptr<float>()[i] - w0.ptr<float>()[i];
+    ops::copy(minus_g, ref.at("grad." + k));
+    ops::scale(minus_g, -1.f);
+    EXPECT_TRUE(close_rel(step, minus_g, 1e-4)) << k;
+  }
+}
