@@ -105,6 +105,10 @@ void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView&
   check_heads(o, q.shape[0], q.shape[1], q.shape[2], q.device, q.dtype, op, "o [Tq, Hq, D]");
   check_vectors(o, op, "o");
   if (q.shape[0] == 0) return;
+#if DELTATRON_HAVE_CUDA
+  if (meta.backend == AttnBackend::cudnn && q.device.is_cuda())
+    return cuda::attention_fwd_cudnn(o, lse, q, k, v, meta, scale, s);
+#endif
   DT_ROUTE(attention_fwd, q, o, lse, q, k, v, meta, scale, s);
 }
 void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& d_o,
@@ -123,6 +127,10 @@ void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
   for (auto [x, what] : {std::pair{&o, "o"}, {&d_o, "do"}, {&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}})
     check_vectors(*x, op, what);
   if (Tq == 0) return;
+#if DELTATRON_HAVE_CUDA
+  if (meta.backend == AttnBackend::cudnn && q.device.is_cuda())
+    return cuda::attention_bwd_cudnn(dq, dk, dv, d_o, q, k, v, o, lse, meta, scale, s);
+#endif
   DT_ROUTE(attention_bwd, q, dq, dk, dv, d_o, q, k, v, o, lse, meta, scale, s);
 }
 
@@ -160,6 +168,21 @@ void gather_rows(const TensorView& out, const TensorView& in, const TensorView& 
   check_vec(idx, R, DType::i32, out.device, op, "idx [R]");
   if (R == 0) return;
   DT_ROUTE(gather_rows, out, out, in, idx, s);
+}
+
+AttnBackendChoice choose_attention_backend(const std::string& requested, Device dev) {
+  if (requested == "auto" || requested == "native" || dev.is_cpu()) return {AttnBackend::native, ""};
+  if (requested != "cudnn")
+    return {AttnBackend::native,
+            fmt::format("config: attention.backend = '{}' is not one of: auto, native, cudnn", requested)};
+#if DELTATRON_HAVE_CUDA
+  std::string why = cuda::cudnn_attention_unavailable();
+  if (why.empty()) return {AttnBackend::cudnn, ""};
+  return {AttnBackend::native, fmt::format("config: attention.backend = 'cudnn': {} ---> hint: "
+                                           "attention.backend=native (or auto)", why)};
+#else
+  return {AttnBackend::native, "config: attention.backend = 'cudnn' needs a CUDA build"};
+#endif
 }
 
 }  // namespace dt::ops

@@ -24,4 +24,14 @@ DT_ATTENTION_OPS_DECLS
 }
 namespace dt::ops::cuda {
 DT_ATTENTION_OPS_DECLS
+// cuDNN SDPA with ragged offsets (src/ops/cuda/attention_cudnn.cpp); same contract as
+// attention_fwd / attention_bwd above.
+void attention_fwd_cudnn(const TensorView& o, const TensorView& lse, const TensorView& q, const TensorView& k,
+                         const TensorView& v, const AttnVarlen& meta, float scale, Stream s);
+void attention_bwd_cudnn(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& d_o,
+                         const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                         const TensorView& lse, const AttnVarlen& meta, float scale, Stream s);
+// "" when the cuDNN path can run here (built with cudnn_frontend, runtime cuDNN >= 9.19), else
+// why not, naming the versions found.
+std::string cudnn_attention_unavailable();
 }

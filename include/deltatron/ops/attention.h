@@ -9,6 +9,7 @@
 // Outputs marked (=) are overwritten; nothing here accumulates. All ops are deterministic.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "deltatron/core/tensor.h"
 
@@ -44,12 +45,25 @@ void rope_bwd(const TensorView& dx, const TensorView& dy, const TensorView& pos,
 // dq, dk, dv (=): every row is written (0 where nothing flows).
 // Shapes: q, o, do, dq [Tq, Hq, D]; k, v, dk, dv [Tk, Hkv, D], Tk = c_N; one dtype, unit inner
 // stride, head stride D, any row stride. lse [Tq, Hq] f32 contiguous (= in fwd, read in bwd).
+// CUDA kernel family: the native flash-style kernels (src/ops/cuda/attention.cu) or cuDNN's SDPA
+// with ragged (THD) offsets (src/ops/cuda/attention_cudnn.cpp). The CPU ignores it.
+enum class AttnBackend { native, cudnn };
 struct AttnVarlen {
   TensorView cu_seqlens_padded;  // [N+1] i32, key rows (natural order); c_N = Tk
   TensorView cu_seqlens;         // [N+1] i32, actual lengths
   TensorView q_pos;              // [Tq] i32, position of each query row inside its sequence
   int q_div = 1;                 // query rows of sequence i: [c_i/q_div, c_{i+1}/q_div)
+  AttnBackend backend = AttnBackend::native;
 };
+// The backend for the config value `attention.backend` (auto | native | cudnn) on `dev`, or a
+// user error naming the value and the rule: cudnn needs a CUDA build with cudnn_frontend and a
+// cuDNN runtime >= 9.19 (earlier releases give NaN gradients for THD attention on Hopper);
+// auto picks native.
+struct AttnBackendChoice {
+  AttnBackend backend = AttnBackend::native;
+  std::string error;  // "" when usable
+};
+AttnBackendChoice choose_attention_backend(const std::string& requested, Device dev);
 void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView& q, const TensorView& k,
                    const TensorView& v, const AttnVarlen& meta, float scale, Stream s = {});
 void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& d_o,
