@@ -18,6 +18,7 @@
 #include "deltatron/model/hf_io.h"
 #include "deltatron/model/qwen35.h"
 #include "deltatron/ops/basic.h"
+#include "deltatron/train/checkpoint.h"
 #include "deltatron/train/optimizer.h"
 #include "deltatron/train/schedule.h"
 
@@ -74,9 +75,12 @@ TrainResult run_training(const io::Config& cfg) {
   std::ofstream jsonl;
   if (rank0 && !cfg.logging.metrics_jsonl.empty()) jsonl.open(cfg.logging.metrics_jsonl, std::ios::trunc);
 
+  const TrainState ckpt{&cfg, &pg, params, &opt, &guard, &loader, &ds, pc, {}};  // train/checkpoint.h
+  const int64_t first_step = resume_if_asked(ckpt);
+
   TrainResult out;
   const auto t_start = std::chrono::steady_clock::now();
-  for (int64_t step = 0; step < cfg.train.steps; ++step) {
+  for (int64_t step = first_step; step < cfg.train.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     // The micro-batches of this step, their metadata and targets built on the host first, so
     // the global predicted-token count (the loss denominator) is known before any backward.
@@ -135,6 +139,7 @@ TrainResult run_training(const io::Config& cfg) {
           "\"tokens_per_s\": {:.1f}, \"skipped\": {}}}\n",
           step + 1, loss, norm, lr, ms, tok_s, guard.skipped())
             << std::flush;
+    maybe_save(ckpt, step + 1);
   }
   out.skipped = guard.skipped();
   if (!cfg.checkpoint.export_hf.empty()) model::export_hf_or_die(cfg.checkpoint.export_hf, net, pg, hf_dtype);

@@ -94,6 +94,10 @@ class StepGuard {
   StepVerdict check(int64_t step, double loss, double grad_norm);
   int64_t skipped() const { return skipped_; }     // total skipped steps
   int64_t in_a_row() const { return in_a_row_; }   // current run of skipped steps
+  void restore(int64_t skipped, int64_t in_a_row) {  // the counters saved in a checkpoint
+    skipped_ = skipped;
+    in_a_row_ = in_a_row;
+  }
 
  private:
   int64_t max_in_a_row_;
