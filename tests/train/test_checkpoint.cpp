@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 
 #include "deltatron/core/sha256.h"
@@ -35,6 +36,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Temporary paths unique per checkout and world size: other checkouts and the np entries may
+// run at the same time on one machine.
+std::string tmp_path(const std::string& name) {
+  return ::testing::TempDir() + fmt::format("dt_ckpt_{:08x}_np{}_{}", uint32_t(std::hash<std::string>{}(DT_SOURCE_DIR)),
+                                            dist::world_size(), name);
+}
+
 dist::Communicator& world() {
   static std::unique_ptr<dist::Communicator> w = dist::make_world(dist::Backend::mpi);
   return *w;
@@ -42,7 +50,7 @@ dist::Communicator& world() {
 
 std::string corpus() {
   static const std::string prefix = [] {
-    std::string p = ::testing::TempDir() + fmt::format("dt_ckpt_corpus_np{}", dist::world_size());
+    std::string p = tmp_path("corpus");
     if (dist::world_rank() == 0) {
       std::string e = data::write_synthetic_corpus(p, 400, 99, 64);
       EXPECT_EQ(e, "");
@@ -53,9 +61,9 @@ std::string corpus() {
   return prefix;
 }
 
-// A fresh directory for one test (per world size: the np entries may run at the same time).
+// A fresh directory for one test.
 std::string fresh_dir(const std::string& name) {
-  const std::string d = ::testing::TempDir() + fmt::format("dt_ckpt_np{}_{}", dist::world_size(), name);
+  const std::string d = tmp_path(name);
   if (dist::world_rank() == 0) {
     fs::remove_all(d);
     fs::create_directories(d);
