@@ -214,9 +214,16 @@ std::string read_checkpoint_info(const std::string& step_dir, CheckpointInfo* ou
   const fs::path meta = fs::path(step_dir) / "metadata.json";
   std::error_code ec;
   if (!fs::is_directory(step_dir, ec)) return fmt::format("checkpoint {}: no such directory", step_dir);
-  if (!fs::exists(meta, ec))
+  if (!fs::exists(meta, ec)) {
+    if (fs::exists(fs::path(step_dir) / "latest", ec))
+      return fmt::format(
+          "checkpoint {}: no metadata.json: this is a checkpoint.dir, not a step directory ---> hint: "
+          "checkpoint.load takes {}/step_NNNNNNN (the file latest names the newest), or set checkpoint.dir={} "
+          "with checkpoint.resume=true",
+          step_dir, step_dir, step_dir);
     return fmt::format("checkpoint {}: no metadata.json (not a complete checkpoint: a save that did not finish?)",
                        step_dir);
+  }
   std::string text;
   if (std::string e = read_text(meta, &text); !e.empty()) return "checkpoint " + e;
   CheckpointInfo ck;
@@ -448,7 +455,12 @@ std::string save_checkpoint(const TrainState& st, int64_t step) {
     if (err.empty()) err = fsync_path(file, false);
     if (err.empty()) err = sha256_file(file.string(), &sha, &bytes);  // what is on disk is what load checks
   }
-  if (err = first_error(*world, err); !err.empty()) return err;
+  // A failed save leaves nothing behind: rank 0 drops the temporary directory.
+  auto failed = [&](const std::string& e) {
+    if (world->rank() == 0) fs::remove_all(tmp, ec);
+    return e;
+  };
+  if (err = first_error(*world, err); !err.empty()) return failed(err);
 
   // 3. every rank's loader position and file record to rank 0.
   constexpr int64_t kRec = 3 * 8 + 8 + 64;  // epoch, step, fingerprint, bytes, sha256 hex
@@ -527,7 +539,8 @@ std::string save_checkpoint(const TrainState& st, int64_t step) {
       }
     }
   }
-  return from_rank0(*world, err);
+  err = from_rank0(*world, err);
+  return err.empty() ? err : failed(err);
 }
 
 // ---- load ------------------------------------------------------------------------------------

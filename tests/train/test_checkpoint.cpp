@@ -376,6 +376,16 @@ TEST(Checkpoint, LoadErrorsAreClearOnEveryRank) {
     const std::string d = damaged("nometa", [&](const std::string& p) { fs::remove(p + "/metadata.json"); });
     expect_error_everywhere(train::check_checkpoint(d, rig.st(), nullptr), {"no metadata.json"});
   }
+  // checkpoint.load given the checkpoint.dir instead of a step directory
+  expect_error_everywhere(train::check_checkpoint(dir, rig.st(), nullptr), {"not a step directory", "step_NNNNNNN"});
+  {  // a save that cannot write: an error on every rank, nothing left behind
+    const std::string blocker = dir + "/not_a_dir";
+    if (dist::world_rank() == 0) std::ofstream(blocker) << "a file";
+    world().barrier();
+    Rig r(quickstart(L, {"checkpoint.dir=" + blocker + "/sub"}));
+    expect_error_everywhere(train::save_checkpoint(r.st(), 1), {"checkpoint.dir: cannot create", blocker});
+    EXPECT_FALSE(fs::exists(blocker + "/sub"));
+  }
   {  // `latest` naming a directory that is gone
     const std::string d = dir + "/badlatest";
     if (dist::world_rank() == 0) {
