@@ -165,7 +165,7 @@ bool overlaps(const model::ParamSpec& s, int tp_new, int r_new, int tp_old, int 
   return false;
 }
 
-// Shape as a JSON array and back.
+// The dims of a shape (the JSON form of metadata.json).
 std::vector<int64_t> dims_of(const Shape& s) { return std::vector<int64_t>(s.d.begin(), s.d.begin() + s.ndim); }
 
 }  // namespace
