@@ -4,7 +4,7 @@
 //                       [--backend mpi|nccl] [--dtype f32|bf16|...]
 //   deltatron train [--config FILE] [--set section.key=value]... [--data PREFIX] [--steps N]
 //                   [--init-from-hf DIR] [--export-hf DIR]
-//                                                  trains (CPU backend for now; issue 6); HF interop: docs/hf.md
+//                                                  trains on the CPU or GPUs (docs/training.md); HF interop: docs/hf.md
 //   deltatron eval --hf-model DIR --data PREFIX [--max-tokens N] [--dump-logits FILE] [--config FILE] [--set ...]
 //                                                  mean next-token loss, one JSON line (docs/hf.md)
 //   deltatron make-corpus --prefix P [--docs N --seed S --vocab V]

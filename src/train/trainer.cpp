@@ -6,143 +6,288 @@
 #include <fstream>
 #include <memory>
 
-#include "deltatron/core/log.h"
-#include "deltatron/data/indexed_dataset.h"
+#include <fmt/format.h>
+
+#include "deltatron/core/sysinfo.h"
 #include "deltatron/data/packed_seq.h"
-#include "deltatron/data/packer.h"
 #include "deltatron/dist/comm.h"
-#include "deltatron/dist/parallel.h"
 #include "deltatron/layers/embedding.h"
 #include "deltatron/layers/lm_head.h"
 #include "deltatron/model/grad_reduce.h"
 #include "deltatron/model/hf_io.h"
-#include "deltatron/model/qwen35.h"
 #include "deltatron/ops/basic.h"
 #include "deltatron/train/checkpoint.h"
-#include "deltatron/train/optimizer.h"
-#include "deltatron/train/schedule.h"
+#include "deltatron/train/metrics.h"
+#if DELTATRON_HAVE_CUDA
+#include "core/cuda_check.h"
+#endif
 
 namespace dt::train {
+namespace {
 
-TrainResult run_training(const io::Config& cfg) {
-  const int world = dist::world_size();
-  if (std::string e = io::validate_config(cfg, world); !e.empty()) user_error(e);
-  if (cfg.train.device == "cuda")
-    user_error("train.device = 'cuda': the CUDA training path needs the gated-attention CUDA kernels (issue 5); "
-               "---> hint: --set train.device=cpu");
-  const Device dev = Device::cpu();  // auto -> cpu until the CUDA path exists
-  dist::ParallelDims dims{int(cfg.parallel.tp), int(cfg.parallel.cp), int(cfg.parallel.dp)};
-  if (std::string e = dims.resolve(world); !e.empty()) user_error(e);
-  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::mpi);
-  const int sp = cfg.parallel.sp ? dims.tp : 1;
+using Clock = std::chrono::steady_clock;
 
-  data::PackerConfig pc;
-  pc.max_tokens = cfg.data.max_tokens;
-  pc.pad_multiple = cfg.data.pad_multiple;
-  pc.shuffle = cfg.data.shuffle;
-  pc.seed = uint64_t(cfg.train.seed);
-  pc.sp = sp;
-  pc.cp = dims.cp;
-  pc.dp = dims.dp;
-  if (std::string e = data::validate_packer_config(pc); !e.empty()) user_error(e);
-  if (cfg.data.prefix.empty()) user_error("config: data.prefix is empty ---> hint: --data PREFIX or --set data.prefix=...");
-  data::IndexedDataset ds = data::IndexedDataset::open_or_die(cfg.data.prefix);
-  data::PackedLoader loader(ds, pc, pg.coord.dp);
-
-  layers::RunCtx ctx;
-  ctx.pg = &pg;
-  ctx.sp = cfg.parallel.sp;
-  ctx.device = dev;
-  ctx.act_dtype = DType::f32;  // fp32 throughout on the CPU
-  ctx.seed = uint64_t(cfg.train.seed);
-  model::Qwen35Model net(cfg.model, ctx);
-  const DType hf_dtype = cfg.checkpoint.init_from_hf.empty()  // the export keeps the source dtype
-                             ? DType::f32 : model::load_hf_weights_or_die(cfg.checkpoint.init_from_hf, net, pg).source_dtype;
-  std::vector<model::Param*> params = net.params();
-  Optimizer opt(cfg.optimizer, params);
-  LrSchedule schedule(cfg.schedule, cfg.optimizer.lr, cfg.train.steps);
-  StepGuard guard(cfg.train.max_nonfinite_in_a_row);
-
-  int64_t n_params = 0;
-  for (const model::ParamSpec& s : model::Qwen35Model::param_specs(cfg.model, cfg.parallel.sp)) n_params += s.shape.numel();
-  const bool rank0 = dist::world_rank() == 0;
-  if (rank0) {
-    std::printf("deltatron train: %lld parameters, %zu layers, world %d = tp %d x cp %d x dp %d (sp %s), %s fp32\n",
-                static_cast<long long>(n_params), size_t(net.num_layers()), world, dims.tp, dims.cp, dims.dp,
-                cfg.parallel.sp ? "on" : "off", dev.str().c_str());
-    std::printf("--- resolved config ---\n%s-----------------------\n", io::config_to_yaml(cfg).c_str());
+// train.device -> this rank's device. Collective (auto agrees over every rank, cuda selects the
+// GPU of the local rank or ends every rank with a user_error naming the host and device count).
+Device resolve_device(const std::string& want, std::string* note) {
+  if (want == "cpu") return Device::cpu();
+  // cuda needs EVERY rank to have a GPU of its own (mixed backends cannot talk).
+  const int gpus = cuda_device_count();
+  Tensor lacking = Tensor::empty(Shape{1}, DType::i32);  // [1] ranks without a GPU
+  *lacking.ptr<int32_t>() = gpus > dist::local_rank() ? 0 : 1;
+  dist::make_world(dist::Backend::mpi)->all_reduce(lacking, dist::ReduceOp::sum);
+  const int n_lacking = *lacking.ptr<int32_t>();
+  if (want == "auto") {
+    *note = n_lacking == 0 ? "auto -> cuda" : "auto -> cpu: not every rank has a GPU of its own";
+    if (n_lacking > 0) return Device::cpu();
+  } else if (n_lacking > 0) {
+    user_error(fmt::format(
+        "train.device = 'cuda', but {} of {} rank(s) have no GPU of their own ({}) ---> hint: --set train.device=cpu "
+        "(or auto), or run at most one rank per GPU",
+        n_lacking, dist::world_size(),
+        DELTATRON_HAVE_CUDA ? fmt::format("rank 0 sees {} CUDA device(s) for {} local rank(s)", gpus, dist::local_size())
+                            : std::string("this build has no CUDA backend")));
   }
-  std::ofstream jsonl;
-  if (rank0 && !cfg.logging.metrics_jsonl.empty()) jsonl.open(cfg.logging.metrics_jsonl, std::ios::trunc);
+  return Device::cuda(dist::select_cuda_device());
+}
 
-  const TrainState ckpt{&cfg, &pg, params, &opt, &guard, &loader, &ds, pc, {}};  // train/checkpoint.h
-  const int64_t first_step = resume_if_asked(ckpt);
+// Rank 0's step line (every logging.log_interval steps and the last) and JSONL record (every step;
+// appended to when the run resumes).
+class StepLog {
+ public:
+  explicit StepLog(const Trainer& t) : t_(t), rank0_(dist::world_rank() == 0), first_(t.next_step()) {
+    const io::Config& c = t.config();
+    if (rank0_ && !c.logging.metrics_jsonl.empty())
+      jsonl_.open(c.logging.metrics_jsonl, first_ > 0 ? std::ios::app : std::ios::trunc);
+  }
 
-  TrainResult out;
-  const auto t_start = std::chrono::steady_clock::now();
-  for (int64_t step = first_step; step < cfg.train.steps; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    // The micro-batches of this step, their metadata and targets built on the host first, so
-    // the global predicted-token count (the loss denominator) is known before any backward.
-    struct Micro {
-      data::MicroBatch mb;
-      std::unique_ptr<data::PackedSeqParams> psp;
-      layers::LmTargets tg;
-      Tensor ids;
-    };
-    std::vector<Micro> micro(size_t(cfg.train.grad_accum));
-    Tensor count = Tensor::zeros(Shape{1}, DType::i64);
-    int64_t tokens = 0;
-    for (Micro& m : micro) {
-      m.mb = loader.next();
-      m.psp = std::make_unique<data::PackedSeqParams>(data::PackedSeqParams::build(m.mb.desc(pg.coord.cp), dev));
-      m.tg = layers::next_token_targets(m.mb.tokens, *m.psp, dev);
-      m.ids = layers::local_token_ids(m.mb.tokens, *m.psp, dev);
-      *count.ptr<int64_t>() += m.tg.count;
-      tokens += m.mb.real_tokens();
-    }
-    if (dims.dp * dims.cp > 1) pg.dp_cp->all_reduce(count, dist::ReduceOp::sum);
-    const int64_t global_count = *count.ptr<int64_t>();
-    double loss_sum = 0;
-    for (Micro& m : micro) {
-      layers::LmHeadLoss::Result r = net.forward(m.ids, *m.psp, m.tg);
-      loss_sum += model::global_loss(r, pg).sum;
-      net.backward(float(1.0 / double(std::max<int64_t>(global_count, 1))));
-    }
-    const double loss = global_count > 0 ? loss_sum / double(global_count) : 0.0;
-    model::reduce_grads(params, pg);
-    const double norm = global_grad_norm(params, pg);
-    StepVerdict v = guard.check(step, loss, norm);
-    if (!v.error.empty()) user_error(v.error);
-    const double lr = schedule.lr(step);
-    if (v.apply) opt.step(params, float(lr), clip_coefficient(norm, cfg.optimizer.clip_grad));
-    zero_grads(params);
-    out.losses.push_back(loss);
-
-    Tensor tok = Tensor::empty(Shape{1}, DType::i64);
-    *tok.ptr<int64_t>() = tokens;
-    if (dims.dp > 1) pg.dp->all_reduce(tok, dist::ReduceOp::sum);  // real tokens of the global batch
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    const double tok_s = double(*tok.ptr<int64_t>()) / (ms * 1e-3);
-    if (rank0 && (step % std::max<int64_t>(cfg.logging.log_interval, 1) == 0 || step + 1 == cfg.train.steps)) {
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-      const double eta = elapsed / double(step + 1) * double(cfg.train.steps - step - 1);
-      std::printf("step %5lld/%lld | loss %.4f | grad_norm %.3f | lr %.3e | %.0f ms | %.0f tok/s | skipped %lld | "
-                  "ETA %.0f s\n",
-                  static_cast<long long>(step + 1), static_cast<long long>(cfg.train.steps), loss, norm, lr, ms, tok_s,
-                  static_cast<long long>(guard.skipped()), eta);
+  void record(const StepResult& r) {
+    elapsed_s_ += r.ms * 1e-3;
+    if (!rank0_) return;
+    const int64_t total = t_.config().train.steps;
+    StepMetrics m;
+    m.step = r.step;
+    m.total_steps = total;
+    m.loss = r.loss;
+    m.grad_norm = r.grad_norm;
+    m.lr = r.lr;
+    m.step_ms = r.ms;
+    m.tokens = r.tokens;
+    m.model_flops = r.flops.model();
+    m.world = t_.groups().dims.world();
+    m.peak_tflops = t_.peak_tflops();
+    m.peak_mem_bytes = peak_memory_bytes(t_.device());
+    m.skipped = t_.guard().skipped();
+    m.eta_s = elapsed_s_ / double(r.step - first_) * double(total - r.step);
+    if ((r.step - 1) % std::max<int64_t>(t_.config().logging.log_interval, 1) == 0 || r.step == total) {
+      std::printf("%s\n", format_step_line(m).c_str());
       std::fflush(stdout);
     }
-    if (jsonl.is_open())
-      jsonl << fmt::format(
-          "{{\"step\": {}, \"loss\": {:.6f}, \"grad_norm\": {:.6f}, \"lr\": {:.6e}, \"step_ms\": {:.3f}, "
-          "\"tokens_per_s\": {:.1f}, \"skipped\": {}}}\n",
-          step + 1, loss, norm, lr, ms, tok_s, guard.skipped())
-            << std::flush;
-    maybe_save(ckpt, step + 1);
+    if (jsonl_.is_open()) jsonl_ << format_step_json(m) << "\n" << std::flush;
   }
-  out.skipped = guard.skipped();
-  if (!cfg.checkpoint.export_hf.empty()) model::export_hf_or_die(cfg.checkpoint.export_hf, net, pg, hf_dtype);
+
+ private:
+  const Trainer& t_;
+  bool rank0_;
+  int64_t first_;  // the first step of this process (after a resume)
+  double elapsed_s_ = 0;
+  std::ofstream jsonl_;
+};
+
+}  // namespace
+
+Trainer::Trainer(const io::Config& cfg) : cfg_(cfg), guard_(cfg.train.max_nonfinite_in_a_row) {
+  const int world = dist::world_size();
+  if (std::string e = io::validate_config(cfg_, world); !e.empty()) user_error(e);
+  dims_ = {int(cfg_.parallel.tp), int(cfg_.parallel.cp), int(cfg_.parallel.dp)};
+  if (std::string e = dims_.resolve(world); !e.empty()) user_error(e);
+  if (cfg_.data.prefix.empty()) user_error("config: data.prefix is empty ---> hint: --data PREFIX or --set data.prefix=...");
+
+  // Device, groups, stream, precision.
+  const Device dev = resolve_device(cfg_.train.device, &device_note_);
+  pg_ = dist::ProcessGroups::build(dims_, dev.is_cuda() ? dist::Backend::nccl : dist::Backend::mpi);
+  host_dp_cp_ = dist::split(dist::Backend::mpi, pg_.coord.tp, dist::world_rank());  // same tp coordinate
+  ctx_.pg = &pg_;
+  ctx_.sp = cfg_.parallel.sp;
+  ctx_.device = dev;
+  ctx_.seed = uint64_t(cfg_.train.seed);
+  ctx_.act_dtype = dev.is_cuda() && cfg_.train.precision == "bf16" ? DType::bf16 : DType::f32;
+  if (dev.is_cuda()) {
+#if DELTATRON_HAVE_CUDA
+    cudaStream_t st = nullptr;
+    DT_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    ctx_.stream = Stream{st};
+#endif
+    peak_tflops_ = train::peak_tflops(device_name(dev), ctx_.act_dtype == DType::bf16);
+  }
+
+  // Data.
+  pc_.max_tokens = cfg_.data.max_tokens;
+  pc_.pad_multiple = cfg_.data.pad_multiple;
+  pc_.shuffle = cfg_.data.shuffle;
+  pc_.seed = uint64_t(cfg_.train.seed);
+  pc_.sp = cfg_.parallel.sp ? dims_.tp : 1;
+  pc_.cp = dims_.cp;
+  pc_.dp = dims_.dp;
+  if (std::string e = data::validate_packer_config(pc_); !e.empty()) user_error(e);
+  ds_ = std::make_unique<data::IndexedDataset>(data::IndexedDataset::open_or_die(cfg_.data.prefix));
+  loader_ = std::make_unique<data::PackedLoader>(*ds_, pc_, pg_.coord.dp);
+
+  // Model and optimizer.
+  net_ = std::make_unique<model::Qwen35Model>(cfg_.model, ctx_);
+  if (!cfg_.checkpoint.init_from_hf.empty()) {  // HF weights replace the seed's (docs/hf.md)
+    hf_dtype_ = model::load_hf_weights_or_die(cfg_.checkpoint.init_from_hf, *net_, pg_).source_dtype;
+    synchronize_device();  // the load copies on the default stream; the compute stream does not wait for it
+  }
+  params_ = net_->params();
+  opt_ = std::make_unique<Optimizer>(cfg_.optimizer, params_, ctx_.stream);
+  schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optimizer.lr, cfg_.train.steps);
+  for (const model::ParamSpec& s : model::Qwen35Model::param_specs(cfg_.model, cfg_.parallel.sp))
+    n_params_ += s.shape.numel();
+}
+
+Trainer::~Trainer() {
+#if DELTATRON_HAVE_CUDA
+  if (ctx_.stream.handle) {
+    synchronize();
+    cudaStreamDestroy(static_cast<cudaStream_t>(ctx_.stream.handle));
+  }
+#endif
+}
+
+void Trainer::synchronize() {
+#if DELTATRON_HAVE_CUDA
+  if (ctx_.device.is_cuda()) DT_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(ctx_.stream.handle)));
+#endif
+}
+
+void Trainer::synchronize_device() {
+#if DELTATRON_HAVE_CUDA
+  if (ctx_.device.is_cuda()) DT_CUDA_CHECK(cudaDeviceSynchronize());
+#endif
+}
+
+StepResult Trainer::step() {
+  const auto t0 = Clock::now();
+  const Stream s = ctx_.stream;
+  const Device dev = ctx_.device;
+  // The micro-batches of this step, their metadata and targets built on the host first, so the
+  // global predicted-token count (the loss denominator) is known before any backward.
+  struct Micro {
+    data::MicroBatch mb;
+    std::unique_ptr<data::PackedSeqParams> psp;  // alive until the step's end (uploads, backward)
+    layers::LmTargets tg;
+    Tensor ids;
+  };
+  std::vector<Micro> micro(size_t(cfg_.train.grad_accum));
+  // Host counts, summed over dp x cp: [predicted tokens of this CP rank, then (on CP rank 0
+  // only, the micro-batches being the same on every CP rank) real tokens and the FLOP parts].
+  Tensor counts = Tensor::zeros(Shape{6}, DType::i64);
+  int64_t* c = counts.ptr<int64_t>();
+  FlopCount fl;
+  for (Micro& m : micro) {
+    m.mb = loader_->next();
+    m.psp = std::make_unique<data::PackedSeqParams>(data::PackedSeqParams::build(m.mb.desc(pg_.coord.cp), dev, s));
+    m.tg = layers::next_token_targets(m.mb.tokens, *m.psp, dev, s);
+    m.ids = layers::local_token_ids(m.mb.tokens, *m.psp, dev, s);
+    c[0] += m.tg.count;
+    if (pg_.coord.cp == 0) {
+      c[1] += m.mb.real_tokens();
+      fl += micro_batch_flops(cfg_.model, m.mb.cu_seqlens);
+    }
+  }
+  c[2] = std::llround(fl.gemm), c[3] = std::llround(fl.gdn), c[4] = std::llround(fl.attention);
+  c[5] = std::llround(fl.recompute);
+  if (host_dp_cp_->size() > 1) host_dp_cp_->all_reduce(counts, dist::ReduceOp::sum);
+  const int64_t global_count = c[0];
+
+  // Forward and backward of each micro-batch; the loss sum stays on the device.
+  Tensor loss_sum = Tensor::zeros(Shape{1}, DType::f32, dev, s);  // [1] f32
+  const float scale = float(1.0 / double(std::max<int64_t>(global_count, 1)));
+  for (Micro& m : micro) {
+    layers::LmHeadLoss::Result r = net_->forward(m.ids, *m.psp, m.tg);
+    ops::add(loss_sum, loss_sum, r.loss_sum, s);
+    net_->backward(scale);
+  }
+  if (pg_.dp_cp->size() > 1) pg_.dp_cp->all_reduce(loss_sum, dist::ReduceOp::sum, s);
+  model::reduce_grads(params_, pg_, s);
+
+  // The step's one readback (the norm; the loss is complete by then), then guard, clip, update.
+  StepResult r;
+  r.step = step_ + 1;
+  r.grad_norm = global_grad_norm(params_, pg_, s);
+  r.loss = global_count > 0 ? double(ops::item(loss_sum, s)) / double(global_count) : 0.0;
+  StepVerdict v = guard_.check(step_, r.loss, r.grad_norm);
+  if (!v.error.empty()) user_error(v.error);
+  r.applied = v.apply;
+  r.lr = schedule_->lr(step_);
+  if (v.apply) opt_->step(params_, float(r.lr), clip_coefficient(r.grad_norm, cfg_.optimizer.clip_grad), s);
+  zero_grads(params_, s);
+  ++step_;
+  r.tokens = c[1];
+  r.flops = {double(c[2]), double(c[3]), double(c[4]), double(c[5])};
+  r.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  return r;
+}
+
+std::string Trainer::banner() const {
+  const io::ModelConfig& m = cfg_.model;
+  const Device dev = ctx_.device;
+  std::string precision;
+  if (dev.is_cpu())
+    precision = cfg_.train.precision == "fp32" ? "fp32"
+                                               : "fp32 (train.precision=bf16 was asked: the CPU backend computes in fp32)";
+  else
+    precision = ctx_.act_dtype == DType::bf16 ? "bf16 compute, fp32 master weights, gradients and optimizer state"
+                                              : "fp32";
+  int64_t n_gdn = 0;
+  for (const std::string& t : io::resolved_layer_types(m)) n_gdn += t == "linear_attention";
+  const int64_t mb_per_step = cfg_.train.grad_accum * dims_.dp;
+  std::string s = fmt::format(
+      "deltatron train: {} parameters, {} layers ({} GDN, {} attention), hidden {}, vocab {}\n"
+      "  world {} = tp {} x cp {} x dp {} (sp {})\n"
+      "  device {}{}{}, precision {}\n"
+      "  batch: {} tokens per micro-batch (padded, all CP ranks), grad_accum {} x dp {} = {} micro-batches, <= {} "
+      "tokens per step, pad multiple {}\n"
+      "  throughput counts model FLOPs of real tokens (GEMMs x3, GDN triangle-aware minimum, causal attention; "
+      "docs/training.md); MFU {}\n",
+      n_params_, net_->num_layers(), n_gdn, net_->num_layers() - n_gdn, m.hidden_size, m.vocab_size, dims_.world(),
+      dims_.tp, dims_.cp, dims_.dp, cfg_.parallel.sp ? "on" : "off", dev.is_cuda() ? device_name(dev) + " " : "",
+      dev.str(), device_note_.empty() ? "" : " (" + device_note_ + ")", precision, pc_.max_tokens,
+      cfg_.train.grad_accum, dims_.dp, mb_per_step, mb_per_step * pc_.max_tokens, data::packer_pad_multiple(pc_),
+      peak_tflops_ > 0 ? fmt::format("against a peak of {:.0f} TFLOP/s per GPU", peak_tflops_)
+                       : std::string(dev.is_cpu() ? "not shown on the CPU" : "not shown (unknown GPU peak)"));
+  s += fmt::format("--- resolved config ---\n{}-----------------------\n", io::config_to_yaml(cfg_));
+  return s;
+}
+
+TrainState Trainer::checkpoint_state() {
+  return {&cfg_, &pg_, params_, opt_.get(), &guard_, loader_.get(), ds_.get(), pc_, ctx_.stream};
+}
+
+TrainResult run_training(const io::Config& cfg) {
+  Trainer trainer(cfg);
+  if (dist::world_rank() == 0) {
+    std::printf("%s", trainer.banner().c_str());
+    std::fflush(stdout);
+  }
+  const TrainState ckpt = trainer.checkpoint_state();  // train/checkpoint.h
+  trainer.set_next_step(resume_if_asked(ckpt));
+  StepLog log(trainer);
+
+  TrainResult out;
+  while (trainer.next_step() < cfg.train.steps) {
+    const StepResult r = trainer.step();
+    out.losses.push_back(r.loss);
+    out.grad_norms.push_back(r.grad_norm);
+    log.record(r);
+    maybe_save(ckpt, r.step);  // collective
+  }
+  out.skipped = trainer.guard().skipped();
+  if (!cfg.checkpoint.export_hf.empty()) {  // HF directory of the final weights, in the source's dtype
+    trainer.synchronize_device();           // the export reads on the default stream
+    model::export_hf_or_die(cfg.checkpoint.export_hf, trainer.model(), trainer.groups(), trainer.hf_dtype());
+  }
   return out;
 }
 

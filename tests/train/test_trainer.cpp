@@ -1,27 +1,48 @@
-// The training loop on the CPU backend: the same global batch gives the same loss curve under
-// every (tp, cp, dp, sp) layout of the world size (grad_accum * dp held fixed and one
-// data.pad_multiple for all, so every step packs and sees the same micro-batches), within fp32
-// summation-order noise (rel. 1e-4); and on one rank
-// the quickstart model's loss falls on the synthetic corpus.
+// The training loop on the CPU backend (fp32):
+//  * 20-step loss curves of the quickstart model agree under every (tp, cp, dp, sp) layout of the
+//    world size -- np 1: (1,1,1); np 2: (1,1,2), (2,1,1) +-SP, (1,2,1); np 4: (1,1,4), (2,2,1) +-SP,
+//    (2,1,2) +-SP, (1,2,2), (4,1,1) SP -- with the same global batch (grad_accum * dp = 4 and one
+//    data.pad_multiple, so every step packs and sees the same micro-batches): each within fp32
+//    summation-order noise (rel. 1e-4) of tests/golden/trainer_quickstart_20.txt, the curve of
+//    the serial layout (torchtitan's "step loss" lines; regenerate it with
+//    DT_WRITE_GOLDEN=1 build/tests/test_trainer after a change that moves the losses on purpose).
+//  * On one rank the quickstart model's loss falls on the synthetic corpus.
+//  * The step metrics: tokens and model FLOPs of a step equal the packer's counts and the FLOP
+//    model over the same micro-batches, computed here independently.
 #include <gtest/gtest.h>
 
-#include <cmath>
+#include <unistd.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+
+#include "deltatron/data/packer.h"
 #include "deltatron/data/synthetic.h"
 #include "deltatron/dist/comm.h"
 #include "deltatron/io/config.h"
+#include "deltatron/train/flops.h"
 #include "deltatron/train/trainer.h"
 #include "test_util.h"
 
 using namespace dt;
 
 namespace {
+const char* kGolden = DT_SOURCE_DIR "/tests/golden/trainer_quickstart_20.txt";
+
 std::string corpus() {
   static const std::string prefix = [] {
-    std::string p = ::testing::TempDir() + "dt_trainer_corpus";
+    // Named by rank 0's pid: other jobs on the machine may run this test at the same time.
     auto world = dist::make_world(dist::Backend::mpi);
+    Tensor pid = Tensor::empty(Shape{1}, DType::i64);
+    *pid.ptr<int64_t>() = int64_t(getpid());
+    world->broadcast(pid, 0);
+    std::string p = ::testing::TempDir() + fmt::format("dt_trainer_corpus_{}", *pid.ptr<int64_t>());
     if (world->rank() == 0) {
-      std::string e = data::write_synthetic_corpus(p, 400, 99, 64);
+      // 2000 documents (~110k tokens): the 20 curve steps (~41k tokens) stay inside the first
+      // epoch, whose end pads the micro-batch count to a multiple of dp (docs/data.md), so
+      // that the global batch would differ between dp sizes there.
+      std::string e = data::write_synthetic_corpus(p, 2000, 99, 64);
       EXPECT_EQ(e, "");
     }
     world->barrier();
@@ -32,9 +53,7 @@ std::string corpus() {
 
 io::Config quickstart(std::vector<std::string> sets) {
   io::Config c;
-  sets.push_back("data.prefix=" + corpus());
-  sets.push_back("logging.metrics_jsonl=");
-  sets.push_back("train.device=cpu");
+  sets.insert(sets.begin(), {"data.prefix=" + corpus(), "logging.metrics_jsonl=", "train.device=cpu"});
   EXPECT_EQ(io::load_config(DT_SOURCE_DIR "/configs/quickstart.yaml", sets, &c), "");
   return c;
 }
@@ -44,30 +63,52 @@ struct Layout {
   bool sp;
 };
 std::vector<Layout> layouts(int world) {
+  if (world == 1) return {{1, 1, 1, false}};
   if (world == 2) return {{1, 1, 2, false}, {2, 1, 1, false}, {2, 1, 1, true}, {1, 2, 1, false}};
-  if (world == 4) return {{1, 1, 4, false}, {2, 2, 1, true}, {2, 1, 2, false}, {1, 2, 2, false}, {4, 1, 1, true}};
+  if (world == 4)
+    return {{1, 1, 4, false}, {2, 2, 1, false}, {2, 2, 1, true}, {2, 1, 2, false},
+            {2, 1, 2, true},  {1, 2, 2, false}, {4, 1, 1, true}};
   return {};
+}
+
+// The golden run's settings under a layout: 4 micro-batches of 512 tokens per step.
+io::Config curve_config(const Layout& L) {
+  return quickstart({"parallel.tp=" + std::to_string(L.tp), "parallel.cp=" + std::to_string(L.cp),
+                     "parallel.dp=" + std::to_string(L.dp), std::string("parallel.sp=") + (L.sp ? "true" : "false"),
+                     "train.grad_accum=" + std::to_string(4 / L.dp), "train.steps=20", "data.max_tokens=512",
+                     "data.pad_multiple=8", "logging.log_interval=100"});
+}
+
+std::vector<double> read_golden() {
+  std::vector<double> l;
+  std::ifstream f(kGolden);
+  int64_t step = 0;
+  double loss = 0;
+  while (f >> step >> loss) {
+    EXPECT_EQ(step, int64_t(l.size()) + 1) << kGolden;
+    l.push_back(loss);
+  }
+  return l;
 }
 }  // namespace
 
-TEST(Trainer, LossCurvesAgreeAcrossLayouts) {
+TEST(Trainer, LossCurvesMatchGoldenUnderEveryLayout) {
   const int world = dist::world_size();
-  if (world == 1) GTEST_SKIP() << "needs mpirun -np 2 or 4";
-  std::vector<double> ref;
+  if (layouts(world).empty()) GTEST_SKIP() << "runs at np 1, 2 or 4";
+  if (world == 1 && std::getenv("DT_WRITE_GOLDEN")) {
+    std::vector<double> l = train::run_training(curve_config({1, 1, 1, false})).losses;
+    std::ofstream f(kGolden, std::ios::trunc);
+    for (size_t i = 0; i < l.size(); ++i) f << fmt::format("{} {:.9g}\n", i + 1, l[i]);
+    GTEST_SKIP() << "wrote " << kGolden;
+  }
+  const std::vector<double> golden = read_golden();
+  ASSERT_EQ(golden.size(), 20u) << kGolden;
   for (const Layout& L : layouts(world)) {
     SCOPED_TRACE(fmt::format("tp {} cp {} dp {} sp {}", L.tp, L.cp, L.dp, L.sp));
-    io::Config c = quickstart({"parallel.tp=" + std::to_string(L.tp), "parallel.cp=" + std::to_string(L.cp),
-                               "parallel.dp=" + std::to_string(L.dp), std::string("parallel.sp=") + (L.sp ? "true" : "false"),
-                               "train.grad_accum=" + std::to_string(4 / L.dp), "train.steps=5", "data.pad_multiple=8",
-                               "logging.log_interval=100"});
-    std::vector<double> losses = train::run_training(c).losses;
-    ASSERT_EQ(losses.size(), 5u);
-    if (ref.empty()) {
-      ref = losses;
-      continue;
-    }
+    std::vector<double> losses = train::run_training(curve_config(L)).losses;
+    ASSERT_EQ(losses.size(), golden.size());
     for (size_t i = 0; i < losses.size(); ++i)
-      EXPECT_NEAR(losses[i], ref[i], 1e-4 * std::fabs(ref[i])) << "step " << i + 1;
+      EXPECT_NEAR(losses[i], golden[i], 1e-4 * std::fabs(golden[i])) << "step " << i + 1;
   }
 }
 
@@ -79,4 +120,41 @@ TEST(Trainer, QuickstartLossFalls) {
   double first = (l[0] + l[1] + l[2]) / 3, last = (l[57] + l[58] + l[59]) / 3;
   EXPECT_LT(last, first - 0.05) << "first " << first << " last " << last;
   for (double x : l) EXPECT_TRUE(std::isfinite(x));
+}
+
+TEST(Trainer, StepCountsTokensAndFlopsOfTheGlobalBatch) {
+  // Whatever the layout, a step's tokens and FLOPs are those of the grad_accum * dp micro-batches
+  // of the global batch: here recounted from a loader of the same config at dp = 1.
+  const int world = dist::world_size();
+  const Layout L = world == 1 ? Layout{1, 1, 1, false} : world == 2 ? Layout{1, 2, 1, false} : Layout{2, 1, 2, true};
+  io::Config c = curve_config(L);
+  c.train.steps = 2;
+  train::Trainer t(c);
+  data::PackerConfig pc;
+  pc.max_tokens = c.data.max_tokens;
+  pc.pad_multiple = 8;
+  pc.shuffle = c.data.shuffle;
+  pc.seed = uint64_t(c.train.seed);
+  pc.sp = L.sp ? L.tp : 1;
+  pc.cp = L.cp;
+  pc.dp = 1;
+  data::IndexedDataset ds = data::IndexedDataset::open_or_die(corpus());
+  data::PackedLoader serial(ds, pc, 0);
+  for (int s = 0; s < 2; ++s) {
+    int64_t tokens = 0;
+    train::FlopCount want;
+    // dp = 1 takes global micro-batches in order; a step of the layout covers the next 4 of them.
+    for (int i = 0; i < 4; ++i) {
+      data::MicroBatch mb = serial.next();
+      tokens += mb.real_tokens();
+      want += train::micro_batch_flops(c.model, mb.cu_seqlens);
+    }
+    train::StepResult r = t.step();
+    EXPECT_EQ(r.step, s + 1);
+    EXPECT_EQ(r.tokens, tokens);
+    EXPECT_NEAR(r.flops.model(), want.model(), 8.0) << "rounded to whole FLOPs per part and micro-batch";
+    EXPECT_GT(r.flops.gdn, 0);
+    EXPECT_GT(r.flops.attention, 0);
+    EXPECT_TRUE(std::isfinite(r.loss) && std::isfinite(r.grad_norm));
+  }
 }
