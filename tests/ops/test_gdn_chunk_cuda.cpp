@@ -126,7 +126,8 @@ TensorView view_or_none(const Tensor& t) { return t.shape().ndim > 0 ? t.view() 
 
 // Runs forward then backward on `dev` (CPU: f32 reference; CUDA: dtype dt). Outputs are
 // NaN-poisoned before each launch.
-Outputs run(const Case& c, const Inputs& in, Device dev, DType dt, bool backward = true) {
+// save: the forward hands its intermediates to the backward (GdnChunkSaved).
+Outputs run(const Case& c, const Inputs& in, Device dev, DType dt, bool backward = true, bool save = false) {
   const int64_t T = c.T(), N = c.N();
   const bool cuda = dev.is_cuda();
   dt::ops::VarlenBatch vb(cu_of(c.lens), dev);
@@ -144,6 +145,8 @@ Outputs run(const Case& c, const Inputs& in, Device dev, DType dt, bool backward
   r.o = out({T, c.Hv, c.dv}, dt);
   r.ht = out(ss, DType::f32);
   dt::ops::GdnArgs args;
+  dt::ops::GdnChunkSaved saved;
+  if (save) args.saved = &saved;
   dt::ops::gdn_chunk_fwd(r.o, r.ht, q, k, v, g, beta, view_or_none(h0), args, vb.meta());
   if (backward) {
     r.dq = out({T, c.Hk, c.dk}, dt);
@@ -303,13 +306,17 @@ TEST(GdnChunkCuda, StateHandOverEqualsWhole) {
       << "dh0";
 }
 
-TEST(GdnChunkCuda, TwoRunsAreBitwiseEqual) {
+TEST(GdnChunkCuda, TwoRunsAreBitwiseEqualAlsoWithSavedIntermediates) {
   for (DType dt : {DType::f32, DType::bf16}) {
     const Case c{"det", {1000, 65, 300}, 2, 4, 64, 64, true, true};
     const Inputs in = make_inputs(c, dt == DType::bf16, 13);
     const auto r1 = to_vecs(run(c, in, Device::cuda(), dt));
     const auto r2 = to_vecs(run(c, in, Device::cuda(), dt));
     for (int i = 0; i < 8; ++i) EXPECT_TRUE(bitwise_eq(r1[i], r2[i])) << dt::dtype_name(dt) << " " << kNames[i];
+    // The backward from the forward's saved intermediates gives the same bits as recomputing them.
+    const auto r3 = to_vecs(run(c, in, Device::cuda(), dt, true, true));
+    for (int i = 0; i < 8; ++i)
+      EXPECT_TRUE(bitwise_eq(r1[i], r3[i])) << dt::dtype_name(dt) << " " << kNames[i] << " with GdnChunkSaved";
   }
 }
 

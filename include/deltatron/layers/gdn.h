@@ -21,6 +21,7 @@
 #include "deltatron/layers/common.h"
 #include "deltatron/model/param.h"
 #include "deltatron/ops/cp_a2a.h"
+#include "deltatron/ops/gdn.h"
 
 namespace dt::layers {
 
@@ -72,6 +73,7 @@ class GatedDeltaNet {
   std::vector<model::Param> params_;
   ops::CpHeadLayout heads_;      // cp2hp column permutation (cp > 1), built once
   std::vector<Tensor> saved_;    // forward activations kept for backward (see gdn.cpp)
+  ops::GdnChunkSaved chunk_saved_;  // the chunk kernel's intermediates (CUDA), forward -> backward
 };
 
 }  // namespace dt::layers

@@ -1263,16 +1263,17 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
 template <class T>
 void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k, const TensorView& v,
              const TensorView& g, const TensorView& beta, const TensorView& h0, const Params& p, Device dev,
-             cudaStream_t st) {
+             cudaStream_t st, GdnChunkSaved* saved) {
   const DType dt = q.dtype;
   const int64_t T1 = std::max<int64_t>(p.T, 1), NT1 = std::max<int64_t>(p.NT, 1);
   Tensor gam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);            // [T, Hv] f32
   Tensor W = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);                 // [T, Hv, dk]
   Tensor U = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                 // [T, Hv, dv]
+  Tensor Tm = saved ? Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev) : Tensor();  // [NT, Hv, C, C]
   Tensor h = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);          // [NT, Hv, dk, dv]
   Tensor Dl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv]
-  launch_prep_state<T>(p, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(), nullptr, h.ptr<T>(),
-                       Dl.ptr<T>(), tptr<float>(ht), st);
+  launch_prep_state<T>(p, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
+                       saved ? Tm.ptr<T>() : nullptr, h.ptr<T>(), Dl.ptr<T>(), tptr<float>(ht), st);
   if (p.NT > 0) {
     set_smem(out_kernel<T>, OutSmem<T>::bytes);
     out_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, OutSmem<T>::bytes, st>>>(p, tptr<T>(q), tptr<T>(k),
@@ -1280,23 +1281,38 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
                                                                                 Dl.ptr<T>(), tptr<T>(o));
     DT_CUDA_LAUNCH_CHECK();
   }
+  if (saved) saved->tensors = {std::move(gam), std::move(W), std::move(U), std::move(Tm), std::move(h), std::move(Dl)};
 }
 
 template <class T>
 void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& dg,
              const TensorView& dbeta, const TensorView& dh0, const TensorView& do_, const TensorView& dht,
              const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& g,
-             const TensorView& beta, const TensorView& h0, const Params& p, Device dev, cudaStream_t st) {
+             const TensorView& beta, const TensorView& h0, const Params& p, Device dev, cudaStream_t st,
+             const GdnChunkSaved* saved) {
   const DType dt = q.dtype;
   const int64_t T1 = std::max<int64_t>(p.T, 1), NT1 = std::max<int64_t>(p.NT, 1);
-  Tensor gam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);            // [T, Hv] f32
-  Tensor W = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);                 // [T, Hv, dk]
-  Tensor U = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                 // [T, Hv, dv]
-  Tensor Tm = Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev);               // [NT, Hv, C, C]
-  Tensor h = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);          // [NT, Hv, dk, dv]
-  Tensor Dl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv] Delta
-  launch_prep_state<T>(p, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(), Tm.ptr<T>(), h.ptr<T>(),
-                       Dl.ptr<T>(), nullptr, st);
+  Tensor gam, W, U, Tm, h, Dl;  // from the forward when it saved them, else recomputed
+  if (saved && saved->defined()) {
+    DT_CHECK(saved->tensors.size() == 6 && saved->tensors[1].shape() == (Shape{T1, p.Hv, p.dk}) &&
+                 saved->tensors[4].shape() == (Shape{NT1, p.Hv, p.dk, p.dv}) && saved->tensors[1].dtype() == dt,
+             "gdn_chunk_bwd: GdnChunkSaved does not come from the forward of these inputs");
+    gam = saved->tensors[0];
+    W = saved->tensors[1];
+    U = saved->tensors[2];
+    Tm = saved->tensors[3];
+    h = saved->tensors[4];
+    Dl = saved->tensors[5];
+  } else {
+    gam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);       // [T, Hv] f32
+    W = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);            // [T, Hv, dk]
+    U = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);            // [T, Hv, dv]
+    Tm = Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev);          // [NT, Hv, C, C]
+    h = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);     // [NT, Hv, dk, dv]
+    Dl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);           // [T, Hv, dv] Delta
+    launch_prep_state<T>(p, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(), Tm.ptr<T>(), h.ptr<T>(),
+                         Dl.ptr<T>(), nullptr, st);
+  }
   Tensor dDl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);               // [T, Hv, dv] dDelta_local
   Tensor dS1 = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);        // [NT, Hv, dk, dv]
   Tensor dD = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv] dDelta
@@ -1352,9 +1368,9 @@ void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& 
   const gck::Params p = gck::make_params(d, args, m);
   cudaStream_t st = cuda_stream(s);
   if (q.dtype == DType::bf16)
-    gck::run_fwd<gck::bf16>(o, ht, q, k, v, g, beta, h0, p, q.device, st);
+    gck::run_fwd<gck::bf16>(o, ht, q, k, v, g, beta, h0, p, q.device, st, args.saved);
   else
-    gck::run_fwd<float>(o, ht, q, k, v, g, beta, h0, p, q.device, st);
+    gck::run_fwd<float>(o, ht, q, k, v, g, beta, h0, p, q.device, st, args.saved);
 }
 
 void gdn_chunk_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& dg,
@@ -1377,9 +1393,9 @@ void gdn_chunk_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
   const gck::Params p = gck::make_params(d, args, m);
   cudaStream_t st = cuda_stream(s);
   if (q.dtype == DType::bf16)
-    gck::run_bwd<gck::bf16>(dq, dk, dv, dg, dbeta, dh0, do_, dht, q, k, v, g, beta, h0, p, q.device, st);
+    gck::run_bwd<gck::bf16>(dq, dk, dv, dg, dbeta, dh0, do_, dht, q, k, v, g, beta, h0, p, q.device, st, args.saved);
   else
-    gck::run_bwd<float>(dq, dk, dv, dg, dbeta, dh0, do_, dht, q, k, v, g, beta, h0, p, q.device, st);
+    gck::run_bwd<float>(dq, dk, dv, dg, dbeta, dh0, do_, dht, q, k, v, g, beta, h0, p, q.device, st, args.saved);
 }
 
 }  // namespace dt::ops::cuda
