@@ -5,6 +5,7 @@
 //  * Load: every parameter shard equals the file's tensor sliced by shard_from_global, bit for bit;
 //    the VL prefix (model.language_model.*, vision tensors ignored) and index.json shards too.
 //  * Errors name the tensors: missing, unexpected, shape mismatch with both shapes, config field.
+//  * Tied head: a stored lm_head.weight is ignored, none is needed, none is exported.
 //  * Export -> file: bitwise equal to the source (f32, and bf16 kept as bf16).
 // And, run by tests/cli/CMakeLists.txt on what the CLI wrote (DISABLED_ here, so the plain run
 // does not need those files; the CLI entries enable them with --gtest_also_run_disabled_tests):
@@ -257,6 +258,38 @@ TEST(HfIo, MismatchesNameTheTensors) {
     write_text(d / "config.json", cfg);
     const std::string e = model::load_hf_weights(d.string(), net, s->pg, &info);
     EXPECT_NE(e.find("holds neither model.safetensors nor model.safetensors.index.json"), std::string::npos) << e;
+  }
+}
+
+// Under tie_word_embeddings the head is the embedding: a stored lm_head.weight is ignored (as
+// transformers ignores it), none is required, and the export writes none.
+TEST(HfIo, TiedHead) {
+  nlohmann::json j = nlohmann::json::parse(read_text(kModel + "/config.json"));
+  j["tie_word_embeddings"] = true;
+  io::ModelConfig m;
+  auto s = make_setup();
+  for (bool with_head : {true, false}) {
+    SCOPED_TRACE(with_head ? "lm_head.weight stored" : "no lm_head.weight");
+    std::map<std::string, Tensor> t = fixture_tensors();
+    if (!with_head) t.erase("lm_head.weight");
+    const fs::path d = scratch(with_head ? "tied_head" : "tied");
+    write_model(d, t, j.dump());
+    ASSERT_EQ(model::read_hf_config(d.string(), &m), "");
+    ASSERT_TRUE(m.tie_word_embeddings);
+    model::Qwen35Model net(m, s->ctx);
+    model::HfLoadInfo info;
+    ASSERT_EQ(model::load_hf_weights(d.string(), net, s->pg, &info), "");
+    EXPECT_EQ(info.ignored, with_head ? std::vector<std::string>{"lm_head.weight"} : std::vector<std::string>{});
+    t.erase("lm_head.weight");
+    expect_loaded(net, s->pg, t);
+    const fs::path out = shared_dir(s->pg, with_head ? "tied_out_head" : "tied_out");
+    ASSERT_EQ(model::export_hf(out.string(), net, s->pg, DType::f32), "");
+    s->pg.world->barrier();
+    const io::SafetensorsFile back = io::read_safetensors_or_die((out / "model.safetensors").string());
+    EXPECT_EQ(back.tensors.count("lm_head.weight"), 0u);
+    EXPECT_EQ(back.tensors.size(), t.size());
+    s->pg.world->barrier();
+    if (dist::world_rank() == 0) fs::remove_all(out);
   }
 }
 
