@@ -155,6 +155,25 @@ std::string read_hf_config(const std::string& dir, io::ModelConfig* out) {
   return "";
 }
 
+std::string read_hf_dtype(const std::string& dir, DType* out) {
+  const fs::path path = fs::path(dir) / "config.json";
+  json top;
+  if (std::string e = read_json(path, &top); !e.empty()) return e;
+  const json& j = top.contains("text_config") && top["text_config"].is_object() && !top.contains("dtype") &&
+                          !top.contains("torch_dtype")
+                      ? top["text_config"]
+                      : top;
+  std::string name = "float32";
+  for (const char* key : {"torch_dtype", "dtype"})
+    if (j.contains(key) && j[key].is_string()) name = j[key].get<std::string>();
+  const std::map<std::string, DType> known = {{"float32", DType::f32}, {"bfloat16", DType::bf16}, {"float16", DType::f16}};
+  auto it = known.find(name);
+  if (it == known.end())
+    return fmt::format("HF checkpoint: {}: dtype '{}' is not one of float32, bfloat16, float16", path.string(), name);
+  *out = it->second;
+  return "";
+}
+
 std::string hf_config_json(const io::ModelConfig& m, DType dtype) {
   const char* dt = dtype == DType::bf16 ? "bfloat16" : dtype == DType::f16 ? "float16" : "float32";
   json j;

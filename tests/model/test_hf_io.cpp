@@ -155,6 +155,11 @@ TEST(HfIo, WrittenConfigReadsBack) {
   ASSERT_EQ(model::read_hf_config(d.string(), &back), "");
   EXPECT_EQ(model::compare_model_configs(m, "written", back, "read"), "");
   EXPECT_EQ(nlohmann::json::parse(read_text(d / "config.json"))["architectures"][0], "Qwen3_5ForCausalLM");
+  DType dt = DType::f32;
+  ASSERT_EQ(model::read_hf_dtype(d.string(), &dt), "");
+  EXPECT_EQ(dt, DType::bf16);
+  ASSERT_EQ(model::read_hf_dtype(kModel, &dt), "");
+  EXPECT_EQ(dt, DType::f32);
 }
 
 TEST(HfIo, ConfigErrorsNameTheKey) {

@@ -26,6 +26,9 @@ namespace dt::model {
 
 // config.json of `dir` -> the model config. "" on success, else the error (file, key, value, rule).
 std::string read_hf_config(const std::string& dir, io::ModelConfig* out);
+// The dtype config.json declares ("dtype", or the older "torch_dtype": float32 | bfloat16 |
+// float16). "" on success; a file without either key gives f32.
+std::string read_hf_dtype(const std::string& dir, DType* out);
 // The config.json we write for `m` (Qwen3_5ForCausalLM, model_type qwen3_5_text, dtype named).
 std::string hf_config_json(const io::ModelConfig& m, DType dtype);
 // "" when the two configs describe the same architecture, else the first differing field
