@@ -1,11 +1,13 @@
-// deltatron eval (src/cli/eval.h): HF weights -> Qwen35Model -> every document of the dataset
-// once, in dataset order -> one JSON line, optionally the logits of every real token.
+// deltatron eval and export-hf (src/cli/eval.h): HF weights or a checkpoint -> Qwen35Model ->
+// every document of the dataset once, in dataset order -> one JSON line, optionally the logits of
+// every real token; or -> an HF directory.
 #include "cli/eval.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 
 #include "deltatron/core/check.h"
@@ -21,6 +23,7 @@
 #include "deltatron/model/hf_io.h"
 #include "deltatron/model/qwen35.h"
 #include "deltatron/ops/basic.h"
+#include "deltatron/train/checkpoint.h"
 
 namespace dt::cli {
 
@@ -42,7 +45,111 @@ double sum_over(dist::Communicator* g, double v) {
   return s;
 }
 
+// PATH: a step directory (holds metadata.json), or a checkpoint.dir whose `latest` names one.
+train::CheckpointInfo read_checkpoint_or_die(const std::string& path) {
+  std::string step_dir = path;
+  if (!std::filesystem::exists(std::filesystem::path(path) / "metadata.json")) {
+    if (std::string e = train::read_latest(path, &step_dir); !e.empty()) user_error("--checkpoint: " + e);
+    if (step_dir.empty())
+      user_error(fmt::format("--checkpoint {}: neither a step directory (no metadata.json) nor a checkpoint.dir with "
+                             "a `latest` file",
+                             path));
+  }
+  train::CheckpointInfo ck;
+  if (std::string e = train::read_checkpoint_info(step_dir, &ck); !e.empty()) user_error(e);
+  for (const train::CheckpointInfo::File& f : ck.files)
+    if (std::string e = train::verify_checkpoint_file(ck, f); !e.empty()) user_error(e);
+  return ck;
+}
+
+// The model parameters of a checkpoint (neither optimizer state nor data position), whatever
+// layout saved them: each parameter is assembled globally from the saved TP files (one file in
+// memory at a time), then this rank's shard is cut from it. Every rank reads the same files, so
+// every rank meets the same error.
+void load_checkpoint_params_or_die(const train::CheckpointInfo& ck, model::Qwen35Model& net,
+                                   const dist::ProcessGroups& pg) {
+  const std::vector<model::Param*> params = net.params();
+  std::map<std::string, const train::CheckpointInfo::ParamEntry*> saved;
+  for (const auto& e : ck.params) saved[e.name] = &e;
+  std::vector<Tensor> global(params.size());  // [spec.shape] f32 host
+  for (size_t i = 0; i < params.size(); ++i) {
+    const model::ParamSpec& s = params[i]->spec;
+    auto it = saved.find(s.name);
+    if (it == saved.end()) user_error(fmt::format("checkpoint {} has no parameter {}", ck.dir, s.name));
+    if (it->second->tp_dim != s.tp_dim)
+      user_error(fmt::format("checkpoint {}: parameter {} was split along dim {}, this model splits dim {}", ck.dir,
+                             s.name, it->second->tp_dim, s.tp_dim));
+    global[i] = Tensor::empty(s.shape, DType::f32);
+  }
+  for (int q = 0; q < ck.tp; ++q) {
+    const std::string path = (std::filesystem::path(ck.dir) / train::shard_file_name(q, ck.tp)).string();
+    io::SafetensorsFile f;
+    if (std::string e = io::read_safetensors(path, &f); !e.empty()) user_error(e);
+    for (size_t i = 0; i < params.size(); ++i) {
+      const model::ParamSpec& s = params[i]->spec;
+      if (s.tp_dim < 0 && q > 0) continue;  // replicated: every file holds it whole
+      const Shape want = model::local_shape(s, ck.tp);
+      auto it = f.tensors.find(s.name);
+      if (it == f.tensors.end()) user_error(fmt::format("{}: tensor {} is missing", path, s.name));
+      if (it->second.dtype() != DType::f32 || it->second.shape() != want)
+        user_error(fmt::format("{}: tensor {} is {} {}, expected f32 {}", path, s.name, dtype_name(it->second.dtype()),
+                               it->second.shape().str(), want.str()));
+      if (s.tp_dim < 0) {
+        ops::copy(global[i], it->second);
+        continue;
+      }
+      for (const model::ShardPiece& pc : model::shard_pieces(s, ck.tp, q))
+        ops::copy(global[i].view().slice(s.tp_dim, pc.global_off, pc.global_off + pc.len),
+                  it->second.view().slice(s.tp_dim, pc.local_off, pc.local_off + pc.len));
+    }
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    model::Param& p = *params[i];
+    Tensor local = Tensor::empty(p.master.shape(), DType::f32);
+    model::shard_from_global(local, global[i], p.spec, pg.dims.tp, pg.coord.tp);
+    ops::copy(p.master, p.master.device().is_cpu() ? local : ops::to_device(local, p.master.device()));
+    model::refresh_compute(p);
+  }
+  if (dist::world_rank() == 0) {
+    std::printf("loaded checkpoint %s (step %lld, saved at tp %d): %zu parameters\n", ck.dir.c_str(),
+                static_cast<long long>(ck.step), ck.tp, params.size());
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
+
+int run_export_hf(const ExportHfOptions& o) {
+  const train::CheckpointInfo ck = read_checkpoint_or_die(o.checkpoint);
+  DType dtype = DType::f32;
+  std::string why = "no checkpoint.init_from_hf in the saved config";
+  if (!o.dtype.empty()) {
+    if (!try_parse_dtype(o.dtype, &dtype) || !(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16))
+      user_error(fmt::format("export-hf: --dtype {} is not one of f32, bf16, f16", o.dtype));
+    why = "--dtype";
+  } else if (const std::string& src = ck.config.checkpoint.init_from_hf; !src.empty()) {
+    if (std::string e = model::read_hf_dtype(src, &dtype); e.empty()) {
+      why = "the dtype of checkpoint.init_from_hf " + src;
+    } else {
+      dtype = DType::f32;
+      why = fmt::format("checkpoint.init_from_hf {} is unreadable ({}) ---> hint: --dtype", src, e);
+    }
+  }
+  // Every rank holds the whole model (tp 1); rank 0 writes.
+  dist::ParallelDims dims{1, 1, -1};
+  if (std::string e = dims.resolve(dist::world_size()); !e.empty()) user_error(e);
+  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::mpi);
+  layers::RunCtx ctx;
+  ctx.pg = &pg;
+  ctx.device = Device::cpu();
+  ctx.act_dtype = DType::f32;
+  ctx.seed = ck.seed;
+  model::Qwen35Model net(ck.config.model, ctx);
+  load_checkpoint_params_or_die(ck, net, pg);
+  if (dist::world_rank() == 0) std::printf("export-hf: dtype %s (%s)\n", dtype_name(dtype), why.c_str());
+  model::export_hf_or_die(o.out, net, pg, dtype);
+  return 0;
+}
 
 int run_eval(const EvalOptions& o) {
   const int world = dist::world_size();
@@ -51,8 +158,15 @@ int run_eval(const EvalOptions& o) {
   if (o.max_tokens >= 0) sets.push_back("data.max_tokens=" + std::to_string(o.max_tokens));
   io::Config cfg;
   if (std::string e = io::load_config(o.config, sets, &cfg); !e.empty()) user_error(e);
-  if (o.hf_model.empty()) user_error("eval: --hf-model DIR is required (the model to evaluate)");
-  if (std::string e = model::read_hf_config(o.hf_model, &cfg.model); !e.empty()) user_error(e);
+  if (o.hf_model.empty() == o.checkpoint.empty())
+    user_error("eval: give exactly one of --hf-model DIR and --checkpoint PATH (the model to evaluate)");
+  train::CheckpointInfo ck;
+  if (!o.checkpoint.empty()) {
+    ck = read_checkpoint_or_die(o.checkpoint);
+    cfg.model = ck.config.model;
+  } else if (std::string e = model::read_hf_config(o.hf_model, &cfg.model); !e.empty()) {
+    user_error(e);
+  }
   cfg.data.shuffle = false;  // dataset order
   if (std::string e = io::validate_config(cfg, world); !e.empty()) user_error(e);
   if (cfg.data.prefix.empty()) user_error("eval: data.prefix is empty ---> hint: --data PREFIX");
@@ -81,7 +195,8 @@ int run_eval(const EvalOptions& o) {
   ctx.act_dtype = DType::f32;
   ctx.seed = uint64_t(cfg.train.seed);
   model::Qwen35Model net(cfg.model, ctx);
-  model::load_hf_weights_or_die(o.hf_model, net, pg);
+  if (o.checkpoint.empty()) model::load_hf_weights_or_die(o.hf_model, net, pg);
+  else load_checkpoint_params_or_die(ck, net, pg);
 
   // Where each document's tokens start in the dump: documents back to back, in dataset order.
   const int64_t D = ds.num_documents(), V = cfg.model.vocab_size;
@@ -144,7 +259,7 @@ int run_eval(const EvalOptions& o) {
           {"predicted_tokens", std::to_string(predicted)},
           {"documents", std::to_string(D)},
           {"data", cfg.data.prefix},
-          {"model", o.hf_model}};
+          {"model", o.checkpoint.empty() ? o.hf_model : ck.dir}};
       if (std::string e = io::write_safetensors(o.dump_logits, {{"logits", all_logits.view()}}, meta); !e.empty())
         user_error("eval: --dump-logits: " + e, false);
     }

@@ -1,4 +1,6 @@
-// deltatron eval: the mean next-token loss of a model on an indexed dataset (docs/hf.md).
+// deltatron eval: the mean next-token loss of a model on an indexed dataset, and deltatron
+// export-hf: a checkpoint as an HF directory (docs/hf.md). The model comes from an HF directory
+// or from a deltatron checkpoint (train/checkpoint.h) saved under any layout.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -7,7 +9,8 @@
 namespace dt::cli {
 
 struct EvalOptions {
-  std::string hf_model;                  // an HF Qwen3.5 directory (weights and model config)
+  std::string hf_model;                  // an HF Qwen3.5 directory (weights and model config), or
+  std::string checkpoint;                // a deltatron checkpoint: a step directory or a checkpoint.dir
   std::string config;                    // optional YAML (parallel, data sections); "" = defaults
   std::vector<std::string> sets;         // section.key=value overrides, in order
   std::string data;                      // dataset PREFIX (data.prefix)
@@ -22,5 +25,15 @@ struct EvalOptions {
 // definition). --dump-logits writes `logits` [T_real, vocab] f32: every real token in dataset
 // order (document after document), with the result in the file's metadata. Returns the exit code.
 int run_eval(const EvalOptions& o);
+
+struct ExportHfOptions {
+  std::string checkpoint;  // a step directory, or a checkpoint.dir whose `latest` names one
+  std::string out;         // the HF directory to write
+  std::string dtype;       // f32 | bf16 | f16; "": the source dtype (below)
+};
+// Writes the checkpoint's model as an HF directory (config.json, model.safetensors). The dtype by
+// default is the source dtype: that of the HF directory the run was initialised from
+// (checkpoint.init_from_hf of the saved config, when its config.json is still there), else f32.
+int run_export_hf(const ExportHfOptions& o);
 
 }  // namespace dt::cli

@@ -5,8 +5,10 @@
 //   deltatron train [--config FILE] [--set section.key=value]... [--data PREFIX] [--steps N]
 //                   [--init-from-hf DIR] [--export-hf DIR]
 //                                                  trains on the CPU or GPUs (docs/training.md); HF interop: docs/hf.md
-//   deltatron eval --hf-model DIR --data PREFIX [--max-tokens N] [--dump-logits FILE] [--config FILE] [--set ...]
-//                                                  mean next-token loss, one JSON line (docs/hf.md)
+//   deltatron eval --hf-model DIR | --checkpoint PATH --data PREFIX [--max-tokens N] [--dump-logits FILE]
+//                  [--config FILE] [--set ...]    mean next-token loss, one JSON line (docs/hf.md)
+//   deltatron export-hf --checkpoint PATH --out DIR [--dtype f32|bf16|f16]
+//                                                  a checkpoint's model as an HF directory (docs/hf.md)
 //   deltatron make-corpus --prefix P [--docs N --seed S --vocab V]
 //                                                  writes the synthetic quickstart corpus (indexed dataset)
 #include <CLI/CLI.hpp>
@@ -56,12 +58,19 @@ int main(int argc, char** argv) {
 
   dt::cli::EvalOptions ev;
   auto* eval = app.add_subcommand("eval", "mean next-token loss of a model on a dataset (one JSON line)");
-  eval->add_option("--hf-model", ev.hf_model, "HF Qwen3.5 directory to evaluate")->required();
+  eval->add_option("--hf-model", ev.hf_model, "HF Qwen3.5 directory to evaluate");
+  eval->add_option("--checkpoint", ev.checkpoint, "deltatron checkpoint to evaluate (step dir or checkpoint.dir)");
   eval->add_option("--data", ev.data, "dataset PREFIX (same as --set data.prefix=PREFIX)");
   eval->add_option("--max-tokens", ev.max_tokens, "tokens per micro-batch (same as --set data.max_tokens=N)");
   eval->add_option("--dump-logits", ev.dump_logits, "write the logits [T_real, vocab] f32 of every real token here");
   eval->add_option("--config", ev.config, "YAML file for the parallel and data sections");
   eval->add_option("--set", ev.sets, "override section.key=value (repeatable, applied in order)");
+
+  dt::cli::ExportHfOptions ex;
+  auto* export_hf = app.add_subcommand("export-hf", "write a checkpoint's model as an HF Qwen3.5 directory");
+  export_hf->add_option("--checkpoint", ex.checkpoint, "step directory, or checkpoint.dir (its latest)")->required();
+  export_hf->add_option("--out", ex.out, "HF directory to write (config.json, model.safetensors)")->required();
+  export_hf->add_option("--dtype", ex.dtype, "f32 | bf16 | f16 (default: the source dtype)");
 
   std::string corpus_prefix;
   int64_t corpus_docs = 20000, corpus_seed = 1234, corpus_vocab = 64;
@@ -98,6 +107,7 @@ int main(int argc, char** argv) {
     dt::train::run_training(cfg);
   }
   if (*eval) rc = dt::cli::run_eval(ev);
+  if (*export_hf) rc = dt::cli::run_export_hf(ex);
   if (*corpus && dt::dist::world_rank() == 0) {  // one writer
     std::string err = dt::data::write_synthetic_corpus(corpus_prefix, corpus_docs, uint64_t(corpus_seed), corpus_vocab);
     if (!err.empty()) dt::user_error(err, false);
