@@ -12,7 +12,8 @@
 //  * eval --dump-logits: logits of every document vs HF's (rel. L2 < 1e-4 per document), the
 //    mean loss vs HF's (rel. < 1e-4) and the predicted-token count exactly;
 //  * train --init-from-hf, one SGD step (lr 1, no clip, no decay, constant) --export-hf: every
-//    weight moved by -grad of HF's mean loss (rel. L2 < 1e-4 per tensor).
+//    weight moved by -grad of HF's mean loss (rel. L2 < 1e-4 per tensor);
+//  * eval --checkpoint and eval --hf-model of the same weights: equal dumps, bit for bit.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -380,4 +381,16 @@ TEST(HfCli, DISABLED_SgdStepIsMinusHfGrad) {
     ops::scale(minus_g, -1.f);
     EXPECT_TRUE(close_rel(step, minus_g, 1e-4)) << k;
   }
+}
+
+// Two eval dumps of the same weights (an HF directory and the checkpoint it was exported from):
+// the same logits bit for bit and the same loss.
+TEST(HfCli, DISABLED_DumpsAreEqual) {
+  const char* a = std::getenv("DT_HF_DUMP_A");
+  const char* b = std::getenv("DT_HF_DUMP_B");
+  ASSERT_TRUE(a && b) << "set DT_HF_DUMP_A and DT_HF_DUMP_B to two --dump-logits files";
+  const io::SafetensorsFile fa = io::read_safetensors_or_die(a), fb = io::read_safetensors_or_die(b);
+  EXPECT_TRUE(bitwise_equal(fa.at("logits"), fb.at("logits")));
+  EXPECT_EQ(fa.metadata.at("loss"), fb.metadata.at("loss"));
+  EXPECT_EQ(fa.metadata.at("predicted_tokens"), fb.metadata.at("predicted_tokens"));
 }
