@@ -15,6 +15,7 @@
 #include "deltatron/layers/lm_head.h"
 #include "deltatron/model/grad_reduce.h"
 #include "deltatron/model/hf_io.h"
+#include "deltatron/ops/attention.h"
 #include "deltatron/ops/basic.h"
 #include "deltatron/train/checkpoint.h"
 #include "deltatron/train/metrics.h"
@@ -120,6 +121,13 @@ Trainer::Trainer(const io::Config& cfg) : cfg_(cfg), guard_(cfg.train.max_nonfin
 #endif
     peak_tflops_ = train::peak_tflops(device_name(dev), ctx_.act_dtype == DType::bf16);
   }
+
+  // The gated attention kernels: a backend that cannot run is refused here, before any work.
+  const ops::AttnBackendChoice attn = ops::choose_attention_backend(cfg_.attention.backend, dev);
+  if (!attn.error.empty()) user_error(attn.error);
+  if (attn.backend != ops::AttnBackend::native)  // never a silent fallback to the native kernels
+    user_error(fmt::format("config: attention.backend = '{}': the model takes only the native kernels so far "
+                           "---> hint: attention.backend=native (or auto)", cfg_.attention.backend));
 
   // Data.
   pc_.max_tokens = cfg_.data.max_tokens;
