@@ -62,7 +62,9 @@ std::string write_documents(int64_t vocab, int64_t tokens) {
 
 // Everything that holds device memory or communicators lives in here, gone before finalize.
 void run(int argc, char** argv) {
-  std::string config = "configs/bench-0.8b.yaml";
+  // The source tree's config, wherever the binary runs from (scripts/gpu_test.sh runs it in the build dir).
+  std::string config =
+      (std::filesystem::path(__FILE__).parent_path().parent_path() / "configs/bench-0.8b.yaml").string();
   int64_t steps = 10, warmup = 3;
   std::vector<std::string> sets = {"train.device=cuda", "logging.metrics_jsonl=", "checkpoint.dir="};
   for (int i = 1; i < argc; ++i) {
@@ -73,7 +75,8 @@ void run(int argc, char** argv) {
     else user_error(fmt::format("train_step: unknown argument '{}' (flags: --config FILE, --steps N, --warmup N, "
                                 "--set section.key=value)", argv[i]));
   }
-  if (steps < 1 || warmup < 0) user_error(fmt::format("train_step: --steps {} must be >= 1 and --warmup {} >= 0", steps, warmup));
+  if (steps < 1 || warmup < 0)
+    user_error(fmt::format("train_step: --steps {} must be >= 1 and --warmup {} >= 0", steps, warmup));
   io::Config cfg;
   if (std::string e = io::load_config(config, sets, &cfg); !e.empty()) user_error(e);
   cfg.train.steps = warmup + steps;

@@ -1,3 +1,5 @@
+// The training loop (include/deltatron/train/trainer.h; docs/training.md): the Trainer (setup, one
+// step), the rank-0 step log and run_training.
 #include "deltatron/train/trainer.h"
 
 #include <chrono>
@@ -46,8 +48,9 @@ Device resolve_device(const std::string& want, std::string* note) {
         "train.device = 'cuda', but {} of {} rank(s) have no GPU of their own ({}) ---> hint: --set train.device=cpu "
         "(or auto), or run at most one rank per GPU",
         n_lacking, dist::world_size(),
-        DELTATRON_HAVE_CUDA ? fmt::format("rank 0 sees {} CUDA device(s) for {} local rank(s)", gpus, dist::local_size())
-                            : std::string("this build has no CUDA backend")));
+        DELTATRON_HAVE_CUDA
+            ? fmt::format("rank 0 sees {} CUDA device(s) for {} local rank(s)", gpus, dist::local_size())
+            : std::string("this build has no CUDA backend")));
   }
   return Device::cuda(dist::select_cuda_device());
 }
@@ -102,7 +105,8 @@ Trainer::Trainer(const io::Config& cfg) : cfg_(cfg), guard_(cfg.train.max_nonfin
   if (std::string e = io::validate_config(cfg_, world); !e.empty()) user_error(e);
   dims_ = {int(cfg_.parallel.tp), int(cfg_.parallel.cp), int(cfg_.parallel.dp)};
   if (std::string e = dims_.resolve(world); !e.empty()) user_error(e);
-  if (cfg_.data.prefix.empty()) user_error("config: data.prefix is empty ---> hint: --data PREFIX or --set data.prefix=...");
+  if (cfg_.data.prefix.empty())
+    user_error("config: data.prefix is empty ---> hint: --data PREFIX or --set data.prefix=...");
 
   // Device, groups, stream, precision.
   const Device dev = resolve_device(cfg_.train.device, &device_note_);
@@ -243,8 +247,9 @@ std::string Trainer::banner() const {
   const Device dev = ctx_.device;
   std::string precision;
   if (dev.is_cpu())
-    precision = cfg_.train.precision == "fp32" ? "fp32"
-                                               : "fp32 (train.precision=bf16 was asked: the CPU backend computes in fp32)";
+    precision = cfg_.train.precision == "fp32"
+                    ? "fp32"
+                    : "fp32 (train.precision=bf16 was asked: the CPU backend computes in fp32)";
   else
     precision = ctx_.act_dtype == DType::bf16 ? "bf16 compute, fp32 master weights, gradients and optimizer state"
                                               : "fp32";
