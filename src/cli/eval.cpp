@@ -24,6 +24,7 @@
 #include "deltatron/model/qwen35.h"
 #include "deltatron/ops/basic.h"
 #include "deltatron/train/checkpoint.h"
+#include "deltatron/train/trainer.h"
 
 namespace dt::cli {
 
@@ -152,7 +153,6 @@ int run_export_hf(const ExportHfOptions& o) {
 }
 
 int run_eval(const EvalOptions& o) {
-  const int world = dist::world_size();
   std::vector<std::string> sets = o.sets;
   if (!o.data.empty()) sets.push_back("data.prefix=" + o.data);
   if (o.max_tokens >= 0) sets.push_back("data.max_tokens=" + std::to_string(o.max_tokens));
@@ -167,15 +167,25 @@ int run_eval(const EvalOptions& o) {
   } else if (std::string e = model::read_hf_config(o.hf_model, &cfg.model); !e.empty()) {
     user_error(e);
   }
-  cfg.data.shuffle = false;  // dataset order
-  if (std::string e = io::validate_config(cfg, world); !e.empty()) user_error(e);
-  if (cfg.data.prefix.empty()) user_error("eval: data.prefix is empty ---> hint: --data PREFIX");
-  if (cfg.train.device == "cuda")
-    user_error("train.device = 'cuda': eval runs on the CPU backend for now ---> hint: --set train.device=cpu");
-  const Device dev = Device::cpu();
-  dist::ParallelDims dims{int(cfg.parallel.tp), int(cfg.parallel.cp), int(cfg.parallel.dp)};
-  if (std::string e = dims.resolve(world); !e.empty()) user_error(e);
-  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::mpi);
+  cfg.data.shuffle = false;           // dataset order
+  cfg.optimizer.name = "sgd";          // eval takes no step: no optimizer state to allocate
+  cfg.checkpoint.init_from_hf = o.hf_model;
+  cfg.checkpoint.export_hf.clear();
+  cfg.checkpoint.dir.clear();
+  // The trainer's setup: device (train.device), process groups (NCCL on GPUs), compute stream,
+  // precision (train.precision), the model with the HF weights loaded (checkpoint.init_from_hf).
+  train::Trainer trainer(cfg);
+  model::Qwen35Model& net = trainer.model();
+  const dist::ProcessGroups& pg = trainer.groups();
+  const dist::ParallelDims dims = pg.dims;
+  const Device dev = trainer.device();
+  const Stream st = trainer.stream();
+  if (!o.checkpoint.empty()) {
+    load_checkpoint_params_or_die(ck, net, pg);
+    trainer.synchronize_device();  // the load copies on the default stream
+  }
+  // Host sums over dp x cp (MPI, whatever the device groups are): ranks of one tp coordinate.
+  std::unique_ptr<dist::Communicator> host_dp_cp = dist::split(dist::Backend::mpi, pg.coord.tp, dist::world_rank());
 
   data::PackerConfig pc;
   pc.max_tokens = cfg.data.max_tokens;
@@ -185,18 +195,7 @@ int run_eval(const EvalOptions& o) {
   pc.sp = cfg.parallel.sp ? dims.tp : 1;
   pc.cp = dims.cp;
   pc.dp = dims.dp;
-  if (std::string e = data::validate_packer_config(pc); !e.empty()) user_error(e);
   data::IndexedDataset ds = data::IndexedDataset::open_or_die(cfg.data.prefix);
-
-  layers::RunCtx ctx;
-  ctx.pg = &pg;
-  ctx.sp = cfg.parallel.sp;
-  ctx.device = dev;
-  ctx.act_dtype = DType::f32;
-  ctx.seed = uint64_t(cfg.train.seed);
-  model::Qwen35Model net(cfg.model, ctx);
-  if (o.checkpoint.empty()) model::load_hf_weights_or_die(o.hf_model, net, pg);
-  else load_checkpoint_params_or_die(ck, net, pg);
 
   // Where each document's tokens start in the dump: documents back to back, in dataset order.
   const int64_t D = ds.num_documents(), V = cfg.model.vocab_size;
@@ -224,14 +223,14 @@ int run_eval(const EvalOptions& o) {
   int64_t count = 0;
   for (size_t g = size_t(pg.coord.dp); g < plan.size(); g += size_t(dims.dp)) {  // DP rank r: r, r+dp, ...
     const data::MicroBatch mb = data::build_micro_batch(ds, pc, plan[g], 0, int64_t(g));
-    data::PackedSeqParams psp = data::PackedSeqParams::build(mb.desc(pg.coord.cp), dev);
-    layers::LmTargets tg = layers::next_token_targets(mb.tokens, psp, dev);
-    Tensor ids = layers::local_token_ids(mb.tokens, psp, dev);
+    data::PackedSeqParams psp = data::PackedSeqParams::build(mb.desc(pg.coord.cp), dev, st);
+    layers::LmTargets tg = layers::next_token_targets(mb.tokens, psp, dev, st);
+    Tensor ids = layers::local_token_ids(mb.tokens, psp, dev, st);
     layers::LmHeadLoss::Result r = net.forward(ids, psp, tg);
-    loss_sum += double(ops::item(r.loss_sum));
+    loss_sum += double(ops::item(r.loss_sum, st));
     count += r.count;
     if (!dump) continue;
-    Tensor lg = ops::to_host(net.logits(ids, psp));  // [T/cp, V] this CP rank's zig-zag rows
+    Tensor lg = ops::to_host(net.logits(ids, psp), st);  // [T/cp, V] this CP rank's zig-zag rows
     const std::vector<int32_t>& cu_pad = psp.cu_seqlens_padded();
     const std::vector<int32_t>& cu = psp.cu_seqlens();
     for (int64_t l = 0; l < psp.tokens_cp(); ++l) {
@@ -245,9 +244,9 @@ int run_eval(const EvalOptions& o) {
     }
   }
   // TP ranks of a group hold the same sums and rows: reduce over dp x cp only.
-  loss_sum = sum_over(pg.dp_cp.get(), loss_sum);
-  const int64_t predicted = int64_t(std::llround(sum_over(pg.dp_cp.get(), double(count))));
-  if (dump && pg.dp_cp && pg.dp_cp->size() > 1) pg.dp_cp->all_reduce(all_logits, dist::ReduceOp::sum);
+  loss_sum = sum_over(host_dp_cp.get(), loss_sum);
+  const int64_t predicted = int64_t(std::llround(sum_over(host_dp_cp.get(), double(count))));
+  if (dump && host_dp_cp->size() > 1) host_dp_cp->all_reduce(all_logits, dist::ReduceOp::sum);
   const double loss = predicted > 0 ? loss_sum / double(predicted) : 0.0;
   const std::string line = fmt::format("{{\"loss\": {:.9g}, \"predicted_tokens\": {}, \"perplexity\": {:.9g}}}", loss,
                                        predicted, std::exp(loss));
