@@ -46,8 +46,6 @@ std::string file_name_of(const std::string& ours, const HfLayout& l) {
 
 bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
 
-std::string shape_str(const Shape& s) { return s.str(); }
-
 // ---- config.json ----------------------------------------------------------------------------
 
 std::string read_json(const fs::path& p, json* out) {
@@ -267,6 +265,57 @@ std::string list_weight_files(const std::string& dir, std::vector<std::string>* 
   return fmt::format("HF checkpoint: {} holds neither model.safetensors nor model.safetensors.index.json", dir);
 }
 
+// What a safetensors header says about one tensor: enough to match names and shapes before any
+// tensor data is read (the data is read file by file afterwards, by io::read_safetensors, which
+// also checks the offsets).
+struct TensorHeader {
+  DType dtype = DType::f32;
+  bool known_dtype = false;
+  std::string dtype_name;
+  Shape shape;
+  size_t file = 0;
+};
+
+std::string read_header(const std::string& path, size_t file, std::map<std::string, TensorHeader>* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return fmt::format("HF checkpoint: cannot open {}", path);
+  unsigned char lenb[8];
+  if (!f.read(reinterpret_cast<char*>(lenb), 8)) return fmt::format("HF checkpoint: {}: truncated header", path);
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | lenb[i];
+  if (hlen > (uint64_t(1) << 30)) return fmt::format("HF checkpoint: {}: header length {} is implausible", path, hlen);
+  std::string header(hlen, '\0');
+  if (!f.read(header.data(), std::streamsize(hlen))) return fmt::format("HF checkpoint: {}: truncated header", path);
+  json j;
+  try {
+    j = json::parse(header);
+  } catch (const std::exception& e) {
+    return fmt::format("HF checkpoint: {}: header is not valid JSON: {}", path, e.what());
+  }
+  if (!j.is_object()) return fmt::format("HF checkpoint: {}: header is not a JSON object", path);
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    TensorHeader h;
+    h.file = file;
+    if (!it->is_object() || !(*it)["dtype"].is_string() || !(*it)["shape"].is_array())
+      return fmt::format("HF checkpoint: {}: tensor '{}' has no dtype or shape", path, it.key());
+    h.dtype_name = (*it)["dtype"].get<std::string>();
+    h.known_dtype = io::parse_safetensors_dtype(h.dtype_name, &h.dtype);
+    const json& sh = (*it)["shape"];
+    if (sh.size() > size_t(kMaxDims))
+      return fmt::format("HF checkpoint: {}: tensor '{}' has {} dims (at most {})", path, it.key(), sh.size(), kMaxDims);
+    h.shape.ndim = int(sh.size());
+    for (size_t d = 0; d < sh.size(); ++d) {
+      if (!sh[d].is_number_integer() || sh[d].get<int64_t>() < 0)
+        return fmt::format("HF checkpoint: {}: tensor '{}' has shape {}", path, it.key(), sh.dump());
+      h.shape[int(d)] = sh[d].get<int64_t>();
+    }
+    if (!out->emplace(it.key(), h).second)
+      return fmt::format("HF checkpoint: tensor '{}' is in more than one file ({} and another)", it.key(), path);
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string load_hf_weights(const std::string& dir, Qwen35Model& net, const dist::ProcessGroups& pg,
@@ -279,14 +328,9 @@ std::string load_hf_weights(const std::string& dir, Qwen35Model& net, const dist
     return e;
   std::vector<std::string> files;
   if (std::string e = list_weight_files(dir, &files); !e.empty()) return e;
-  std::vector<io::SafetensorsFile> st(files.size());
-  std::map<std::string, const Tensor*> tensors;  // checkpoint name -> tensor
-  for (size_t i = 0; i < files.size(); ++i) {
-    if (std::string e = io::read_safetensors(files[i], &st[i]); !e.empty()) return "HF checkpoint: " + e;
-    for (const auto& [name, t] : st[i].tensors)
-      if (!tensors.emplace(name, &t).second)
-        return fmt::format("HF checkpoint: tensor '{}' is in more than one file ({} and another)", name, files[i]);
-  }
+  std::map<std::string, TensorHeader> tensors;  // checkpoint name -> header
+  for (size_t i = 0; i < files.size(); ++i)
+    if (std::string e = read_header(files[i], i, &tensors); !e.empty()) return e;
   // The layout whose text prefix names the embedding.
   const HfLayout* layout = nullptr;
   for (const HfLayout& l : hf_layouts())
@@ -307,9 +351,9 @@ std::string load_hf_weights(const std::string& dir, Qwen35Model& net, const dist
       continue;
     }
     used.insert(fname);
-    if (!(it->second->shape() == p->spec.shape))
+    if (it->second.shape != p->spec.shape)
       bad_shape.push_back(fmt::format("{} is {} in the checkpoint, the model expects {}", fname,
-                                      shape_str(it->second->shape()), shape_str(p->spec.shape)));
+                                      it->second.shape.str(), p->spec.shape.str()));
   }
   std::vector<std::string> unexpected;
   HfLoadInfo out;
@@ -335,28 +379,38 @@ std::string load_hf_weights(const std::string& dir, Qwen35Model& net, const dist
   }
   // The source dtype: that of the parameters (one for all, as HF saves them).
   std::set<DType> dtypes;
-  for (const std::string& n : used) dtypes.insert(tensors.at(n)->dtype());
-  for (DType t : dtypes)
-    if (t != DType::f32 && t != DType::bf16 && t != DType::f16)
-      return fmt::format("HF checkpoint: {}: tensors of dtype {} (supported: F32, BF16, F16)", dir,
-                         io::safetensors_dtype_name(t));
+  for (const std::string& n : used) {
+    const TensorHeader& h = tensors.at(n);
+    if (!h.known_dtype || (h.dtype != DType::f32 && h.dtype != DType::bf16 && h.dtype != DType::f16))
+      return fmt::format("HF checkpoint: {}: tensor {} has dtype {} (supported: F32, BF16, F16)", dir, n, h.dtype_name);
+    dtypes.insert(h.dtype);
+  }
   out.source_dtype = dtypes.count(DType::f32) ? DType::f32 : *dtypes.begin();
+  // The data, one file in memory at a time; files holding only ignored tensors are not read.
   const int tp = pg.dims.tp, tp_rank = pg.coord.tp;
-  for (Param* p : params) {
-    const Tensor& src = *tensors.at(file_name_of(p->spec.name, *layout));
-    Tensor global = src;
-    if (src.dtype() != DType::f32) {  // bf16 / f16 -> fp32 master
-      global = Tensor::empty(src.shape(), DType::f32);
-      ops::copy(global, src);
+  for (size_t fi = 0; fi < files.size(); ++fi) {
+    std::vector<Param*> here;
+    for (Param* p : params)
+      if (tensors.at(file_name_of(p->spec.name, *layout)).file == fi) here.push_back(p);
+    if (here.empty()) continue;
+    io::SafetensorsFile st;
+    if (std::string e = io::read_safetensors(files[fi], &st); !e.empty()) return "HF checkpoint: " + e;
+    for (Param* p : here) {
+      const Tensor& src = st.at(file_name_of(p->spec.name, *layout));
+      Tensor global = src;
+      if (src.dtype() != DType::f32) {  // bf16 / f16 -> fp32 master
+        global = Tensor::empty(src.shape(), DType::f32);
+        ops::copy(global, src);
+      }
+      if (p->master.device().is_cpu()) {
+        shard_from_global(p->master, global, p->spec, tp, tp_rank);
+      } else {
+        Tensor local = Tensor::empty(p->master.shape(), DType::f32);
+        shard_from_global(local, global, p->spec, tp, tp_rank);
+        ops::copy(p->master, ops::to_device(local, p->master.device()));
+      }
+      refresh_compute(*p);
     }
-    if (p->master.device().is_cpu()) {
-      shard_from_global(p->master, global, p->spec, tp, tp_rank);
-    } else {
-      Tensor local = Tensor::empty(p->master.shape(), DType::f32);
-      shard_from_global(local, global, p->spec, tp, tp_rank);
-      ops::copy(p->master, ops::to_device(local, p->master.device()));
-    }
-    refresh_compute(*p);
   }
   std::sort(out.ignored.begin(), out.ignored.end());
   *info = out;

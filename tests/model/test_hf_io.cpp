@@ -251,6 +251,14 @@ TEST(HfIo, MismatchesNameTheTensors) {
         << e;
   }
   {
+    std::map<std::string, Tensor> t = fixture_tensors();
+    t["model.norm.weight"] = Tensor::zeros(Shape{32}, DType::i32);
+    const fs::path d = scratch("dtype");
+    write_model(d, t, cfg);
+    const std::string e = model::load_hf_weights(d.string(), net, s->pg, &info);
+    EXPECT_NE(e.find("tensor model.norm.weight has dtype I32 (supported: F32, BF16, F16)"), std::string::npos) << e;
+  }
+  {
     nlohmann::json j = nlohmann::json::parse(cfg);
     j["intermediate_size"] = 64;
     const fs::path d = scratch("cfgdiff");

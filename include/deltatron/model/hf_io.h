@@ -43,9 +43,11 @@ struct HfLoadInfo {
   std::vector<std::string> ignored;  // tensors skipped on purpose (vision, MTP, a tied lm_head)
 };
 
-// Loads the HF checkpoint in `dir` into `net`: each rank reads the files and copies its TP
-// shard of every parameter into the fp32 master (and refreshes the compute copy). The config
-// must match net.config(). "" on success, else the error (the same on every rank: the inputs are).
+// Loads the HF checkpoint in `dir` into `net`: each rank matches names and shapes from the
+// safetensors headers first, then reads the files one at a time (skipping those that hold only
+// ignored tensors) and copies its TP shard of every parameter into the fp32 master (and
+// refreshes the compute copy; CUDA copies run on the default stream). The config must match
+// net.config(). "" on success, else the error (the same on every rank: the inputs are).
 std::string load_hf_weights(const std::string& dir, Qwen35Model& net, const dist::ProcessGroups& pg,
                             HfLoadInfo* info);
 // The same; an error ends every rank (dt::user_error). Rank 0 says what was loaded and ignored.
