@@ -17,6 +17,14 @@ install_deps() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
+# The optional header-only cuDNN frontend (attention.backend=cudnn) into .deps/, only when a CUDA
+# toolkit is there to use it; a failure (e.g. no network) leaves the build without it.
+fetch_cudnn_frontend() {
+  command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || return 0
+  bash "$(dirname "${BASH_SOURCE[0]}")/fetch_cudnn_frontend.sh" ||
+    echo "[deltatron] cudnn_frontend not fetched: attention.backend=cudnn will be unavailable"
+}
+
 # mpirun flags for oversubscribed runs (and root, as in containers and CI).
 mpirun_flags() {
   local f="--oversubscribe"

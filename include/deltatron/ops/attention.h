@@ -54,6 +54,10 @@ struct AttnVarlen {
   TensorView q_pos;              // [Tq] i32, position of each query row inside its sequence
   int q_div = 1;                 // query rows of sequence i: [c_i/q_div, c_{i+1}/q_div)
   AttnBackend backend = AttnBackend::native;
+  // Host-known bound on every padded length c_{i+1} - c_i (0: unknown). The cuDNN path sizes
+  // its graph by it (a smaller value traps on the device); without it the cuDNN path reads
+  // cu_seqlens_padded back, one host sync per call. The native kernels ignore it.
+  int64_t max_seqlen = 0;
 };
 // The backend for the config value `attention.backend` (auto | native | cudnn) on `dev`, or a
 // user error naming the value and the rule: cudnn needs a CUDA build with cudnn_frontend and a
