@@ -257,6 +257,8 @@ struct Plan {
 };
 // The largest padded sequence length: AttnVarlen::max_seqlen, else read back (one host sync).
 int64_t max_padded(const AttnVarlen& m, const TensorView& q, cudaStream_t st, const char* op) {
+  static const std::string why = cudnn_attention_unavailable();  // the runtime cannot change in a process
+  DT_CHECK(why.empty(), "{}: {}", op, why);
   DT_CHECK(q.dtype == DType::bf16,
            "{}: the cuDNN path takes bf16 views, got {} ---> hint: attention.backend=native for f32", op, q.str());
   if (m.max_seqlen > 0) return m.max_seqlen;
