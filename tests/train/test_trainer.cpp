@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -39,6 +40,12 @@ std::string corpus() {
     world->broadcast(pid, 0);
     std::string p = ::testing::TempDir() + fmt::format("dt_trainer_corpus_{}", *pid.ptr<int64_t>());
     if (world->rank() == 0) {
+      static std::string written;  // removed at exit
+      written = p;
+      std::atexit([] {
+        std::remove((written + ".bin").c_str());
+        std::remove((written + ".idx").c_str());
+      });
       // 2000 documents (~110k tokens): the 20 curve steps (~41k tokens) stay inside the first
       // epoch, whose end pads the micro-batch count to a multiple of dp (docs/data.md), so
       // that the global batch would differ between dp sizes there.

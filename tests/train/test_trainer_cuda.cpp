@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstdio>
 #include <fstream>
 
 #include "deltatron/data/synthetic.h"
@@ -36,6 +38,12 @@ std::string corpus() {
     world->broadcast(pid, 0);
     std::string p = ::testing::TempDir() + fmt::format("dt_trainer_cuda_corpus_{}", *pid.ptr<int64_t>());
     if (world->rank() == 0) {
+      static std::string written;  // removed at exit
+      written = p;
+      std::atexit([] {
+        std::remove((written + ".bin").c_str());
+        std::remove((written + ".idx").c_str());
+      });
       std::string e = data::write_synthetic_corpus(p, 1000, 99, 64);
       EXPECT_EQ(e, "");
     }
