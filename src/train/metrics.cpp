@@ -34,7 +34,7 @@ std::string format_step_json(const StepMetrics& m) {
   std::string mfu = m.has_mfu() ? fmt::format("{:.5f}", m.mfu()) : "null";
   return fmt::format(
       "{{\"step\": {}, \"loss\": {:.6f}, \"grad_norm\": {:.6f}, \"lr\": {:.6e}, \"step_ms\": {:.3f}, "
-      "\"tokens\": {}, \"tokens_per_s\": {:.1f}, \"tflops_per_gpu\": {:.4f}, \"mfu\": {}, \"peak_mem_bytes\": {}, "
+      "\"tokens\": {}, \"tokens_per_s\": {:.1f}, \"tflops_per_gpu\": {:.6g}, \"mfu\": {}, \"peak_mem_bytes\": {}, "
       "\"skipped\": {}, \"eta_s\": {:.1f}}}",
       m.step, m.loss, m.grad_norm, m.lr, m.step_ms, m.tokens, m.tokens_per_s(), m.tflops_per_gpu(), mfu,
       m.peak_mem_bytes, m.skipped, m.eta_s);

@@ -8,8 +8,10 @@
 //    DT_WRITE_GOLDEN=1 build/tests/test_trainer after a change that moves the losses on purpose).
 //  * On one rank the quickstart model's loss falls on the synthetic corpus.
 //  * The step metrics: tokens and model FLOPs of a step equal the packer's counts and the FLOP
-//    model over the same micro-batches, computed here independently.
+//    model over the same micro-batches, computed here independently; the JSONL record of every
+//    step carries every field, consistent with each other (docs/training.md).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -164,4 +166,35 @@ TEST(Trainer, StepCountsTokensAndFlopsOfTheGlobalBatch) {
     EXPECT_GT(r.flops.attention, 0);
     EXPECT_TRUE(std::isfinite(r.loss) && std::isfinite(r.grad_norm));
   }
+}
+
+TEST(Trainer, MetricsJsonlRecordsEveryStep) {
+  const int world = dist::world_size();
+  const std::string path = ::testing::TempDir() + fmt::format("dt_trainer_metrics_{}.jsonl", world);
+  io::Config c = curve_config(layouts(world).empty() ? Layout{1, 1, world, false} : layouts(world).back());
+  c.train.steps = 3;
+  c.logging.metrics_jsonl = path;
+  train::TrainResult res = train::run_training(c);
+  if (dist::world_rank() != 0) return;  // rank 0 writes
+  std::ifstream f(path);
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(f, line)) {
+    SCOPED_TRACE(line);
+    nlohmann::json j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["step"].get<int64_t>(), n + 1);
+    EXPECT_NEAR(j["loss"].get<double>(), res.losses[size_t(n)], 1e-6);
+    EXPECT_NEAR(j["grad_norm"].get<double>(), res.grad_norms[size_t(n)], 1e-6);
+    const double ms = j["step_ms"].get<double>(), tokens = double(j["tokens"].get<int64_t>());
+    EXPECT_GT(tokens, 0);
+    EXPECT_NEAR(j["tokens_per_s"].get<double>(), tokens / (ms * 1e-3), 0.05 + 1e-3 * tokens / (ms * 1e-3));
+    EXPECT_GT(j["tflops_per_gpu"].get<double>(), 0);
+    EXPECT_TRUE(j["mfu"].is_null()) << "no MFU on the CPU";
+    EXPECT_GT(j["peak_mem_bytes"].get<int64_t>(), 0);
+    EXPECT_EQ(j["skipped"].get<int64_t>(), 0);
+    EXPECT_GE(j["eta_s"].get<double>(), 0);
+    ++n;
+  }
+  EXPECT_EQ(n, 3);
+  std::remove(path.c_str());
 }
