@@ -5,6 +5,7 @@
 // the temp directory).
 //   1 GPU:           train_step [--config configs/bench-0.8b.yaml] [--steps 10] [--warmup 3] [--set k=v]...
 //   2 GPUs, CP = 2:  mpirun -np 2 -x NCCL_NVLS_ENABLE=0 train_step --set parallel.cp=2 --set data.max_tokens=16384
+//   --phases N:      then N more micro-batches timed phase by phase (time_phases)
 // Prints the median step ms, tokens/s (real tokens over the timed steps' total time), TFLOP/s per
 // GPU and MFU by the model-FLOP count of docs/training.md, and the peak of the caching allocator
 // (max over ranks). Each timed step ends with a device synchronisation.
@@ -22,10 +23,17 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime.h>
+
+#include "core/cuda_check.h"
 #include "deltatron/core/allocator.h"
 #include "deltatron/data/indexed_dataset.h"
 #include "deltatron/dist/comm.h"
 #include "deltatron/io/config.h"
+#include "deltatron/layers/embedding.h"
+#include "deltatron/layers/lm_head.h"
+#include "deltatron/model/grad_reduce.h"
+#include "deltatron/ops/basic.h"
 #include "deltatron/train/metrics.h"
 #include "deltatron/train/trainer.h"
 
@@ -60,30 +68,90 @@ std::string write_documents(int64_t vocab, int64_t tokens) {
   return prefix;
 }
 
+// --phases: where a step's time goes, each phase timed with CUDA events on the compute stream over
+// fresh micro-batches (after the timed steps: the extra updates change the weights), median of
+// `reps`: forward (embedding, layers, final norm, LM head + loss), backward, gradient reduction +
+// grad norm (with its readback), AdamW + zero grads; and the LM head with its cross entropy alone
+// (fwd + bwd, an untied copy on random activations of the same micro-batch).
+void time_phases(train::Trainer& t, int reps) {
+  const Stream s = t.stream();
+  const auto st = static_cast<cudaStream_t>(s.handle);
+  const Device dev = t.device();
+  const dist::ProcessGroups& pg = t.groups();
+  io::ModelConfig untied = t.config().model;
+  untied.tie_word_embeddings = false;
+  layers::LmHeadLoss head(model::lm_head_config(untied), t.run_ctx());
+  const char* names[] = {"forward", "backward", "grad reduce + norm", "AdamW + zero grads", "LM head + CE alone"};
+  constexpr int kPhases = 5;
+  cudaEvent_t ev[kPhases + 1];
+  for (cudaEvent_t& e : ev) DT_CUDA_CHECK(cudaEventCreate(&e));
+  std::vector<std::vector<float>> ms(kPhases);
+  for (int r = 0; r < reps; ++r) {
+    const data::MicroBatch mb = t.loader().next();
+    const data::PackedSeqParams psp = data::PackedSeqParams::build(mb.desc(pg.coord.cp), dev, s);
+    const layers::LmTargets tg = layers::next_token_targets(mb.tokens, psp, dev, s);
+    const Tensor ids = layers::local_token_ids(mb.tokens, psp, dev, s);
+    const float scale = 1.f / float(std::max<int64_t>(tg.count, 1));
+    const Shape hs{psp.tokens_local(), untied.hidden_size};
+    Tensor h = Tensor::empty(hs, t.act_dtype(), dev), dh = Tensor::empty(hs, t.act_dtype(), dev);  // [T_local, H]
+    ops::rng_normal(h, 1, 7, 0.f, 1.f, ops::RngSlice::whole(h), s);
+    DT_CUDA_CHECK(cudaEventRecord(ev[0], st));
+    t.model().forward(ids, psp, tg);
+    DT_CUDA_CHECK(cudaEventRecord(ev[1], st));
+    t.model().backward(scale);
+    DT_CUDA_CHECK(cudaEventRecord(ev[2], st));
+    model::reduce_grads(t.params(), pg, s);
+    train::global_grad_norm(t.params(), pg, s);
+    DT_CUDA_CHECK(cudaEventRecord(ev[3], st));
+    t.optimizer().step(t.params(), 1e-5f, 1.f, s);
+    train::zero_grads(t.params(), s);
+    DT_CUDA_CHECK(cudaEventRecord(ev[4], st));
+    head.forward(h, tg);
+    head.backward(dh, scale);
+    DT_CUDA_CHECK(cudaEventRecord(ev[5], st));
+    DT_CUDA_CHECK(cudaEventSynchronize(ev[kPhases]));
+    for (int i = 0; i < kPhases; ++i) {
+      float x = 0;
+      DT_CUDA_CHECK(cudaEventElapsedTime(&x, ev[i], ev[i + 1]));
+      ms[size_t(i)].push_back(x);
+    }
+  }
+  for (cudaEvent_t e : ev) DT_CUDA_CHECK(cudaEventDestroy(e));
+  if (dist::world_rank() != 0) return;
+  std::printf("phases of one micro-batch (rank 0, median of %d):", reps);
+  for (int i = 0; i < kPhases; ++i) {
+    std::sort(ms[size_t(i)].begin(), ms[size_t(i)].end());
+    std::printf("%s %s %.2f ms", i ? " |" : "", names[i], ms[size_t(i)][ms[size_t(i)].size() / 2]);
+  }
+  std::printf("\n");
+}
+
 // Everything that holds device memory or communicators lives in here, gone before finalize.
 void run(int argc, char** argv) {
   // The source tree's config, wherever the binary runs from (scripts/gpu_test.sh runs it in the build dir).
   std::string config =
       (std::filesystem::path(__FILE__).parent_path().parent_path() / "configs/bench-0.8b.yaml").string();
-  int64_t steps = 10, warmup = 3;
+  int64_t steps = 10, warmup = 3, phases = 0;
   std::vector<std::string> sets = {"train.device=cuda", "logging.metrics_jsonl=", "checkpoint.dir="};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--config") && i + 1 < argc) config = argv[++i];
     else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--set") && i + 1 < argc) sets.push_back(argv[++i]);
+    else if (!std::strcmp(argv[i], "--phases") && i + 1 < argc) phases = std::atoll(argv[++i]);
     else user_error(fmt::format("train_step: unknown argument '{}' (flags: --config FILE, --steps N, --warmup N, "
-                                "--set section.key=value)", argv[i]));
+                                "--set section.key=value, --phases N)", argv[i]));
   }
-  if (steps < 1 || warmup < 0)
-    user_error(fmt::format("train_step: --steps {} must be >= 1 and --warmup {} >= 0", steps, warmup));
+  if (steps < 1 || warmup < 0 || phases < 0)
+    user_error(fmt::format("train_step: --steps {} must be >= 1, --warmup {} and --phases {} >= 0", steps, warmup,
+                           phases));
   io::Config cfg;
   if (std::string e = io::load_config(config, sets, &cfg); !e.empty()) user_error(e);
   cfg.train.steps = warmup + steps;
   const int64_t dp = cfg.parallel.dp > 0 ? cfg.parallel.dp
                                          : dist::world_size() / std::max<int64_t>(cfg.parallel.tp * cfg.parallel.cp, 1);
   // Twice the tokens the run consumes: the packer never reaches the end of the epoch.
-  cfg.data.prefix = write_documents(cfg.model.vocab_size, 2 * cfg.train.steps * cfg.train.grad_accum *
+  cfg.data.prefix = write_documents(cfg.model.vocab_size, 2 * (cfg.train.steps * cfg.train.grad_accum + phases) *
                                                               std::max<int64_t>(dp, 1) * cfg.data.max_tokens);
 
   train::Trainer t(cfg);
@@ -130,6 +198,7 @@ void run(int argc, char** argv) {
     std::printf("  issue 6 (bench-0.8b, one H200, 8192 tokens): HF transformers 33.3k tokens/s, 52 GiB; target >= 67k "
                 "tokens/s, <= 26 GiB; CP = 2 on two GPUs >= 1.8x one GPU\n");
   }
+  if (phases > 0) time_phases(t, int(phases));
 }
 
 }  // namespace
