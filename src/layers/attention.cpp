@@ -95,7 +95,7 @@ model::Param& GatedAttention::param(const std::string& suffix) {
 }
 
 ops::AttnVarlen GatedAttention::varlen(const data::PackedSeqParams& psp) const {
-  return {psp.cu_seqlens_padded_dev(), psp.cu_seqlens_dev(), psp.position_ids_local_dev(), cp_, cfg_.backend,
+  return {psp.cu_seqlens_padded_dev(), psp.cu_seqlens_dev(), psp.position_ids_local_dev(), cp_, ctx_.attn_backend,
           psp.max_seqlen()};
 }
 

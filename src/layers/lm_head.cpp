@@ -49,7 +49,7 @@ LmHeadLoss::LmHeadLoss(const LmHeadConfig& cfg, const RunCtx& ctx, model::Param*
   DT_CHECK(cfg.tie_word_embeddings == (tied != nullptr),
            "LmHeadLoss: tie_word_embeddings={} but the tied weight is {}", cfg.tie_word_embeddings,
            tied ? "given" : "null");
-  DT_CHECK(cfg.chunk_tokens > 0, "LmHeadLoss: chunk_tokens={} must be > 0", cfg.chunk_tokens);
+  DT_CHECK(cfg.chunk_tokens >= 0, "LmHeadLoss: chunk_tokens={} must be >= 0 (0: automatic)", cfg.chunk_tokens);
   tp_ = ctx.pg->dims.tp;
   sp_ = ctx.sp && tp_ > 1;
   std::string err = check_layout(cfg, tp_);
@@ -60,6 +60,12 @@ LmHeadLoss::LmHeadLoss(const LmHeadConfig& cfg, const RunCtx& ctx, model::Param*
   if (tied) {
     check_shape(tied->master, Shape{cfg.vocab / tp_, cfg.hidden}, "LmHeadLoss tied weight [V/tp, hidden]");
   }
+}
+
+int64_t LmHeadConfig::chunk_rows(int tp) const {
+  if (chunk_tokens > 0) return chunk_tokens;
+  const int64_t fit = (int64_t(1) << 30) / (4 * std::max<int64_t>(vocab / std::max(tp, 1), 1));
+  return std::clamp<int64_t>(fit / 64 * 64, 64, 4096);
 }
 
 LmHeadLoss::Result LmHeadLoss::forward(const TensorView& h, const LmTargets& targets) {
@@ -75,7 +81,7 @@ LmHeadLoss::Result LmHeadLoss::forward(const TensorView& h, const LmTargets& tar
   m_ = Tensor::empty(Shape{T_cp}, DType::f32, dev);
   se_ = Tensor::empty(Shape{T_cp}, DType::f32, dev);
   Tensor loss = Tensor::empty(Shape{T_cp}, DType::f32, dev);  // [T_cp] per-token losses
-  const int64_t C = std::min(cfg_.chunk_tokens, std::max<int64_t>(T_cp, 1));
+  const int64_t C = std::min(cfg_.chunk_rows(tp_), std::max<int64_t>(T_cp, 1));
   Tensor logits = Tensor::empty(Shape{C, V_t}, DType::f32, dev);  // [C, V_t]
   const TensorView W = weight().w();
   for (int64_t c0 = 0; c0 < T_cp; c0 += C) {
@@ -113,7 +119,7 @@ void LmHeadLoss::backward(const TensorView& dh, float scale) {
     dhg = dhg_t;
   }
   model::Param& w = weight();
-  const int64_t C = std::min(cfg_.chunk_tokens, std::max<int64_t>(T_cp, 1));
+  const int64_t C = std::min(cfg_.chunk_rows(tp_), std::max<int64_t>(T_cp, 1));
   Tensor logits = Tensor::empty(Shape{C, V_t}, DType::f32, dev);  // [C, V_t] recomputed
   Tensor dlogits = Tensor::empty(Shape{C, V_t}, A, dev);          // [C, V_t]
   for (int64_t c0 = 0; c0 < T_cp; c0 += C) {

@@ -129,9 +129,7 @@ Trainer::Trainer(const io::Config& cfg) : cfg_(cfg), guard_(cfg.train.max_nonfin
   // The gated attention kernels: a backend that cannot run is refused here, before any work.
   const ops::AttnBackendChoice attn = ops::choose_attention_backend(cfg_.attention.backend, dev);
   if (!attn.error.empty()) user_error(attn.error);
-  if (attn.backend != ops::AttnBackend::native)  // never a silent fallback to the native kernels
-    user_error(fmt::format("config: attention.backend = '{}': the model takes only the native kernels so far "
-                           "---> hint: attention.backend=native (or auto)", cfg_.attention.backend));
+  ctx_.attn_backend = attn.backend;  // every GatedAttention layer runs it
 
   // Data.
   pc_.max_tokens = cfg_.data.max_tokens;

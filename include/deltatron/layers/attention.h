@@ -39,7 +39,6 @@ struct AttentionConfig {
   double rope_theta = 1e7;
   float norm_eps = 1e-6f;
   float init_std = 0.02f;
-  ops::AttnBackend backend = ops::AttnBackend::native;  // CUDA kernel family (ops::choose_attention_backend)
   // HF: int(head_dim * partial_rotary_factor).
   int64_t rotary_dim() const { return int64_t(double(head_dim) * partial_rotary_factor); }
 };

@@ -5,6 +5,7 @@
 
 #include "deltatron/core/tensor.h"
 #include "deltatron/dist/parallel.h"
+#include "deltatron/ops/attention.h"
 #include "deltatron/ops/cp_a2a.h"
 
 namespace dt::layers {
@@ -17,6 +18,7 @@ struct RunCtx {
   DType act_dtype = DType::f32;    // activations and GEMM inputs (bf16 on CUDA under bf16)
   Stream stream{};
   ops::CpA2aImpl cp_a2a = ops::CpA2aImpl::fused;
+  ops::AttnBackend attn_backend = ops::AttnBackend::native;  // gated attention kernels on CUDA
   uint64_t seed = 0;
 };
 

@@ -31,7 +31,10 @@ struct LmHeadConfig {
   int64_t hidden = 0;
   float init_std = 0.02f;
   bool tie_word_embeddings = false;
-  int64_t chunk_tokens = 4096;  // rows of logits alive at once
+  // Rows of logits alive at once; 0: as many as fit 1 GiB of f32 logits [rows, V/tp], at most
+  // 4096, a multiple of 64 (vocab 248320: 1024 rows; the backward adds the bf16 dlogits).
+  int64_t chunk_tokens = 0;
+  int64_t chunk_rows(int tp) const;
 };
 
 // Next-token targets of this CP rank's rows, built on the host once per micro-batch.
