@@ -6,7 +6,6 @@
 
 #include "core/cuda_check.h"
 #include "ops/cuda/attention_cudnn_meta.h"
-#include "ops/cuda/layers_common.cuh"
 
 namespace dt::ops::cuda::cudnn_meta {
 namespace {
@@ -78,21 +77,22 @@ __device__ int q_row_chunk(const Batches& p, int64_t l) {
   return (l - p.cu_pad[s] / p.q_div) >= C ? 1 : 0;
 }
 
-// 8 bf16 per 16-byte vector (row strides and widths are multiples of 8: checked by the op).
+// One warp per row (the liveness search once per row), lanes over its 16-byte vectors of 8 bf16
+// (row strides and widths are multiples of 8: checked by the op).
 __global__ void fix_q_kernel(Batches p, uint4* x, int64_t rs8, int64_t W8, const uint4* s0, const uint4* s1) {
-  const int64_t n = p.Tq * W8;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t l = i / W8, v = i - l * W8;
-    const int c = q_row_chunk(p, l);
-    if (c < 0) x[l * rs8 + v] = make_uint4(0, 0, 0, 0);
-    else if (s0) x[l * rs8 + v] = (c == 0 ? s0 : s1)[l * W8 + v];
-  }
+  const int64_t l = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  if (l >= p.Tq) return;
+  const int c = q_row_chunk(p, l);
+  if (c >= 0 && !s0) return;  // live and in place: nothing to do
+  const uint4* src = c == 0 ? s0 : s1;
+  for (int64_t v = threadIdx.x % 32; v < W8; v += 32)
+    x[l * rs8 + v] = c < 0 ? make_uint4(0, 0, 0, 0) : src[l * W8 + v];
 }
 
 __global__ void fix_lse_kernel(Batches p, float* lse, int64_t H) {
-  const int64_t n = p.Tq * H;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    if (q_row_chunk(p, i / H) < 0) lse[i] = 0.f;
+  const int64_t l = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (l >= p.Tq || q_row_chunk(p, l) >= 0) return;
+  for (int64_t h = 0; h < H; ++h) lse[l * H + h] = 0.f;
 }
 
 __device__ uint4 add_bf16x8(uint4 a, uint4 b) {
@@ -108,23 +108,25 @@ __device__ uint4 add_bf16x8(uint4 a, uint4 b) {
 }
 
 __global__ void fix_k_kernel(Batches p, uint4* x, int64_t rs8, int64_t W8, const uint4* s0, const uint4* s1) {
-  const int64_t n = p.Tk * W8;
+  const int64_t j = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  if (j >= p.Tk) return;
+  const int s = seq_of(p.cu_pad, p.N, 1, j);
+  const int64_t r = j - p.cu_pad[s];
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t j = i / W8, v = i - j * W8;
-    const int s = seq_of(p.cu_pad, p.N, 1, j);
-    const int64_t r = j - p.cu_pad[s];
-    if (!s0) {
-      if (r >= p.cu[s + 1] - p.cu[s]) x[j * rs8 + v] = zero;
-      continue;
-    }
-    const bool in0 = r < chunk_of(p, s, 0).skv, in1 = r < chunk_of(p, s, 1).skv;
+  if (!s0) {
+    if (r < p.cu[s + 1] - p.cu[s]) return;  // a real key: cuDNN's value stays
+    for (int64_t v = threadIdx.x % 32; v < W8; v += 32) x[j * rs8 + v] = zero;
+    return;
+  }
+  const bool in0 = r < chunk_of(p, s, 0).skv, in1 = r < chunk_of(p, s, 1).skv;
+  for (int64_t v = threadIdx.x % 32; v < W8; v += 32) {
     const uint4 a = in0 ? s0[j * W8 + v] : zero;
     x[j * rs8 + v] = in1 ? (in0 ? add_bf16x8(a, s1[j * W8 + v]) : s1[j * W8 + v]) : a;
   }
 }
 
-unsigned blocks(int64_t n) { return lc::grid_for((n + 255) / 256, 65535 * 16); }
+constexpr int kRowsPerBlock = 8;  // warps of 32 lanes, one row each
+unsigned row_blocks(int64_t rows) { return unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
 
 }  // namespace
 
@@ -145,20 +147,20 @@ void build(const Batches& p, int ntensors, const int* side, const int64_t* mult,
 void fix_q_rows(const Batches& p, void* x, int64_t rs, int64_t W, const void* src0, const void* src1,
                 cudaStream_t st) {
   const int64_t W8 = W / 8;
-  fix_q_kernel<<<blocks(p.Tq * W8), 256, 0, st>>>(p, static_cast<uint4*>(x), rs / 8, W8,
+  fix_q_kernel<<<row_blocks(p.Tq), 32 * kRowsPerBlock, 0, st>>>(p, static_cast<uint4*>(x), rs / 8, W8,
                                                    static_cast<const uint4*>(src0), static_cast<const uint4*>(src1));
   DT_CUDA_LAUNCH_CHECK();
 }
 
 void fix_lse(const Batches& p, float* lse, int64_t H, cudaStream_t st) {
-  fix_lse_kernel<<<blocks(p.Tq * H), 256, 0, st>>>(p, lse, H);
+  fix_lse_kernel<<<unsigned((p.Tq + 255) / 256), 256, 0, st>>>(p, lse, H);
   DT_CUDA_LAUNCH_CHECK();
 }
 
 void fix_k_rows(const Batches& p, void* x, int64_t rs, int64_t W, const void* src0, const void* src1,
                 cudaStream_t st) {
   const int64_t W8 = W / 8;
-  fix_k_kernel<<<blocks(p.Tk * W8), 256, 0, st>>>(p, static_cast<uint4*>(x), rs / 8, W8,
+  fix_k_kernel<<<row_blocks(p.Tk), 32 * kRowsPerBlock, 0, st>>>(p, static_cast<uint4*>(x), rs / 8, W8,
                                                    static_cast<const uint4*>(src0), static_cast<const uint4*>(src1));
   DT_CUDA_LAUNCH_CHECK();
 }
