@@ -47,13 +47,7 @@ TensorView heads(const TensorView& x2d, int64_t off, int64_t H, int64_t D) {
   v.stride = {x2d.stride[0], D, 1};
   return v;
 }
-std::string skip_reason() {
-#if DELTATRON_HAVE_CUDA
-  return ops::cuda::cudnn_attention_unavailable();
-#else
-  return "a build without CUDA";
-#endif
-}
+std::string skip_reason() { return ops::cuda::cudnn_attention_unavailable(); }
 
 struct Varlen {
   std::vector<int32_t> cu_pad{0}, cu_act{0}, pos;
