@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -35,15 +36,17 @@ __device__ __forceinline__ void st(void* p, DType t, int64_t i, float v) {
 
 struct StridedIndex {  // row-major unravel of a linear index over a strided view
   int ndim;
+  bool contiguous;  // the identity map: no 64-bit div/mod per element (a uniform branch)
   int64_t shape[kMaxDims];
   int64_t stride[kMaxDims];
-  explicit StridedIndex(const TensorView& v) : ndim(v.ndim()) {
+  explicit StridedIndex(const TensorView& v) : ndim(v.ndim()), contiguous(v.is_contiguous()) {
     for (int d = 0; d < kMaxDims; ++d) {
       shape[d] = d < ndim ? v.shape[d] : 1;
       stride[d] = d < ndim ? v.stride[d] : 0;
     }
   }
   __device__ __forceinline__ int64_t operator()(int64_t i) const {
+    if (contiguous) return i;
     int64_t off = 0;
     for (int d = ndim - 1; d >= 0; --d) {
       off += (i % shape[d]) * stride[d];
@@ -174,6 +177,10 @@ void fill(const TensorView& x, double value, Stream s) {
   int64_t n = x.numel();
   if (!n) return;
   Range r("dt::fill");
+  if (value == 0.0 && !std::signbit(value) && x.is_contiguous()) {  // +0 is all-zero bits in every dtype
+    DT_CUDA_CHECK(cudaMemsetAsync(x.data, 0, x.nbytes(), cuda_stream(s)));
+    return;
+  }
   StridedIndex idx(x);
   auto go = [&](auto v) {
     using T = decltype(v);
