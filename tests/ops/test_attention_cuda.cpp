@@ -13,89 +13,16 @@
 #include <cstring>
 #include <vector>
 
+#include "attention_cuda_harness.h"
 #include "deltatron/data/packed_seq.h"
-#include "deltatron/ops/attention.h"
-#include "deltatron/ops/basic.h"
-#include "test_util.h"
 
 using namespace dt;
-using dt::testing::close_rel;
-using dt::testing::poison;
-using dt::testing::rand_host;
+using namespace dt::testing;
 
 namespace {
-const Device kGpu = Device::cuda(0);
-Tensor as(const TensorView& x, DType t) {
-  Tensor o = Tensor::empty(x.shape, t, x.device);
-  ops::copy(o, x);
-  return o;
-}
-Tensor rounded(const TensorView& h, DType t) { return as(as(h, t), DType::f32); }
-Tensor dev(const TensorView& h, DType t) { return ops::to_device(as(h, t), kGpu); }
-Tensor host32(const TensorView& d) { return as(ops::to_host(d), DType::f32); }
-double tol(DType t) { return t == DType::bf16 ? 1e-2 : 1e-4; }
-Tensor i32(const std::vector<int32_t>& v, Device d = Device::cpu()) {
-  Tensor t = Tensor::empty(Shape{int64_t(v.size())}, DType::i32);
-  std::copy(v.begin(), v.end(), t.ptr<int32_t>());
-  return d.is_cpu() ? std::move(t) : ops::to_device(t, d);
-}
-TensorView heads(const TensorView& x2d, int64_t off, int64_t H, int64_t D) {
-  TensorView v = x2d.slice(1, off, off + H * D);
-  v.shape = Shape{x2d.shape[0], H, D};
-  v.stride = {x2d.stride[0], D, 1};
-  return v;
-}
 bool bitwise_equal(const TensorView& a, const TensorView& b) {
   Tensor x = ops::to_host(a), y = ops::to_host(b);
   return std::memcmp(x.data(), y.data(), size_t(x.numel()) * dtype_size(x.dtype())) == 0;
-}
-
-struct Varlen {
-  std::vector<int32_t> cu_pad{0}, cu_act{0}, pos;
-  int64_t T() const { return cu_pad.back(); }
-};
-Varlen packed(const std::vector<int>& real, const std::vector<int>& padded) {
-  Varlen v;
-  for (size_t i = 0; i < real.size(); ++i) {
-    v.cu_pad.push_back(v.cu_pad.back() + padded[i]);
-    v.cu_act.push_back(v.cu_act.back() + real[i]);
-    for (int p = 0; p < padded[i]; ++p) v.pos.push_back(p);
-  }
-  return v;
-}
-
-struct Out {
-  Tensor o, lse, dq, dk, dv;
-};
-// Runs fwd + bwd on `d` with query rows q_rows (positions q_pos, q_div), K/V the two column blocks
-// of one kv buffer [Tk, 2 Hkv D]. Inputs are host f32 (already rounded to dt).
-Out run(Device d, DType dt, const Varlen& L, const Tensor& q, const Tensor& kv, const Tensor& d_o,
-        const std::vector<int32_t>& q_pos, int q_div, int64_t Hkv, int64_t D) {
-  const int64_t Tq = q.shape()[0], Hq = q.shape()[1], Tk = L.T();
-  auto put = [&](const Tensor& h) { return d.is_cpu() ? as(h, DType::f32) : dev(h, dt); };
-  const DType odt = d.is_cpu() ? DType::f32 : dt;
-  Tensor gq = put(q), gkv = put(kv), gdo = put(d_o);
-  Tensor dkv = Tensor::empty(Shape{Tk, 2 * Hkv * D}, odt, d);
-  Out r{Tensor::empty(Shape{Tq, Hq, D}, odt, d), Tensor::empty(Shape{Tq, Hq}, DType::f32, d),
-        Tensor::empty(Shape{Tq, Hq, D}, odt, d), Tensor(), Tensor()};
-  for (Tensor* t : {&r.o, &r.lse, &r.dq, &dkv}) poison(*t);
-  Tensor cp = i32(L.cu_pad, d), ca = i32(L.cu_act, d), pos = i32(q_pos, d);
-  ops::AttnVarlen m{cp, ca, pos, q_div};
-  const float scale = float(1.0 / std::sqrt(double(D)));
-  const TensorView k = heads(gkv, 0, Hkv, D), v = heads(gkv, Hkv * D, Hkv, D);
-  ops::attention_fwd(r.o, r.lse, gq, k, v, m, scale);
-  ops::attention_bwd(r.dq, heads(dkv, 0, Hkv, D), heads(dkv, Hkv * D, Hkv, D), gdo, gq, k, v, r.o, r.lse, m, scale);
-  r.dk = as(heads(dkv, 0, Hkv, D), odt);
-  r.dv = as(heads(dkv, Hkv * D, Hkv, D), odt);
-  return r;
-}
-
-void expect_close(const Out& g, const Out& c, DType dt, const std::string& what) {
-  EXPECT_TRUE(close_rel(host32(g.o), c.o, tol(dt))) << what << " o";
-  EXPECT_TRUE(close_rel(host32(g.lse), c.lse, dt == DType::bf16 ? 1e-3 : 1e-5)) << what << " lse";
-  EXPECT_TRUE(close_rel(host32(g.dq), c.dq, tol(dt))) << what << " dq";
-  EXPECT_TRUE(close_rel(host32(g.dk), c.dk, tol(dt))) << what << " dk";
-  EXPECT_TRUE(close_rel(host32(g.dv), c.dv, tol(dt))) << what << " dv";
 }
 }  // namespace
 
@@ -113,11 +40,11 @@ TEST(AttentionCuda, VarlenMatchesCpu) {
       Tensor q = rounded(rand_host(Shape{T, c.Hq, c.D}, -2.f, 2.f), dt);
       Tensor kv = rounded(rand_host(Shape{T, 2 * c.Hkv * c.D}, -2.f, 2.f), dt);
       Tensor d_o = rounded(rand_host(Shape{T, c.Hq, c.D}), dt);
-      Out cpu = run(Device::cpu(), dt, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D);
-      Out gpu = run(kGpu, dt, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D);
+      AttnOut cpu = run_attention(Device::cpu(), dt, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D);
+      AttnOut gpu = run_attention(kGpu, dt, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D);
       expect_close(gpu, cpu, dt, what);
       if (c.D == 64 && dt == DType::bf16) {  // determinism: the same bits twice
-        Out again = run(kGpu, dt, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D);
+        AttnOut again = run_attention(kGpu, dt, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D);
         for (auto [a, b, n] : {std::tuple{&gpu.o, &again.o, "o"}, {&gpu.dq, &again.dq, "dq"},
                                {&gpu.dk, &again.dk, "dk"}, {&gpu.dv, &again.dv, "dv"}})
           EXPECT_TRUE(bitwise_equal(*a, *b)) << n << " differs between two runs";
@@ -141,8 +68,8 @@ TEST(AttentionCuda, ZigzagQueryRowsMatchCpu) {
       Tensor d_o = rounded(data::zigzag_slice_rows(dof, cu32, cp, r), dt);
       Tensor pos_h = ops::to_host(psp.position_ids_local_dev());
       std::vector<int32_t> pos(pos_h.ptr<int32_t>(), pos_h.ptr<int32_t>() + pos_h.numel());
-      Out cpu = run(Device::cpu(), dt, L, q, kv, d_o, pos, cp, Hkv, D);
-      Out gpu = run(kGpu, dt, L, q, kv, d_o, pos, cp, Hkv, D);
+      AttnOut cpu = run_attention(Device::cpu(), dt, L, q, kv, d_o, pos, cp, Hkv, D);
+      AttnOut gpu = run_attention(kGpu, dt, L, q, kv, d_o, pos, cp, Hkv, D);
       expect_close(gpu, cpu, dt, "zig-zag");
     }
   }
@@ -152,7 +79,7 @@ TEST(AttentionCuda, AllPaddingIsZeroNotNaN) {
   const Varlen L = packed({0, 0}, {64, 72});
   const int64_t T = L.T();
   Tensor q = rand_host(Shape{T, 2, 64}), kv = rand_host(Shape{T, 2 * 64}), d_o = rand_host(Shape{T, 2, 64});
-  Out g = run(kGpu, DType::bf16, L, q, kv, d_o, L.pos, 1, 1, 64);
+  AttnOut g = run_attention(kGpu, DType::bf16, L, q, kv, d_o, L.pos, 1, 1, 64);
   for (const Tensor* t : {&g.o, &g.lse, &g.dq, &g.dk, &g.dv}) {
     Tensor h = host32(*t);
     for (int64_t i = 0; i < h.numel(); ++i) ASSERT_EQ(h.ptr<float>()[i], 0.f) << "element " << i;

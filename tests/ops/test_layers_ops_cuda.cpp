@@ -6,28 +6,11 @@
 
 #include <cstring>
 
-#include "deltatron/ops/basic.h"
+#include "cuda_test_util.h"
 #include "deltatron/ops/layers_ops.h"
-#include "test_util.h"
 
 using namespace dt;
-using dt::testing::close_rel;
-using dt::testing::poison;
-using dt::testing::rand_host;
-
-namespace {
-const Device kGpu = Device::cuda(0);
-Tensor as(const TensorView& x, DType t) {
-  Tensor o = Tensor::empty(x.shape, t, x.device);
-  ops::copy(o, x);
-  return o;
-}
-// Host f32 rounded through dtype t (the values both backends see).
-Tensor rounded(const TensorView& h, DType t) { return as(as(h, t), DType::f32); }
-Tensor dev(const TensorView& h, DType t) { return ops::to_device(as(h, t), kGpu); }
-Tensor host32(const TensorView& d) { return as(ops::to_host(d), DType::f32); }
-double tol(DType t) { return t == DType::bf16 ? 1e-2 : 1e-4; }
-}  // namespace
+using namespace dt::testing;
 
 TEST(LayersOpsCuda, Rmsnorm1p) {
   for (DType t : {DType::f32, DType::bf16}) {
