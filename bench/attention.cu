@@ -24,17 +24,9 @@ using dt::Tensor;
 
 namespace {
 
-std::vector<int32_t> draw_cu(std::mt19937_64& gen, int64_t T, int lo, int hi) {
-  std::uniform_int_distribution<int> d(lo, hi);
-  std::vector<int32_t> cu{0};
-  while (cu.back() < T) cu.push_back(int32_t(std::min<int64_t>(cu.back() + d(gen), T)));
-  return cu;
-}
-Tensor i32_dev(const std::vector<int32_t>& v) {
-  Tensor h = Tensor::empty(Shape{int64_t(v.size())}, DType::i32);
-  std::copy(v.begin(), v.end(), h.ptr<int32_t>());
-  return dt::ops::to_device(h, Device::cuda());
-}
+using dt::bench::draw_cu;
+using dt::bench::i32_dev;
+
 
 void bench(const char* name, const std::vector<int32_t>& cu, uint64_t seed) {
   const int64_t Hq = 16, Hkv = 2, D = 256, T = cu.back(), N = int64_t(cu.size()) - 1;

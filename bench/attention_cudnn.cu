@@ -25,17 +25,9 @@ using dt::Tensor;
 
 namespace {
 
-std::vector<int32_t> draw_cu(std::mt19937_64& gen, int64_t T, int lo, int hi) {
-  std::uniform_int_distribution<int> d(lo, hi);
-  std::vector<int32_t> cu{0};
-  while (cu.back() < T) cu.push_back(int32_t(std::min<int64_t>(cu.back() + d(gen), T)));
-  return cu;
-}
-Tensor i32_dev(const std::vector<int32_t>& v) {
-  Tensor h = Tensor::empty(Shape{int64_t(v.size())}, DType::i32);
-  std::copy(v.begin(), v.end(), h.ptr<int32_t>());
-  return dt::ops::to_device(h, Device::cuda());
-}
+using dt::bench::draw_cu;
+using dt::bench::i32_dev;
+
 // ||a - b|| / ||b|| over two device views of one shape.
 double rel_l2(const Tensor& a, const Tensor& b) {
   Tensor x = Tensor::empty(a.shape(), DType::f32), y = Tensor::empty(b.shape(), DType::f32);

@@ -4,9 +4,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <random>
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "deltatron/core/tensor.h"
+#include "deltatron/ops/basic.h"
 
 namespace dt::bench {
 
@@ -30,6 +34,22 @@ float median_ms(F&& f, cudaStream_t st = nullptr, int warmup = 3, int reps = 20)
   DT_CUDA_CHECK(cudaEventDestroy(e1));
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// cu_seqlens [N+1] of a T-token pack of lengths drawn uniformly in [lo, hi] (the last one cut
+// at T): the mixed-length packs of the issues' shapes.
+inline std::vector<int32_t> draw_cu(std::mt19937_64& gen, int64_t T, int lo, int hi) {
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<int32_t> cu{0};
+  while (cu.back() < T) cu.push_back(int32_t(std::min<int64_t>(cu.back() + d(gen), T)));
+  return cu;
+}
+
+// A host vector as an i32 device tensor.
+inline Tensor i32_dev(const std::vector<int32_t>& v) {
+  Tensor h = Tensor::empty(Shape{int64_t(v.size())}, DType::i32);
+  std::copy(v.begin(), v.end(), h.ptr<int32_t>());
+  return ops::to_device(h, Device::cuda());
 }
 
 }  // namespace dt::bench

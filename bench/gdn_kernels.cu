@@ -26,6 +26,9 @@
 
 namespace {
 
+using dt::bench::draw_cu;
+using dt::bench::i32_dev;
+
 using dt::Device;
 using dt::DType;
 using dt::Shape;
@@ -37,12 +40,6 @@ struct Row {
   double fwd_ms, bwd_ms, fb_ms, fwd_tf, fb_tf, fla_fwd, fla_fb, fb_saved_ms;
 };
 
-std::vector<int32_t> draw_cu(std::mt19937_64& gen, int64_t T, int lo, int hi) {
-  std::uniform_int_distribution<int> d(lo, hi);
-  std::vector<int32_t> cu{0};
-  while (cu.back() < T) cu.push_back(int32_t(std::min<int64_t>(cu.back() + d(gen), T)));
-  return cu;
-}
 
 Row bench(const char* name, const std::vector<int32_t>& cu, int64_t Hk, int64_t Hv, uint64_t seed, double fla_fwd,
           double fla_fb) {
