@@ -27,6 +27,7 @@
 #include "deltatron/train/flops.h"
 #include "deltatron/train/trainer.h"
 #include "test_util.h"
+#include "trainer_test_util.h"
 
 using namespace dt;
 
@@ -34,29 +35,10 @@ namespace {
 const char* kGolden = DT_SOURCE_DIR "/tests/golden/trainer_quickstart_20.txt";
 
 std::string corpus() {
-  static const std::string prefix = [] {
-    // Named by rank 0's pid: other jobs on the machine may run this test at the same time.
-    auto world = dist::make_world(dist::Backend::mpi);
-    Tensor pid = Tensor::empty(Shape{1}, DType::i64);
-    *pid.ptr<int64_t>() = int64_t(getpid());
-    world->broadcast(pid, 0);
-    std::string p = ::testing::TempDir() + fmt::format("dt_trainer_corpus_{}", *pid.ptr<int64_t>());
-    if (world->rank() == 0) {
-      static std::string written;  // removed at exit
-      written = p;
-      std::atexit([] {
-        std::remove((written + ".bin").c_str());
-        std::remove((written + ".idx").c_str());
-      });
-      // 2000 documents (~110k tokens): the 20 curve steps (~41k tokens) stay inside the first
-      // epoch, whose end pads the micro-batch count to a multiple of dp (docs/data.md), so
-      // that the global batch would differ between dp sizes there.
-      std::string e = data::write_synthetic_corpus(p, 2000, 99, 64);
-      EXPECT_EQ(e, "");
-    }
-    world->barrier();
-    return p;
-  }();
+  // 2000 documents (~110k tokens): the 20 curve steps (~41k tokens) stay inside the first epoch,
+  // whose end pads the micro-batch count to a multiple of dp (docs/data.md), so that the global
+  // batch would differ between dp sizes there.
+  static const std::string prefix = dt::testing::trainer_corpus("dt_trainer_corpus", 2000);
   return prefix;
 }
 

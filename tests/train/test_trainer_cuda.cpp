@@ -25,31 +25,13 @@
 #include "deltatron/train/metrics.h"
 #include "deltatron/train/trainer.h"
 #include "test_util.h"
+#include "trainer_test_util.h"
 
 using namespace dt;
 
 namespace {
 std::string corpus() {
-  static const std::string prefix = [] {
-    // Named by rank 0's pid: other jobs on the machine may run this test at the same time.
-    auto world = dist::make_world(dist::Backend::mpi);
-    Tensor pid = Tensor::empty(Shape{1}, DType::i64);
-    *pid.ptr<int64_t>() = int64_t(getpid());
-    world->broadcast(pid, 0);
-    std::string p = ::testing::TempDir() + fmt::format("dt_trainer_cuda_corpus_{}", *pid.ptr<int64_t>());
-    if (world->rank() == 0) {
-      static std::string written;  // removed at exit
-      written = p;
-      std::atexit([] {
-        std::remove((written + ".bin").c_str());
-        std::remove((written + ".idx").c_str());
-      });
-      std::string e = data::write_synthetic_corpus(p, 1000, 99, 64);
-      EXPECT_EQ(e, "");
-    }
-    world->barrier();
-    return p;
-  }();
+  static const std::string prefix = dt::testing::trainer_corpus("dt_trainer_cuda_corpus", 1000);
   return prefix;
 }
 
