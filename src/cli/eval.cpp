@@ -187,14 +187,8 @@ int run_eval(const EvalOptions& o) {
   // Host sums over dp x cp (MPI, whatever the device groups are): ranks of one tp coordinate.
   std::unique_ptr<dist::Communicator> host_dp_cp = dist::split(dist::Backend::mpi, pg.coord.tp, dist::world_rank());
 
-  data::PackerConfig pc;
-  pc.max_tokens = cfg.data.max_tokens;
-  pc.pad_multiple = cfg.data.pad_multiple;
-  pc.shuffle = false;
-  pc.seed = uint64_t(cfg.train.seed);
-  pc.sp = cfg.parallel.sp ? dims.tp : 1;
-  pc.cp = dims.cp;
-  pc.dp = dims.dp;
+  data::PackerConfig pc = train::packer_config(cfg, dims);
+  pc.shuffle = false;  // documents in dataset order
   data::IndexedDataset ds = data::IndexedDataset::open_or_die(cfg.data.prefix);
 
   // Where each document's tokens start in the dump: documents back to back, in dataset order.

@@ -132,13 +132,7 @@ Trainer::Trainer(const io::Config& cfg) : cfg_(cfg), guard_(cfg.train.max_nonfin
   ctx_.attn_backend = attn.backend;  // every GatedAttention layer runs it
 
   // Data.
-  pc_.max_tokens = cfg_.data.max_tokens;
-  pc_.pad_multiple = cfg_.data.pad_multiple;
-  pc_.shuffle = cfg_.data.shuffle;
-  pc_.seed = uint64_t(cfg_.train.seed);
-  pc_.sp = cfg_.parallel.sp ? dims_.tp : 1;
-  pc_.cp = dims_.cp;
-  pc_.dp = dims_.dp;
+  pc_ = packer_config(cfg_, dims_);
   if (std::string e = data::validate_packer_config(pc_); !e.empty()) user_error(e);
   ds_ = std::make_unique<data::IndexedDataset>(data::IndexedDataset::open_or_die(cfg_.data.prefix));
   loader_ = std::make_unique<data::PackedLoader>(*ds_, pc_, pg_.coord.dp);
@@ -274,6 +268,18 @@ std::string Trainer::banner() const {
 
 TrainState Trainer::checkpoint_state() {
   return {&cfg_, &pg_, params_, opt_.get(), &guard_, loader_.get(), ds_.get(), pc_, ctx_.stream};
+}
+
+data::PackerConfig packer_config(const io::Config& cfg, const dist::ParallelDims& dims) {
+  data::PackerConfig pc;
+  pc.max_tokens = cfg.data.max_tokens;
+  pc.pad_multiple = cfg.data.pad_multiple;
+  pc.shuffle = cfg.data.shuffle;
+  pc.seed = uint64_t(cfg.train.seed);
+  pc.sp = cfg.parallel.sp ? dims.tp : 1;
+  pc.cp = dims.cp;
+  pc.dp = dims.dp;
+  return pc;
 }
 
 TrainResult run_training(const io::Config& cfg) {

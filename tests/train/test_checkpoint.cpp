@@ -160,13 +160,7 @@ struct Rig {
     dist::ParallelDims dims{int(c.parallel.tp), int(c.parallel.cp), int(c.parallel.dp)};
     EXPECT_EQ(dims.resolve(dist::world_size()), "");
     pg = dist::ProcessGroups::build(dims, dist::Backend::mpi);
-    pc.max_tokens = c.data.max_tokens;
-    pc.pad_multiple = c.data.pad_multiple;
-    pc.shuffle = c.data.shuffle;
-    pc.seed = uint64_t(c.train.seed);
-    pc.sp = c.parallel.sp ? dims.tp : 1;
-    pc.cp = dims.cp;
-    pc.dp = dims.dp;
+    pc = train::packer_config(c, dims);
     ds = data::IndexedDataset::open_or_die(c.data.prefix);
     loader = std::make_unique<data::PackedLoader>(ds, pc, pg.coord.dp);
     layers::RunCtx ctx;

@@ -16,6 +16,7 @@
 #include "deltatron/model/qwen35.h"
 #include "deltatron/ops/basic.h"
 #include "deltatron/train/checkpoint.h"
+#include "deltatron/train/trainer.h"
 #include "test_util.h"
 
 using namespace dt;
@@ -44,10 +45,7 @@ struct Rig {
     dist::ParallelDims dims{1, 1, 1};
     EXPECT_EQ(dims.resolve(1), "");
     pg = dist::ProcessGroups::build(dims, dist::Backend::mpi);
-    pc.max_tokens = c.data.max_tokens;
-    pc.pad_multiple = c.data.pad_multiple;
-    pc.shuffle = c.data.shuffle;
-    pc.seed = uint64_t(c.train.seed);
+    pc = train::packer_config(c, dims);
     ds = data::IndexedDataset::open_or_die(c.data.prefix);
     loader = std::make_unique<data::PackedLoader>(ds, pc, 0);
     for (const model::ParamSpec& s : model::Qwen35Model::param_specs(c.model, false))

@@ -119,4 +119,7 @@ struct TrainResult {
 // are the same on every rank.
 TrainResult run_training(const io::Config& cfg);
 
+// The packer settings of a run: data.* and train.seed, with sp / cp / dp from the resolved layout.
+data::PackerConfig packer_config(const io::Config& cfg, const dist::ParallelDims& dims);
+
 }  // namespace dt::train
