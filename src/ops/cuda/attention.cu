@@ -49,7 +49,7 @@ constexpr int kBM = 64;  // rows of a prep tile and of the dk/dv kernel's query 
 // the shared memory, DP = 64 the even warp split).
 template <class T, int DP> constexpr int kNW = (sizeof(T) == 2 && DP >= 128) ? 8 : 4;
 // The forward measured faster with 4 warps (more CTAs per sequence, better balance).
-template <class T, int DP> constexpr int kNWf = 4;
+constexpr int kNWf = 4;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -137,13 +137,13 @@ __device__ __forceinline__ void warp_gemm_regA(float (&acc)[1][WN][4], const flo
 
 template <class T, int DP, int BN>
 constexpr size_t fwd_smem() {
-  constexpr int BM = 16 * kNWf<T, DP>;
+  constexpr int BM = 16 * kNWf;
   return size_t(BM + 2 * BN) * LD<T, DP> * sizeof(T) + size_t(BM) * (BN + kPad<T>) * sizeof(T);
 }
 
 template <class T, int DP, int BN>
-__global__ void __launch_bounds__(32 * kNWf<T, DP>) fwd_kernel(Params p) {
-  constexpr int L = LD<T, DP>, LP = BN + kPad<T>, BM = 16 * kNWf<T, DP>, kThreads = 32 * kNWf<T, DP>;
+__global__ void __launch_bounds__(32 * kNWf) fwd_kernel(Params p) {
+  constexpr int L = LD<T, DP>, LP = BN + kPad<T>, BM = 16 * kNWf, kThreads = 32 * kNWf;
   constexpr bool kRegA = std::is_same_v<T, bf16>;  // P stays in registers
   extern __shared__ __align__(16) unsigned char smem[];
   T* sQ = reinterpret_cast<T*>(smem);
@@ -635,7 +635,7 @@ void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView&
   p.o_rs = o.stride[0];
   p.lse = lse.ptr<float>();
   dispatch(q.dtype, p.D, [&]<class T, int DP>() {
-    constexpr int BN = 64, NW = kNWf<T, DP>;
+    constexpr int BN = 64, NW = kNWf;
     constexpr size_t bytes = fwd_smem<T, DP, BN>();
     set_smem(fwd_kernel<T, DP, BN>, bytes);
     const dim3 grid(unsigned((Tq + 16 * NW - 1) / (16 * NW)), unsigned(p.Hq));
