@@ -97,6 +97,18 @@ __global__ void copy_cast_kernel(void* dst, DType dt, StridedIndex di, const voi
     st(dst, dt, di(i), ld(src, stt, si(i)));
 }
 
+// Contiguous views: flat indices and no StridedIndex parameter (a dynamically indexed struct
+// parameter costs every thread a local-memory copy of it, even when the identity branch is taken).
+__global__ void copy_cast_flat_kernel(void* dst, DType dt, const void* src, DType stt, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    st(dst, dt, i, ld(src, stt, i));
+}
+template <typename T>
+__global__ void fill_flat_kernel(T* x, int64_t n, T v) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = v;
+}
+
 template <typename T>
 __global__ void copy_same_kernel(T* dst, StridedIndex di, const T* src, StridedIndex si, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -182,9 +194,11 @@ void fill(const TensorView& x, double value, Stream s) {
     return;
   }
   StridedIndex idx(x);
+  const bool flat = x.is_contiguous();
   auto go = [&](auto v) {
     using T = decltype(v);
-    fill_kernel<T><<<blocks_for(n), kThreads, 0, cuda_stream(s)>>>(static_cast<T*>(x.data), idx, n, v);
+    if (flat) fill_flat_kernel<T><<<blocks_for(n), kThreads, 0, cuda_stream(s)>>>(static_cast<T*>(x.data), n, v);
+    else fill_kernel<T><<<blocks_for(n), kThreads, 0, cuda_stream(s)>>>(static_cast<T*>(x.data), idx, n, v);
   };
   switch (x.dtype) {
     case DType::f32: case DType::i32: {
@@ -216,6 +230,11 @@ void copy(const TensorView& dst, const TensorView& src, Stream s) {
     const size_t es = dtype_size(dst.dtype);
     DT_CUDA_CHECK(cudaMemcpy2DAsync(dst.data, size_t(dp) * es, src.data, size_t(sp) * es, size_t(dc) * es, size_t(dr),
                                     cudaMemcpyDeviceToDevice, cuda_stream(s)));
+    return;
+  }
+  if (dst.dtype != src.dtype && dst.is_contiguous() && src.is_contiguous()) {  // casts, e.g. the bf16 weight refresh
+    copy_cast_flat_kernel<<<blocks_for(n), kThreads, 0, cuda_stream(s)>>>(dst.data, dst.dtype, src.data, src.dtype, n);
+    DT_CUDA_LAUNCH_CHECK();
     return;
   }
   StridedIndex di(dst), si(src);
