@@ -5,7 +5,8 @@
 // the temp directory).
 //   1 GPU:           train_step [--config configs/bench-0.8b.yaml] [--steps 10] [--warmup 3] [--set k=v]...
 //   2 GPUs, CP = 2:  mpirun -np 2 -x NCCL_NVLS_ENABLE=0 train_step --set parallel.cp=2 --set data.max_tokens=16384
-//   --phases N:      then N more micro-batches timed phase by phase (time_phases)
+//   --phases N:      then N more micro-batches timed phase by phase (time_phases), and one
+//                    decoder layer of each type with its mixer and MLP alone (time_layers)
 // Prints the median step ms, tokens/s (real tokens over the timed steps' total time), TFLOP/s per
 // GPU and MFU by the model-FLOP count of docs/training.md, and the peak of the caching allocator
 // (max over ranks). Each timed step ends with a device synchronisation.
@@ -86,6 +87,7 @@ void time_phases(train::Trainer& t, int reps) {
   cudaEvent_t ev[kPhases + 1];
   for (cudaEvent_t& e : ev) DT_CUDA_CHECK(cudaEventCreate(&e));
   std::vector<std::vector<float>> ms(kPhases);
+  std::vector<double> host_ms;  // host time to enqueue forward + backward (no sync inside)
   for (int r = 0; r < reps; ++r) {
     const data::MicroBatch mb = t.loader().next();
     const data::PackedSeqParams psp = data::PackedSeqParams::build(mb.desc(pg.coord.cp), dev, s);
@@ -96,9 +98,11 @@ void time_phases(train::Trainer& t, int reps) {
     Tensor h = Tensor::empty(hs, t.act_dtype(), dev), dh = Tensor::empty(hs, t.act_dtype(), dev);  // [T_local, H]
     ops::rng_normal(h, 1, 7, 0.f, 1.f, ops::RngSlice::whole(h), s);
     DT_CUDA_CHECK(cudaEventRecord(ev[0], st));
+    const auto h0 = std::chrono::steady_clock::now();
     t.model().forward(ids, psp, tg);
     DT_CUDA_CHECK(cudaEventRecord(ev[1], st));
     t.model().backward(scale);
+    host_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count());
     DT_CUDA_CHECK(cudaEventRecord(ev[2], st));
     model::reduce_grads(t.params(), pg, s);
     train::global_grad_norm(t.params(), pg, s);
@@ -123,7 +127,58 @@ void time_phases(train::Trainer& t, int reps) {
     std::sort(ms[size_t(i)].begin(), ms[size_t(i)].end());
     std::printf("%s %s %.2f ms", i ? " |" : "", names[i], ms[size_t(i)][ms[size_t(i)].size() / 2]);
   }
-  std::printf("\n");
+  std::sort(host_ms.begin(), host_ms.end());
+  std::printf("\n  host time to enqueue forward + backward: %.2f ms (the GPU is starved where this nears their sum)\n",
+              host_ms[host_ms.size() / 2]);
+}
+
+// --phases, continued: one decoder layer of each type on a fresh micro-batch, its sub-blocks
+// timed alone (forward, then backward) on random activations; median of `reps`.
+void time_layers(train::Trainer& t, int reps) {
+  const Stream s = t.stream();
+  const auto st = static_cast<cudaStream_t>(s.handle);
+  const Device dev = t.device();
+  const data::MicroBatch mb = t.loader().next();
+  const data::PackedSeqParams psp = data::PackedSeqParams::build(mb.desc(t.groups().coord.cp), dev, s);
+  const Shape hs{psp.tokens_local(), t.config().model.hidden_size};
+  Tensor x = Tensor::empty(hs, t.act_dtype(), dev), y = Tensor::empty(hs, t.act_dtype(), dev);  // [T_local, H]
+  Tensor dx = Tensor::empty(hs, t.act_dtype(), dev), dy = Tensor::empty(hs, t.act_dtype(), dev);
+  ops::rng_normal(x, 1, 11, 0.f, 1.f, ops::RngSlice::whole(x), s);
+  ops::rng_normal(dy, 1, 12, 0.f, 1e-3f, ops::RngSlice::whole(dy), s);
+  cudaEvent_t ev[3];
+  for (cudaEvent_t& e : ev) DT_CUDA_CHECK(cudaEventCreate(&e));
+  auto time = [&](const char* what, auto&& fwd, auto&& bwd) {
+    std::vector<float> f, b;
+    for (int r = 0; r < reps + 1; ++r) {  // the first is a warm-up (allocator, plans)
+      DT_CUDA_CHECK(cudaEventRecord(ev[0], st));
+      fwd();
+      DT_CUDA_CHECK(cudaEventRecord(ev[1], st));
+      bwd();
+      DT_CUDA_CHECK(cudaEventRecord(ev[2], st));
+      DT_CUDA_CHECK(cudaEventSynchronize(ev[2]));
+      float a = 0, c = 0;
+      DT_CUDA_CHECK(cudaEventElapsedTime(&a, ev[0], ev[1]));
+      DT_CUDA_CHECK(cudaEventElapsedTime(&c, ev[1], ev[2]));
+      if (r) f.push_back(a), b.push_back(c);
+    }
+    std::sort(f.begin(), f.end());
+    std::sort(b.begin(), b.end());
+    if (dist::world_rank() == 0)
+      std::printf("  %-28s fwd %7.2f ms | bwd %7.2f ms\n", what, f[f.size() / 2], b[b.size() / 2]);
+  };
+  std::vector<std::string> seen;
+  for (int64_t i = 0; i < t.model().num_layers(); ++i) {
+    model::DecoderLayer& l = t.model().layer(i);
+    if (std::find(seen.begin(), seen.end(), l.layer_type()) != seen.end()) continue;
+    seen.push_back(l.layer_type());
+    if (dist::world_rank() == 0) std::printf("layer %lld (%s), rank 0, median of %d:\n", (long long)i,
+                                             l.layer_type().c_str(), reps);
+    time("decoder layer", [&] { ops::copy(y, x, s); l.forward(y, psp); },
+         [&] { ops::copy(dx, dy, s); l.backward(dx, psp); });
+    time("  mixer", [&] { l.mixer().forward(y, x, psp); }, [&] { l.mixer().backward(dx, dy, psp); });
+    if (seen.size() == 1) time("  MLP", [&] { l.mlp().forward(y, x); }, [&] { l.mlp().backward(dx, dy); });
+  }
+  for (cudaEvent_t e : ev) DT_CUDA_CHECK(cudaEventDestroy(e));
 }
 
 // Everything that holds device memory or communicators lives in here, gone before finalize.
@@ -198,7 +253,10 @@ void run(int argc, char** argv) {
     std::printf("  issue 6 (bench-0.8b, one H200, 8192 tokens): HF transformers 33.3k tokens/s, 52 GiB; target >= 67k "
                 "tokens/s, <= 26 GiB; CP = 2 on two GPUs >= 1.8x one GPU\n");
   }
-  if (phases > 0) time_phases(t, int(phases));
+  if (phases > 0) {
+    time_phases(t, int(phases));
+    time_layers(t, int(phases));
+  }
 }
 
 }  // namespace

@@ -35,6 +35,18 @@ TEST(BasicCuda, FillCopyCastAreBitExact) {
     Tensor back_ref = as(ref, DType::f32), back_got = host(as(dev(ref), DType::f32));
     ASSERT_EQ(std::memcmp(back_ref.data(), back_got.data(), back_ref.nbytes()), 0) << dtype_name(t);
   }
+  // Contiguous casts starting off a 16-byte boundary (the vectorised f32 -> bf16 path's fallback)
+  // and every n % 4 tail.
+  Tensor flat = rand_host(Shape{4099}, -50.f, 50.f), dflat = dev(flat);
+  for (int64_t off = 0; off < 4; ++off) {
+    TensorView src = flat.view().slice(0, off, 4099), dsrc = dflat.view().slice(0, off, 4099);
+    Tensor ref = Tensor::empty(src.shape, DType::bf16), got = Tensor::empty(src.shape, DType::bf16, kGpu);
+    ops::copy(ref, src);
+    dt::testing::poison(got);
+    ops::copy(got, dsrc);
+    Tensor h = host(got);
+    ASSERT_EQ(std::memcmp(ref.data(), h.data(), ref.nbytes()), 0) << "offset " << off;
+  }
   // Strided copy: the transpose of a [64, 96] matrix.
   Tensor a = rand_host(Shape{64, 96});
   Tensor want = Tensor::empty(Shape{96, 64}, DType::f32);

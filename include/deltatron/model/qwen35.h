@@ -80,6 +80,10 @@ class DecoderLayer {
   // Appends every parameter of the layer (norms, mixer, MLP) in HF order.
   void collect_params(std::vector<Param*>& out);
 
+  // The sub-blocks, for benchmarks that time them alone.
+  Mixer& mixer() { return *mixer_; }
+  layers::SwiGluMlp& mlp() { return *mlp_; }
+
   // h: [T_local, H], updated in place (input -> output). Saves what backward needs.
   void forward(const TensorView& h, const data::PackedSeqParams& psp);
   // dh: [T_local, H], in place: the gradient w.r.t. the output becomes the gradient w.r.t. the
@@ -108,6 +112,7 @@ class Qwen35Model {
 
   const io::ModelConfig& config() const { return cfg_; }
   int64_t num_layers() const { return int64_t(layers_.size()); }
+  DecoderLayer& layer(int64_t i) { return *layers_.at(size_t(i)); }
   // Every Param once, in HF order: embedding, layers, final norm, lm_head (unless tied).
   std::vector<Param*> params();
   Param* find_param(const std::string& name);  // nullptr when absent
