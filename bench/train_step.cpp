@@ -73,7 +73,7 @@ std::string write_documents(int64_t vocab, int64_t tokens) {
 // fresh micro-batches (after the timed steps: the extra updates change the weights), median of
 // `reps`: forward (embedding, layers, final norm, LM head + loss), backward, gradient reduction +
 // grad norm (with its readback), AdamW + zero grads; and the LM head with its cross entropy alone
-// (fwd + bwd, an untied copy on random activations of the same micro-batch).
+// (fused fwd + bwd as the trainer runs it, an untied copy on random activations of the same micro-batch).
 void time_phases(train::Trainer& t, int reps) {
   const Stream s = t.stream();
   const auto st = static_cast<cudaStream_t>(s.handle);
@@ -110,7 +110,7 @@ void time_phases(train::Trainer& t, int reps) {
     t.optimizer().step(t.params(), 1e-5f, 1.f, s);
     train::zero_grads(t.params(), s);
     DT_CUDA_CHECK(cudaEventRecord(ev[4], st));
-    head.forward(h, tg);
+    head.forward(h, tg, scale);  // fused, as the trainer runs it
     head.backward(dh, scale);
     DT_CUDA_CHECK(cudaEventRecord(ev[5], st));
     DT_CUDA_CHECK(cudaEventSynchronize(ev[kPhases]));

@@ -68,12 +68,46 @@ int64_t LmHeadConfig::chunk_rows(int tp) const {
   return std::clamp<int64_t>(fit / 64 * 64, 64, 4096);
 }
 
-LmHeadLoss::Result LmHeadLoss::forward(const TensorView& h, const LmTargets& targets) {
+void LmHeadLoss::chunk_stats(const TensorView& lg, int64_t c0, const TensorView& loss) {
+  const Stream s = ctx_.stream;
+  const int64_t n = lg.shape[0];
+  TensorView mc = m_.view().slice(0, c0, c0 + n), tg = labels_.view().slice(0, c0, c0 + n);
+  Tensor st = Tensor::empty(Shape{2, n}, DType::f32, ctx_.device);  // [se | tl], one all-reduce
+  const TensorView sec = st.view().select(0, 0), tlc = st.view().select(0, 1);
+  if (tp_ == 1) {
+    ops::ce_stats(mc, sec, tlc, lg, tg, vocab_begin_, s);
+  } else {
+    // Each rank's sum is relative to its own max; rescaled to the global max before summing.
+    Tensor m_loc = Tensor::empty(Shape{n}, DType::f32, ctx_.device);  // [n] this rank's row max
+    ops::ce_stats(m_loc, sec, tlc, lg, tg, vocab_begin_, s);
+    ops::copy(mc, m_loc, s);
+    ctx_.pg->tp->all_reduce(mc, dist::ReduceOp::max, s);
+    ops::ce_rescale(sec, m_loc, mc, s);
+    ctx_.pg->tp->all_reduce(st, dist::ReduceOp::sum, s);
+  }
+  ops::copy(se_.view().slice(0, c0, c0 + n), sec, s);
+  ops::ce_loss(loss.slice(0, c0, c0 + n), mc, sec, tlc, tg, s);
+}
+
+void LmHeadLoss::chunk_grad(const TensorView& dl, const TensorView& lg, int64_t c0, const TensorView& hc,
+                            const TensorView& dhc, float scale) {
+  const Stream s = ctx_.stream;
+  const int64_t n = lg.shape[0];
+  model::Param& w = weight();
+  ops::ce_bwd(dl, lg, m_.view().slice(0, c0, c0 + n), se_.view().slice(0, c0, c0 + n),
+              labels_.view().slice(0, c0, c0 + n), vocab_begin_, scale, s);
+  ops::gemm(w.grad, dl, hc, {true, false, 1.f, 1.f}, s);  // dW_t += dl^T hg
+  ops::gemm(dhc, dl, w.w(), {}, s);                      // dhg = dl W_t
+}
+
+LmHeadLoss::Result LmHeadLoss::forward(const TensorView& h, const LmTargets& targets,
+                                       std::optional<float> backward_scale) {
   const Stream s = ctx_.stream;
   const Device dev = ctx_.device;
   const int64_t H = cfg_.hidden, V_t = cfg_.vocab / tp_, T_cp = targets.labels.numel();
   const int64_t T_in = T_cp / (sp_ ? tp_ : 1);
   check_shape(h, Shape{T_in, H}, "LmHeadLoss h [T_local, hidden]");
+  DT_CHECK(!fused_scale_, "LmHeadLoss: forward after a fused forward whose backward has not run");
   hg_ = Tensor::empty(Shape{T_cp, H}, h.dtype, dev);  // [T_cp, H]
   if (sp_) ctx_.pg->tp->all_gather(hg_, h, s);
   else ops::copy(hg_, h, s);
@@ -83,33 +117,54 @@ LmHeadLoss::Result LmHeadLoss::forward(const TensorView& h, const LmTargets& tar
   Tensor loss = Tensor::empty(Shape{T_cp}, DType::f32, dev);  // [T_cp] per-token losses
   const int64_t C = std::min(cfg_.chunk_rows(tp_), std::max<int64_t>(T_cp, 1));
   Tensor logits = Tensor::empty(Shape{C, V_t}, DType::f32, dev);  // [C, V_t]
+  Tensor dlogits;                                                 // [C, V_t] act (fused)
+  if (backward_scale) {
+    dlogits = Tensor::empty(Shape{C, V_t}, h.dtype, dev);
+    dhg_ = Tensor::empty(Shape{T_cp, H}, h.dtype, dev);
+  }
   const TensorView W = weight().w();
   for (int64_t c0 = 0; c0 < T_cp; c0 += C) {
     const int64_t n = std::min(C, T_cp - c0);
-    TensorView lg = logits.view().slice(0, 0, n), mc = m_.view().slice(0, c0, c0 + n);
-    TensorView tg = labels_.view().slice(0, c0, c0 + n);
-    Tensor st_c = Tensor::empty(Shape{2, n}, DType::f32, dev);  // [se | tl], one all-reduce
-    ops::gemm(lg, hg_.view().slice(0, c0, c0 + n), W, {false, true}, s);
-    ops::ce_row_max(mc, lg, s);
-    if (tp_ > 1) ctx_.pg->tp->all_reduce(mc, dist::ReduceOp::max, s);
-    ops::ce_sum_exp(st_c.view().select(0, 0), st_c.view().select(0, 1), lg, mc, tg, vocab_begin_, s);
-    if (tp_ > 1) ctx_.pg->tp->all_reduce(st_c, dist::ReduceOp::sum, s);
-    ops::copy(se_.view().slice(0, c0, c0 + n), st_c.view().select(0, 0), s);
-    ops::ce_loss(loss.view().slice(0, c0, c0 + n), mc, st_c.view().select(0, 0), st_c.view().select(0, 1), tg, s);
+    const TensorView lg = logits.view().slice(0, 0, n), hc = hg_.view().slice(0, c0, c0 + n);
+    ops::gemm(lg, hc, W, {false, true}, s);
+    chunk_stats(lg, c0, loss);
+    if (backward_scale)
+      chunk_grad(dlogits.view().slice(0, 0, n), lg, c0, hc, dhg_.view().slice(0, c0, c0 + n), *backward_scale);
   }
   Result r;
   r.loss_sum = Tensor::zeros(Shape{1}, DType::f32, dev, s);
   if (T_cp > 0) ops::sum(r.loss_sum, loss, s);
   r.count = targets.count;
+  if (backward_scale) {  // the backward needs nothing but dhg
+    fused_scale_ = backward_scale;
+    hg_ = labels_ = m_ = se_ = Tensor();
+  }
   return r;
 }
 
 void LmHeadLoss::backward(const TensorView& dh, float scale) {
-  DT_CHECK(hg_.defined(), "LmHeadLoss: backward without forward");
   const Stream s = ctx_.stream;
   const Device dev = ctx_.device;
+  const int64_t H = cfg_.hidden, V_t = cfg_.vocab / tp_;
+  if (fused_scale_) {
+    // The scale is part of the gradient already computed: a different one would be silently wrong.
+    DT_CHECK(scale == *fused_scale_, "LmHeadLoss: backward scale {} but the fused forward applied {}", scale,
+             *fused_scale_);
+    const int64_t T_cp = dhg_.shape()[0];
+    check_shape(dh, Shape{T_cp / (sp_ ? tp_ : 1), H}, "LmHeadLoss dh [T_local, hidden]");
+    if (sp_) {
+      ctx_.pg->tp->reduce_scatter(dh, dhg_, dist::ReduceOp::sum, s);
+    } else {
+      ops::copy(dh, dhg_, s);
+      if (tp_ > 1) ctx_.pg->tp->all_reduce(dh, dist::ReduceOp::sum, s);
+    }
+    dhg_ = Tensor();
+    fused_scale_.reset();
+    return;
+  }
+  DT_CHECK(hg_.defined(), "LmHeadLoss: backward without forward");
   const DType A = hg_.dtype();
-  const int64_t H = cfg_.hidden, V_t = cfg_.vocab / tp_, T_cp = hg_.shape()[0];
+  const int64_t T_cp = hg_.shape()[0];
   const int64_t T_in = T_cp / (sp_ ? tp_ : 1);
   check_shape(dh, Shape{T_in, H}, "LmHeadLoss dh [T_local, hidden]");
   Tensor dhg_t;  // [T_cp, H]
@@ -118,19 +173,14 @@ void LmHeadLoss::backward(const TensorView& dh, float scale) {
     dhg_t = Tensor::empty(Shape{T_cp, H}, A, dev);
     dhg = dhg_t;
   }
-  model::Param& w = weight();
   const int64_t C = std::min(cfg_.chunk_rows(tp_), std::max<int64_t>(T_cp, 1));
   Tensor logits = Tensor::empty(Shape{C, V_t}, DType::f32, dev);  // [C, V_t] recomputed
   Tensor dlogits = Tensor::empty(Shape{C, V_t}, A, dev);          // [C, V_t]
   for (int64_t c0 = 0; c0 < T_cp; c0 += C) {
     const int64_t n = std::min(C, T_cp - c0);
-    TensorView lg = logits.view().slice(0, 0, n), dl = dlogits.view().slice(0, 0, n);
-    TensorView hc = hg_.view().slice(0, c0, c0 + n);
-    ops::gemm(lg, hc, w.w(), {false, true}, s);
-    ops::ce_bwd(dl, lg, m_.view().slice(0, c0, c0 + n), se_.view().slice(0, c0, c0 + n),
-                labels_.view().slice(0, c0, c0 + n), vocab_begin_, scale, s);
-    ops::gemm(w.grad, dl, hc, {true, false, 1.f, 1.f}, s);                // dW_t += dl^T hg
-    ops::gemm(dhg.slice(0, c0, c0 + n), dl, w.w(), {}, s);               // dhg = dl W_t
+    const TensorView lg = logits.view().slice(0, 0, n), hc = hg_.view().slice(0, c0, c0 + n);
+    ops::gemm(lg, hc, weight().w(), {false, true}, s);
+    chunk_grad(dlogits.view().slice(0, 0, n), lg, c0, hc, dhg.slice(0, c0, c0 + n), scale);
   }
   if (sp_) ctx_.pg->tp->reduce_scatter(dh, dhg, dist::ReduceOp::sum, s);
   else if (tp_ > 1) ctx_.pg->tp->all_reduce(dh, dist::ReduceOp::sum, s);

@@ -243,12 +243,13 @@ Param* Qwen35Model::find_param(const std::string& name) {
 }
 
 layers::LmHeadLoss::Result Qwen35Model::forward(const TensorView& ids, const data::PackedSeqParams& psp,
-                                                const layers::LmTargets& targets) {
+                                                const layers::LmTargets& targets,
+                                                std::optional<float> backward_scale) {
   DT_CHECK(targets.labels.numel() == psp.tokens_cp(), "Qwen35Model: labels {} must hold T/cp={} rows",
            targets.labels.view().str(), psp.tokens_cp());
   Tensor hn = final_hidden(ids, psp);
   psp_ = &psp;
-  return head_->forward(hn, targets);
+  return head_->forward(hn, targets, backward_scale);
 }
 
 Tensor Qwen35Model::final_hidden(const TensorView& ids, const data::PackedSeqParams& psp) {

@@ -96,29 +96,30 @@ void embedding_bwd(const TensorView& dw, const TensorView& dy, const TensorView&
   DT_ROUTE(embedding_bwd, dw, dw, dy, ids, vocab_begin, s);
 }
 
-void ce_row_max(const TensorView& m, const TensorView& logits, Stream s) {
-  constexpr const char* op = "ce_row_max";
-  check_2d(logits, op, "logits");
-  const int64_t T = logits.shape[0], V = logits.shape[1];
-  check_rows(logits, T, V, logits.device, op, "logits [T, V_local]", true);
-  check_vec(m, T, DType::f32, logits.device, op, "m [T]");
-  DT_CHECK(V > 0, "{}: the local vocab shard is empty ({})", op, logits.str());
-  if (T == 0) return;
-  DT_ROUTE(ce_row_max, m, m, logits, s);
-}
-void ce_sum_exp(const TensorView& se, const TensorView& tl, const TensorView& logits, const TensorView& m,
-                const TensorView& targets, int64_t vocab_begin, Stream s) {
-  constexpr const char* op = "ce_sum_exp";
+void ce_stats(const TensorView& m, const TensorView& se, const TensorView& tl, const TensorView& logits,
+              const TensorView& targets, int64_t vocab_begin, Stream s) {
+  constexpr const char* op = "ce_stats";
   check_2d(logits, op, "logits");
   const int64_t T = logits.shape[0], V = logits.shape[1];
   const Device d = logits.device;
   check_rows(logits, T, V, d, op, "logits [T, V_local]", true);
+  check_vec(m, T, DType::f32, d, op, "m [T]");
   check_vec(se, T, DType::f32, d, op, "se [T]");
   check_vec(tl, T, DType::f32, d, op, "tl [T]");
-  check_vec(m, T, DType::f32, d, op, "m [T]");
   check_vec(targets, T, DType::i32, d, op, "targets [T]");
+  DT_CHECK(V > 0, "{}: the local vocab shard is empty ({})", op, logits.str());
   if (T == 0) return;
-  DT_ROUTE(ce_sum_exp, se, se, tl, logits, m, targets, vocab_begin, s);
+  DT_ROUTE(ce_stats, logits, m, se, tl, logits, targets, vocab_begin, s);
+}
+void ce_rescale(const TensorView& se, const TensorView& m, const TensorView& m_global, Stream s) {
+  constexpr const char* op = "ce_rescale";
+  const int64_t T = se.numel();
+  const Device d = se.device;
+  check_vec(se, T, DType::f32, d, op, "se [T]");
+  check_vec(m, T, DType::f32, d, op, "m [T]");
+  check_vec(m_global, T, DType::f32, d, op, "m_global [T]");
+  if (T == 0) return;
+  DT_ROUTE(ce_rescale, se, se, m, m_global, s);
 }
 void ce_loss(const TensorView& loss, const TensorView& m, const TensorView& se, const TensorView& tl,
              const TensorView& targets, Stream s) {

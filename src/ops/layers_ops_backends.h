@@ -15,9 +15,9 @@
                      Stream s);                                                                                \
   void embedding_bwd(const TensorView& dw, const TensorView& dy, const TensorView& ids, int64_t vocab_begin,   \
                      Stream s);                                                                                \
-  void ce_row_max(const TensorView& m, const TensorView& logits, Stream s);                                     \
-  void ce_sum_exp(const TensorView& se, const TensorView& tl, const TensorView& logits, const TensorView& m,   \
-                  const TensorView& targets, int64_t vocab_begin, Stream s);                                   \
+  void ce_stats(const TensorView& m, const TensorView& se, const TensorView& tl, const TensorView& logits,     \
+                const TensorView& targets, int64_t vocab_begin, Stream s);                                     \
+  void ce_rescale(const TensorView& se, const TensorView& m, const TensorView& m_global, Stream s);           \
   void ce_loss(const TensorView& loss, const TensorView& m, const TensorView& se, const TensorView& tl,        \
                const TensorView& targets, Stream s);                                                           \
   void ce_bwd(const TensorView& dlogits, const TensorView& logits, const TensorView& m, const TensorView& se,  \

@@ -209,7 +209,8 @@ StepResult Trainer::step() {
   Tensor loss_sum = Tensor::zeros(Shape{1}, DType::f32, dev, s);  // [1] f32
   const float scale = float(1.0 / double(std::max<int64_t>(global_count, 1)));
   for (Micro& m : micro) {
-    layers::LmHeadLoss::Result r = net_->forward(m.ids, *m.psp, m.tg);
+    // The scale is known before the forward: the LM head computes its gradient right away.
+    layers::LmHeadLoss::Result r = net_->forward(m.ids, *m.psp, m.tg, /*backward_scale=*/scale);
     ops::add(loss_sum, loss_sum, r.loss_sum, s);
     net_->backward(scale);
   }

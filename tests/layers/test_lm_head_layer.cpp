@@ -6,7 +6,13 @@
 // shard; fp32 rel. L2 < 1e-5. Batches: unequal lengths with length-1 documents; {1, 2, 1} (at cp
 // = 2 one CP rank predicts nothing); {1, 1, 1} (nothing predicted anywhere: loss 0, grads 0, no
 // NaN). chunk_tokens = 7 forces the chunked path. Packed vs per-sequence for the loss sum.
+// Fused mode (forward given the backward scale: gradient computed per chunk during the forward)
+// against the two-pass mode under every layout of the same batches: loss sum, dh and the local
+// dW shard bitwise equal (the same ops on the same values, in the same order); then a two-pass
+// run on the head that ran fused equals, bitwise, a head that ran two-pass twice (the fused
+// state is released and dW accumulates).
 #include <cmath>
+#include <cstring>
 
 #include "dense_layer_harness.h"
 #include "deltatron/layers/embedding.h"
@@ -26,6 +32,16 @@ layers::LmHeadConfig head_cfg(bool tied) {
   c.tie_word_embeddings = tied;
   c.chunk_tokens = 7;
   return c;
+}
+
+// Same shape and bits (contiguous f32 views).
+::testing::AssertionResult bitwise_equal(const TensorView& got, const TensorView& want) {
+  if (got.shape != want.shape || !got.is_contiguous() || !want.is_contiguous()) return ::testing::AssertionFailure() << got.str() << " vs " << want.str();
+  for (int64_t e = 0; e < got.numel(); ++e)
+    if (std::memcmp(got.ptr<float>() + e, want.ptr<float>() + e, sizeof(float)) != 0)
+      return ::testing::AssertionFailure() << "element " << e << ": " << got.ptr<float>()[e] << " vs "
+                                           << want.ptr<float>()[e];
+  return ::testing::AssertionSuccess();
 }
 
 // Direct float64 reference on the real tokens of each document.
@@ -128,13 +144,38 @@ void check_layout(const GdnLayout& L, const std::vector<int64_t>& lens, bool tie
   ctx.pg = &pg;
   ctx.sp = L.sp;
   ctx.seed = seed;
-  layers::VocabEmbedding emb({kV, kH, 0.3f}, ctx);
+  layers::VocabEmbedding emb({kV, kH, 0.3f}, ctx), emb_f({kV, kH, 0.3f}, ctx);
   layers::LmHeadLoss head(head_cfg(tied), ctx, tied ? &emb.weight() : nullptr);
+  layers::LmHeadLoss head_f(head_cfg(tied), ctx, tied ? &emb_f.weight() : nullptr);  // fused mode
   layers::LmTargets tg = layers::next_token_targets(ids, psp, Device::cpu());
-  Tensor h_loc = local(hg), dh = Tensor::empty(h_loc.shape(), DType::f32);
+  Tensor h_loc = local(hg), dh = Tensor::empty(h_loc.shape(), DType::f32), dh_f = Tensor::empty(h_loc.shape(), DType::f32);
   poison(dh);
+  poison(dh_f);
   layers::LmHeadLoss::Result res = head.forward(h_loc, tg);
   head.backward(dh, float(scale));
+  {
+    SCOPED_TRACE("fused vs two-pass");
+    layers::LmHeadLoss::Result res_f = head_f.forward(h_loc, tg, float(scale));
+    head_f.backward(dh_f, float(scale));
+    EXPECT_EQ(res_f.count, res.count);
+    EXPECT_TRUE(bitwise_equal(res_f.loss_sum, res.loss_sum)) << "loss sum";
+    EXPECT_TRUE(bitwise_equal(dh_f, dh)) << "dh";
+    EXPECT_TRUE(bitwise_equal(head_f.weight().grad, head.weight().grad)) << "dW";
+    // The fused head again, two-pass (its fused state is gone, dW accumulates on top), against
+    // a third head run two-pass twice.
+    layers::VocabEmbedding emb_2({kV, kH, 0.3f}, ctx);
+    layers::LmHeadLoss head_2(head_cfg(tied), ctx, tied ? &emb_2.weight() : nullptr);
+    Tensor dh_2 = Tensor::empty(h_loc.shape(), DType::f32);
+    for (int run = 0; run < 2; ++run) {
+      head_2.forward(h_loc, tg);
+      head_2.backward(dh_2, float(scale));
+    }
+    poison(dh_f);
+    head_f.forward(h_loc, tg);
+    head_f.backward(dh_f, float(scale));
+    EXPECT_TRUE(bitwise_equal(dh_f, dh_2)) << "dh, second run";
+    EXPECT_TRUE(bitwise_equal(head_f.weight().grad, head_2.weight().grad)) << "dW, accumulated";
+  }
   Tensor sc = Tensor::empty(Shape{2}, DType::f32);
   sc.ptr<float>()[0] = ops::item(res.loss_sum);
   sc.ptr<float>()[1] = float(res.count);

@@ -4,7 +4,9 @@
 // against the direct global math in test_embedding_layer.cpp / test_lm_head_layer.cpp, so this
 // is parallel-vs-serial on the GPU by transitivity. Both sides initialise the weights from the
 // same seed (bit-identical Philox) and see the same inputs (rounded through the GPU dtype first).
-// Compared: embedding y and dW (after reduce_grads); LM head loss sum, predicted count, dh and dW.
+// Compared: embedding y and dW (after reduce_grads); LM head loss sum, predicted count, dh and dW,
+// the GPU head in both modes (two-pass, and fused: forward given the backward scale) against the
+// CPU head's two-pass (which test_lm_head_layer.cpp shows bitwise equal to its fused mode).
 // f32 rel. L2 < 1e-4 (different summation orders); bf16 < 2e-2 (bf16 weights and activations).
 // 1 GPU: (1,F,1); 2 GPUs: (2,F,1), (2,T,1), (1,F,2); 4 GPUs: (2,T,2), (4,T,1), (1,F,4).
 #include "dense_layer_harness.h"
@@ -88,36 +90,40 @@ TEST(VocabLayersCuda, LmHeadMatchesCpu) {
   const Device gpu = Device::cuda(dist::select_cuda_device());
   for (bool tied : {false, true})
     for (const GdnLayout& L : gpu_layouts(dist::world_size()))
-      for (DType dt : {DType::f32, DType::bf16}) {
-        SCOPED_TRACE(fmt::format("tied {} tp {} sp {} cp {} {}", tied, L.tp, L.sp, L.cp, dtype_name(dt)));
-        PaddedBatch b = padded_batch(kGdnRealLens, L.cp, L.sp ? L.tp : 1);
-        const std::vector<int32_t> ids = token_ids(b.T, seed);
-        auto C = make_side(L, b, seed, dist::Backend::mpi, Device::cpu(), DType::f32);
-        auto G = make_side(L, b, seed, dist::Backend::nccl, gpu, dt);
-        const int64_t rows = C->psp->tokens_local();
-        Tensor h = download_f32(upload(rand_host(Shape{rows, kH}, -2.f, 2.f), gpu, dt));
-        layers::LmHeadConfig cfg{kV, kH, 0.3f, tied, 16};  // 16-row chunks: the chunked path
-        // Tied: the embedding owns the weight (same spec and init), the head adds to its grad.
-        layers::VocabEmbedding ec({kV, kH, 0.3f}, C->ctx), eg({kV, kH, 0.3f}, G->ctx);
-        layers::LmHeadLoss hc(cfg, C->ctx, tied ? &ec.weight() : nullptr);
-        layers::LmHeadLoss hg(cfg, G->ctx, tied ? &eg.weight() : nullptr);
-        const layers::LmTargets tc = layers::next_token_targets(ids, *C->psp, Device::cpu());
-        const layers::LmTargets tg = layers::next_token_targets(ids, *G->psp, gpu);
-        ASSERT_EQ(tc.count, tg.count);
-        layers::LmHeadLoss::Result rc = hc.forward(h, tc), rg = hg.forward(upload(h, gpu, dt), tg);
-        EXPECT_EQ(rc.count, rg.count);
-        const float scale = 1.f / float(std::max<int64_t>(tc.count, 1));
-        Tensor dhc = Tensor::empty(Shape{rows, kH}, DType::f32), dhg = Tensor::empty(Shape{rows, kH}, dt, gpu);
-        poison(dhg);
-        hc.backward(dhc, scale);
-        hg.backward(dhg, scale);
-        std::vector<model::Param*> pc = {&hc.weight()}, pgs = {&hg.weight()};
-        model::reduce_grads(pc, C->pg);
-        model::reduce_grads(pgs, G->pg);
-        const double tol = dt == DType::bf16 ? 2e-2 : 1e-4;
-        EXPECT_TRUE(close_rel(download_f32(rg.loss_sum), download_f32(rc.loss_sum), dt == DType::bf16 ? 1e-2 : 1e-5))
-            << "loss sum";
-        EXPECT_TRUE(close_rel(download_f32(dhg), dhc, tol)) << "dh";
-        EXPECT_TRUE(close_rel(download_f32(hg.weight().grad), hc.weight().grad, tol)) << "dW";
-      }
+      for (DType dt : {DType::f32, DType::bf16})
+        for (bool fused : {false, true}) {
+          SCOPED_TRACE(fmt::format("tied {} tp {} sp {} cp {} {} {}", tied, L.tp, L.sp, L.cp, dtype_name(dt),
+                                   fused ? "fused" : "two-pass"));
+          PaddedBatch b = padded_batch(kGdnRealLens, L.cp, L.sp ? L.tp : 1);
+          const std::vector<int32_t> ids = token_ids(b.T, seed);
+          auto C = make_side(L, b, seed, dist::Backend::mpi, Device::cpu(), DType::f32);
+          auto G = make_side(L, b, seed, dist::Backend::nccl, gpu, dt);
+          const int64_t rows = C->psp->tokens_local();
+          Tensor h = download_f32(upload(rand_host(Shape{rows, kH}, -2.f, 2.f), gpu, dt));
+          layers::LmHeadConfig cfg{kV, kH, 0.3f, tied, 16};  // 16-row chunks: the chunked path
+          // Tied: the embedding owns the weight (same spec and init), the head adds to its grad.
+          layers::VocabEmbedding ec({kV, kH, 0.3f}, C->ctx), eg({kV, kH, 0.3f}, G->ctx);
+          layers::LmHeadLoss hc(cfg, C->ctx, tied ? &ec.weight() : nullptr);
+          layers::LmHeadLoss hg(cfg, G->ctx, tied ? &eg.weight() : nullptr);
+          const layers::LmTargets tc = layers::next_token_targets(ids, *C->psp, Device::cpu());
+          const layers::LmTargets tg = layers::next_token_targets(ids, *G->psp, gpu);
+          ASSERT_EQ(tc.count, tg.count);
+          const float scale = 1.f / float(std::max<int64_t>(tc.count, 1));
+          layers::LmHeadLoss::Result rc = hc.forward(h, tc);
+          layers::LmHeadLoss::Result rg = fused ? hg.forward(upload(h, gpu, dt), tg, scale)
+                                                : hg.forward(upload(h, gpu, dt), tg);
+          EXPECT_EQ(rc.count, rg.count);
+          Tensor dhc = Tensor::empty(Shape{rows, kH}, DType::f32), dhg = Tensor::empty(Shape{rows, kH}, dt, gpu);
+          poison(dhg);
+          hc.backward(dhc, scale);
+          hg.backward(dhg, scale);
+          std::vector<model::Param*> pc = {&hc.weight()}, pgs = {&hg.weight()};
+          model::reduce_grads(pc, C->pg);
+          model::reduce_grads(pgs, G->pg);
+          const double tol = dt == DType::bf16 ? 2e-2 : 1e-4;
+          EXPECT_TRUE(close_rel(download_f32(rg.loss_sum), download_f32(rc.loss_sum), dt == DType::bf16 ? 1e-2 : 1e-5))
+              << "loss sum";
+          EXPECT_TRUE(close_rel(download_f32(dhg), dhc, tol)) << "dh";
+          EXPECT_TRUE(close_rel(download_f32(hg.weight().grad), hc.weight().grad, tol)) << "dW";
+        }
 }

@@ -1,7 +1,8 @@
 // CPU reference of the dense-layer ops (include/deltatron/ops/layers_ops.h): central finite
 // differences of rmsnorm1p, swiglu and the cross entropy (loss of a random linear functional,
 // fp32 ops, step 1e-2, rel. error < 2e-3), the CE pieces against a direct float64 full-vocab
-// softmax split into vocab shards, and the embedding scatter-add with repeated ids.
+// softmax split into vocab shards (each shard's sum rescaled to the global max), ce_stats on
+// -inf and NaN rows, and the embedding scatter-add with repeated ids.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -101,22 +102,27 @@ TEST(LayersOpsCpu, CrossEntropyShardsMatchFloat64AndFiniteDifferences) {
       ref_d[size_t(t * V + j)] =
           scale * (std::exp(double(logits.ptr<float>()[t * V + j]) - mx) / se - (j == tg_v[size_t(t)] ? 1.0 : 0.0));
   }
-  // The vocab-parallel protocol with 4 shards, reductions done by hand.
+  // The vocab-parallel protocol with 4 shards, reductions done by hand: each shard's sum is
+  // relative to its own max, rescaled to the global max (ce_rescale), then summed.
   const int S = 4;
   const int64_t Vl = V / S;
   Tensor m = Tensor::empty(Shape{T}, DType::f32), se = Tensor::zeros(Shape{T}, DType::f32),
-         tl = Tensor::zeros(Shape{T}, DType::f32), part = Tensor::empty(Shape{T}, DType::f32),
-         pt = Tensor::empty(Shape{T}, DType::f32);
-  std::vector<float> mx(size_t(T), -INFINITY);
+         tl = Tensor::zeros(Shape{T}, DType::f32);
+  std::vector<Tensor> ms, ses, tls;
   for (int s = 0; s < S; ++s) {
-    ops::ce_row_max(part, logits.view().slice(1, s * Vl, (s + 1) * Vl));
-    for (int64_t t = 0; t < T; ++t) mx[size_t(t)] = std::max(mx[size_t(t)], part.ptr<float>()[t]);
+    for (auto* v : {&ms, &ses, &tls}) v->push_back(Tensor::empty(Shape{T}, DType::f32));
+    ops::ce_stats(ms[size_t(s)], ses[size_t(s)], tls[size_t(s)], logits.view().slice(1, s * Vl, (s + 1) * Vl), tg,
+                  s * Vl);
   }
-  std::copy(mx.begin(), mx.end(), m.ptr<float>());
+  for (int64_t t = 0; t < T; ++t) {
+    float mx = -INFINITY;
+    for (int s = 0; s < S; ++s) mx = std::max(mx, ms[size_t(s)].ptr<float>()[t]);
+    m.ptr<float>()[t] = mx;
+  }
   for (int s = 0; s < S; ++s) {
-    ops::ce_sum_exp(part, pt, logits.view().slice(1, s * Vl, (s + 1) * Vl), m, tg, s * Vl);
-    ops::axpy(se, 1.f, part);
-    ops::axpy(tl, 1.f, pt);
+    ops::ce_rescale(ses[size_t(s)], ms[size_t(s)], m);
+    ops::axpy(se, 1.f, ses[size_t(s)]);
+    ops::axpy(tl, 1.f, tls[size_t(s)]);
   }
   Tensor loss = Tensor::empty(Shape{T}, DType::f32), d = Tensor::empty(Shape{T, V}, DType::f32);
   dt::testing::poison(d);
@@ -131,14 +137,35 @@ TEST(LayersOpsCpu, CrossEntropyShardsMatchFloat64AndFiniteDifferences) {
   auto f = [&] {
     Tensor mm = Tensor::empty(Shape{T}, DType::f32), s1 = Tensor::empty(Shape{T}, DType::f32),
            t1 = Tensor::empty(Shape{T}, DType::f32), l1 = Tensor::empty(Shape{T}, DType::f32);
-    ops::ce_row_max(mm, logits);
-    ops::ce_sum_exp(s1, t1, logits, mm, tg, 0);
+    ops::ce_stats(mm, s1, t1, logits, tg, 0);
     ops::ce_loss(l1, mm, s1, t1, tg);
     double acc = 0;
     for (int64_t t = 0; t < T; ++t) acc += l1.ptr<float>()[t];
     return double(scale) * acc;
   };
   EXPECT_TRUE(close_rel(vec(d), numeric_grad(logits, f), 2e-3)) << "finite differences";
+}
+
+// ce_stats on special rows: all -inf (m = -inf, se = 0, no NaN), -inf mixed with finite values
+// (add exactly 0: se equals the float64 sum over the finite ones, rel. 1e-6), one NaN (se NaN).
+TEST(LayersOpsCpu, CrossEntropyStatsInfAndNan) {
+  const int64_t V = 37;
+  Tensor l = rand_host(Shape{3, V}, -5.f, 5.f), tg = Tensor::zeros(Shape{3}, DType::i32);
+  float* p = l.ptr<float>();
+  for (int64_t j = 0; j < V; ++j) p[j] = -INFINITY;
+  for (int64_t j = 0; j < V; j += 3) p[V + j] = -INFINITY;
+  p[2 * V + 17] = NAN;
+  Tensor m = Tensor::empty(Shape{3}, DType::f32), se = Tensor::empty(Shape{3}, DType::f32),
+         tl = Tensor::empty(Shape{3}, DType::f32);
+  ops::ce_stats(m, se, tl, l, tg, 0);
+  EXPECT_EQ(m.ptr<float>()[0], -INFINITY);
+  EXPECT_EQ(se.ptr<float>()[0], 0.f);
+  double mx = -1e300, want = 0;
+  for (int64_t j = 0; j < V; ++j) mx = std::max(mx, double(p[V + j]));
+  for (int64_t j = 0; j < V; ++j) want += j % 3 ? std::exp(double(p[V + j]) - mx) : 0.0;
+  EXPECT_EQ(m.ptr<float>()[1], float(mx));
+  EXPECT_LT(std::abs(se.ptr<float>()[1] - want) / want, 1e-6);
+  EXPECT_TRUE(std::isnan(se.ptr<float>()[2]));
 }
 
 TEST(LayersOpsCpu, EmbeddingScatterAddWithRepeatsAndForeignIds) {

@@ -1,9 +1,11 @@
 // CUDA dense-layer ops against the CPU reference on fresh random data, f32 (rel. L2 < 1e-4) and
 // bf16 (< 1e-2; inputs rounded to bf16 first, so both sides see the same values), outputs
-// NaN-poisoned; strided views (the halves of one [T, 2F] buffer, a vocab slice of the logits);
+// NaN-poisoned; strided views (the halves of one [T, 2F] buffer, vocab slices of the logits,
+// aligned and not: the cross entropy's grouped loads, their head and tail);
 // rmsnorm1p dw and embedding dW accumulate (+=) and are bitwise repeatable.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "cuda_test_util.h"
@@ -84,34 +86,68 @@ TEST(LayersOpsCuda, EmbeddingDeterministicScatterAdd) {
 }
 
 TEST(LayersOpsCuda, CrossEntropyPieces) {
+  // Vocab slices of a wider buffer: 4-aligned rows (the grouped loads throughout), and rows that
+  // start 1 element past alignment with an odd width (3 elements before the first group, a tail
+  // of 2); the contiguous [T, 1497] dlogits then align differently from the logits on most rows
+  // (ce_bwd's element-by-element path).
+  for (DType t : {DType::f32, DType::bf16})
+    for (auto [vb, Vl] : {std::pair<int64_t, int64_t>{1000, 1500}, {1001, 1497}}) {
+      SCOPED_TRACE(fmt::format("{} vocab slice [{}, {})", dtype_name(t), vb, vb + Vl));
+      const int64_t T = 130, Vfull = 3000;
+      Tensor lf = rounded(rand_host(Shape{T, Vfull}, -8.f, 8.f), t);
+      TensorView l = lf.view().slice(1, vb, vb + Vl);
+      Tensor tg = Tensor::empty(Shape{T}, DType::i32);
+      for (int64_t i = 0; i < T; ++i) tg.ptr<int32_t>()[i] = i % 9 == 0 ? -1 : int32_t((i * 37) % Vfull);
+      Tensor m = Tensor::empty(Shape{T}, DType::f32), se = Tensor::empty(Shape{T}, DType::f32),
+             tl = Tensor::empty(Shape{T}, DType::f32), loss = Tensor::empty(Shape{T}, DType::f32),
+             d = Tensor::empty(Shape{T, Vl}, DType::f32);
+      // A global max above this shard's on odd rows, so ce_rescale changes se there.
+      Tensor M = Tensor::empty(Shape{T}, DType::f32), se_r = Tensor::empty(Shape{T}, DType::f32);
+      ops::ce_stats(m, se, tl, l, tg, vb);
+      for (int64_t i = 0; i < T; ++i) M.ptr<float>()[i] = m.ptr<float>()[i] + (i % 2 ? 1.5f : 0.f);
+      ops::copy(se_r, se);
+      ops::ce_rescale(se_r, m, M);
+      ops::ce_loss(loss, m, se, tl, tg);
+      ops::ce_bwd(d, l, m, se, tg, vb, 0.25f);
+      Tensor glf = dev(lf, t), gtg = ops::to_device(tg, kGpu);
+      TensorView gl = glf.view().slice(1, vb, vb + Vl);
+      Tensor gm = Tensor::empty(Shape{T}, DType::f32, kGpu), gse = Tensor::empty(Shape{T}, DType::f32, kGpu),
+             gtl = Tensor::empty(Shape{T}, DType::f32, kGpu), gloss = Tensor::empty(Shape{T}, DType::f32, kGpu),
+             gd = Tensor::empty(Shape{T, Vl}, t, kGpu);
+      for (const Tensor* p : {&gm, &gse, &gtl, &gloss, &gd}) poison(*p);
+      ops::ce_stats(gm, gse, gtl, gl, gtg, vb);
+      Tensor gse_r = ops::to_device(se, kGpu);  // the CPU's se: ce_rescale alone is compared
+      ops::ce_rescale(gse_r, ops::to_device(m, kGpu), ops::to_device(M, kGpu));
+      ops::ce_loss(gloss, gm, gse, gtl, gtg);
+      ops::ce_bwd(gd, gl, gm, gse, gtg, vb, 0.25f);
+      EXPECT_TRUE(close_rel(host32(gm), m, 1e-6)) << "m";
+      EXPECT_TRUE(close_rel(host32(gse), se, 1e-5)) << "se";
+      EXPECT_TRUE(close_rel(host32(gtl), tl, 1e-6)) << "tl";
+      EXPECT_TRUE(close_rel(host32(gse_r), se_r, 1e-6)) << "se rescaled";
+      EXPECT_TRUE(close_rel(host32(gloss), loss, 1e-5)) << "loss";
+      EXPECT_TRUE(close_rel(host32(gd), d, tol(t))) << "dlogits";
+    }
+  // Special rows against the CPU (test_layers_ops.cpp checks those): all -inf (m = -inf, se =
+  // 0), -inf mixed with finite values (add exactly 0), one NaN (se NaN), f32 and bf16.
   for (DType t : {DType::f32, DType::bf16}) {
-    const int64_t T = 130, Vfull = 3000, vb = 1000, Vl = 1500;  // a vocab slice of a wider buffer
-    Tensor lf = rounded(rand_host(Shape{T, Vfull}, -8.f, 8.f), t);
-    TensorView l = lf.view().slice(1, vb, vb + Vl);
-    Tensor tg = Tensor::empty(Shape{T}, DType::i32);
-    for (int64_t i = 0; i < T; ++i) tg.ptr<int32_t>()[i] = i % 9 == 0 ? -1 : int32_t((i * 37) % Vfull);
-    Tensor m = Tensor::empty(Shape{T}, DType::f32), se = Tensor::empty(Shape{T}, DType::f32),
-           tl = Tensor::empty(Shape{T}, DType::f32), loss = Tensor::empty(Shape{T}, DType::f32),
-           d = Tensor::empty(Shape{T, Vl}, DType::f32);
-    ops::ce_row_max(m, l);
-    ops::ce_sum_exp(se, tl, l, m, tg, vb);
-    ops::ce_loss(loss, m, se, tl, tg);
-    ops::ce_bwd(d, l, m, se, tg, vb, 0.25f);
-    Tensor glf = dev(lf, t), gtg = ops::to_device(tg, kGpu);
-    TensorView gl = glf.view().slice(1, vb, vb + Vl);
-    Tensor gm = Tensor::empty(Shape{T}, DType::f32, kGpu), gse = Tensor::empty(Shape{T}, DType::f32, kGpu),
-           gtl = Tensor::empty(Shape{T}, DType::f32, kGpu), gloss = Tensor::empty(Shape{T}, DType::f32, kGpu),
-           gd = Tensor::empty(Shape{T, Vl}, t, kGpu);
-    for (const Tensor* p : {&gm, &gse, &gtl, &gloss, &gd}) poison(*p);
-    ops::ce_row_max(gm, gl);
-    ops::ce_sum_exp(gse, gtl, gl, gm, gtg, vb);
-    ops::ce_loss(gloss, gm, gse, gtl, gtg);
-    ops::ce_bwd(gd, gl, gm, gse, gtg, vb, 0.25f);
-    EXPECT_TRUE(close_rel(host32(gm), m, 1e-6)) << dtype_name(t) << " m";
-    EXPECT_TRUE(close_rel(host32(gse), se, 1e-5)) << dtype_name(t) << " se";
-    EXPECT_TRUE(close_rel(host32(gtl), tl, 1e-6)) << dtype_name(t) << " tl";
-    EXPECT_TRUE(close_rel(host32(gloss), loss, 1e-5)) << dtype_name(t) << " loss";
-    EXPECT_TRUE(close_rel(host32(gd), d, tol(t))) << dtype_name(t) << " dlogits";
+    const int64_t V = 1037;
+    Tensor l = rounded(rand_host(Shape{3, V}, -5.f, 5.f), t), tg = Tensor::zeros(Shape{3}, DType::i32);
+    float* p = l.ptr<float>();
+    for (int64_t j = 0; j < V; ++j) p[j] = -INFINITY;
+    for (int64_t j = 0; j < V; j += 3) p[V + j] = -INFINITY;
+    p[2 * V + 517] = NAN;
+    Tensor m = Tensor::empty(Shape{3}, DType::f32), se = Tensor::empty(Shape{3}, DType::f32),
+           tl = Tensor::empty(Shape{3}, DType::f32);
+    ops::ce_stats(m, se, tl, l, tg, 0);
+    Tensor gm = Tensor::empty(Shape{3}, DType::f32, kGpu), gse = Tensor::empty(Shape{3}, DType::f32, kGpu),
+           gtl = Tensor::empty(Shape{3}, DType::f32, kGpu);
+    ops::ce_stats(gm, gse, gtl, dev(l, t), ops::to_device(tg, kGpu), 0);
+    Tensor hm = host32(gm), hse = host32(gse);
+    EXPECT_EQ(hm.ptr<float>()[0], -INFINITY) << dtype_name(t);
+    EXPECT_EQ(hse.ptr<float>()[0], 0.f) << dtype_name(t);
+    EXPECT_EQ(hm.ptr<float>()[1], m.ptr<float>()[1]) << dtype_name(t);
+    EXPECT_LT(std::abs(hse.ptr<float>()[1] - se.ptr<float>()[1]) / se.ptr<float>()[1], 1e-5) << dtype_name(t);
+    EXPECT_TRUE(std::isnan(hse.ptr<float>()[2])) << dtype_name(t);
   }
   // f32 logits -> bf16 dlogits (the LM head's path under bf16).
   const int64_t T = 33, V = 700;
@@ -119,8 +155,7 @@ TEST(LayersOpsCuda, CrossEntropyPieces) {
   for (int64_t i = 0; i < T; ++i) tg.ptr<int32_t>()[i] = int32_t((i * 11) % V);
   Tensor m = Tensor::empty(Shape{T}, DType::f32), se = Tensor::empty(Shape{T}, DType::f32),
          tl = Tensor::empty(Shape{T}, DType::f32), d = Tensor::empty(Shape{T, V}, DType::f32);
-  ops::ce_row_max(m, l);
-  ops::ce_sum_exp(se, tl, l, m, tg, 0);
+  ops::ce_stats(m, se, tl, l, tg, 0);
   ops::ce_bwd(d, l, m, se, tg, 0, 1.f);
   Tensor gd = Tensor::empty(Shape{T, V}, DType::bf16, kGpu);
   poison(gd);

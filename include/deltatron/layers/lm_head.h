@@ -2,20 +2,29 @@
 // model.embed_tokens.weight under tie_word_embeddings). TP rank t owns the vocab rows
 // [t V/tp, (t+1) V/tp). Per rank, with T_cp = T/cp rows and V_t = V/tp:
 //   h [T_local, H] ─all-gather(tp, SP)─▶ hg [T_cp, H]; then per chunk of <= chunk_tokens rows:
-//   logits = hg W_t^T [n, V_t] f32 ─row max─▶ all-reduce MAX(tp) ─sum exp, target logit─▶
-//   all-reduce SUM(tp) of [2, n] ─▶ loss_t = log(se) + m - l_target  (0 where nothing is predicted)
+//   logits = hg W_t^T [n, V_t] f32 ─ce_stats (one read: local max m_t, sum exp relative to it,
+//   target logit)─▶ all-reduce MAX(tp) -> M; se_t *= exp(m_t - M) ─▶ all-reduce SUM(tp) of [2, n]
+//   ─▶ loss_t = log(se) + M - l_target  (0 where nothing is predicted)
 // Full-vocab logits never exist on one rank; at most [chunk_tokens, V_t] f32 at a time.
 // Targets (next_token_targets): token x of a document predicts token x + 1 of the SAME document;
 // the last real token of a document and padding predict nothing (label -1). forward returns the
 // loss SUM over this CP rank's predicted tokens (identical on the TP ranks of a group) and their
 // COUNT; the caller all-reduces both over dp x cp and divides once: loss = sum / count. A rank
 // with no predicted token contributes 0 and 0 (never NaN).
-// backward(dh, scale) with scale = d(total loss)/d(loss sum) (1 / global count for the mean)
-// recomputes each chunk's logits from the saved hg (one extra GEMM, no [T_cp, V_t] buffer):
+// The gradient, with scale = d(total loss)/d(loss sum) (1 / global count for the mean), per chunk:
 //   dlogits = scale (softmax - onehot) ; dW_t += dlogits^T hg ; dhg = dlogits W_t
-//   ─reduce-scatter(tp, SP) | all-reduce(tp)─▶ dh.
+//   then ─reduce-scatter(tp, SP) | all-reduce(tp)─▶ dh. Two modes, the same operations on the same
+//   values per chunk (bitwise equal on the CPU backend, tested):
+// * two-pass: forward(h, targets) saves hg and the statistics; backward(dh, scale) recomputes
+//   each chunk's logits (a second logits GEMM and a second write and read of the f32 chunk).
+// * fused: forward(h, targets, scale), when the scale is known before the forward (the trainer
+//   knows its global count before any micro-batch runs): each chunk's gradient is computed while
+//   its logits are live, so no recompute; forward saves dhg [T_cp, H] (activation dtype) and
+//   backward(dh, scale) only finishes the TP reduction (and checks that scale is the same).
+//   dW is accumulated during the forward: a fused forward must be followed by its backward.
 // dW accumulates (+=); TP shards are disjoint, reduce_grads sums over dp x cp.
 #pragma once
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,7 +41,7 @@ struct LmHeadConfig {
   float init_std = 0.02f;
   bool tie_word_embeddings = false;
   // Rows of logits alive at once; 0: as many as fit 1 GiB of f32 logits [rows, V/tp], at most
-  // 4096, a multiple of 64 (vocab 248320: 1024 rows; the backward adds the bf16 dlogits).
+  // 4096, a multiple of 64 (vocab 248320: 1024 rows; the gradient adds the act-dtype dlogits).
   int64_t chunk_tokens = 0;
   int64_t chunk_rows(int tp) const;
 };
@@ -62,9 +71,12 @@ class LmHeadLoss {
     Tensor loss_sum;    // [1] f32 on the device: sum of the token losses of this CP rank
     int64_t count = 0;  // predicted tokens of this CP rank (host)
   };
-  // h: [T_local, H] act_dtype (the final-norm output). Saves hg, labels, row max and sum-exp.
-  Result forward(const TensorView& h, const LmTargets& targets);
-  // dh (=): like h. scale: gradient of the total loss w.r.t. loss_sum (1 / global count).
+  // h: [T_local, H] act_dtype (the final-norm output). Without backward_scale (two-pass mode)
+  // saves hg, labels, row max and sum-exp for backward; with it (fused mode) computes the
+  // gradient of backward_scale * loss_sum too (dW += now) and saves only dhg.
+  Result forward(const TensorView& h, const LmTargets& targets, std::optional<float> backward_scale = {});
+  // dh (=): like h. scale: gradient of the total loss w.r.t. loss_sum (1 / global count); after
+  // a fused forward it must equal that forward's backward_scale.
   void backward(const TensorView& dh, float scale);
   // Full-vocab logits of this CP rank's rows for eval and dumps (no loss, nothing saved):
   // h [T_local, H] as in forward -> out (=) [T_cp, V] f32 on every TP rank (each rank's
@@ -80,7 +92,16 @@ class LmHeadLoss {
   int64_t vocab_begin_ = 0;
   model::Param* tied_ = nullptr;
   std::vector<model::Param> params_;
-  Tensor hg_, labels_, m_, se_;  // saved: [T_cp, H] act, [T_cp] i32, [T_cp] f32 (global over tp) x2
+  Tensor hg_, labels_, m_, se_;  // two-pass: [T_cp, H] act, [T_cp] i32, [T_cp] f32 (global over tp) x2
+  Tensor dhg_;                   // fused: [T_cp, H] act, this rank's partial dh before the TP reduction
+  std::optional<float> fused_scale_;
+
+  // Statistics and token losses of rows [c0, c0 + n) from their logits lg [n, V_t] f32, into
+  // m_, se_ (global over tp) and loss [T_cp]; labels_ set.
+  void chunk_stats(const TensorView& lg, int64_t c0, const TensorView& loss);
+  // Gradient of rows [c0, c0 + n): dl (=) [n, V_t] act scratch, dW += dl^T hc, dhc (=) dl W.
+  void chunk_grad(const TensorView& dl, const TensorView& lg, int64_t c0, const TensorView& hc, const TensorView& dhc,
+                  float scale);
 };
 
 }  // namespace dt::layers

@@ -22,6 +22,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -121,8 +122,11 @@ class Qwen35Model {
   // micro-batch metadata built with sp = (ctx.sp ? tp : 1) and this rank's cp; targets:
   // layers::next_token_targets. Returns this CP rank's loss SUM and predicted COUNT (as
   // LmHeadLoss does): all-reduce both over dp x cp (global_loss) and divide once.
+  // backward_scale: the scale the backward will get, when known now (training): the LM head then
+  // computes its gradient chunk by chunk during the forward (LmHeadLoss's fused mode: no logits
+  // recompute); the backward must get the same scale.
   layers::LmHeadLoss::Result forward(const TensorView& ids, const data::PackedSeqParams& psp,
-                                     const layers::LmTargets& targets);
+                                     const layers::LmTargets& targets, std::optional<float> backward_scale = {});
   // Reverse pass of the last forward through every layer; scale = d(total loss)/d(loss sum),
   // i.e. 1 / (global predicted count) for the mean loss. Parameter gradients accumulate (+=);
   // model::reduce_grads completes them.

@@ -48,16 +48,20 @@ void embedding_bwd(const TensorView& dw, const TensorView& dy, const TensorView&
 // logits: [T, V_l] f32|bf16 (row stride arbitrary), this rank's vocab columns [vocab_begin,
 // vocab_begin + V_l). targets: [T] i32 global vocab ids; < 0 means "predicts nothing". All
 // per-row vectors are [T] f32 contiguous. The protocol (LmHeadLoss) with the tp reductions:
-//   ce_row_max      m = max_j l_j                        then all-reduce MAX over tp
-//   ce_sum_exp      se = sum_j exp(l_j - m),  tl = l[target] if owned else 0
-//                                                        then all-reduce SUM over tp (one [2, T] buffer)
+//   ce_stats        m = max_j l_j,  se = sum_j exp(l_j - m),  tl = l[target] if owned else 0
+//                   (one read of the logits: online softmax)
+//   under tp > 1:   M = all-reduce MAX of m;  ce_rescale  se *= exp(m - M)  (this rank's sum
+//                   relative to the global max);  then all-reduce SUM of [se | tl] (one [2, T]
+//                   buffer); m := M
 //   ce_loss         loss = log(se) + m - tl if target >= 0 else 0
 //   ce_bwd          dl_j = scale * (exp(l_j - m) / se - [j == target]) if target >= 0 else 0
-// m, se, tl, loss (=); dlogits [T, V_l] (=) f32|bf16 (row stride arbitrary; on CUDA f32 logits may
-// give bf16 dlogits, the dtype of the GEMMs that follow). Natural exp.
-void ce_row_max(const TensorView& m, const TensorView& logits, Stream s = {});
-void ce_sum_exp(const TensorView& se, const TensorView& tl, const TensorView& logits, const TensorView& m,
-                const TensorView& targets, int64_t vocab_begin, Stream s = {});
+// m, se, tl, loss (=); se (=) in place for ce_rescale (factor exactly 1 where m == M); dlogits
+// [T, V_l] (=) f32|bf16 (row stride arbitrary; on CUDA f32 logits may give bf16 dlogits, the dtype
+// of the GEMMs that follow). Natural exp. -inf logits add exactly 0 to se (a row of them gives
+// m = -inf, se = 0); a NaN logit makes se NaN (the loss guard sees it).
+void ce_stats(const TensorView& m, const TensorView& se, const TensorView& tl, const TensorView& logits,
+              const TensorView& targets, int64_t vocab_begin, Stream s = {});
+void ce_rescale(const TensorView& se, const TensorView& m, const TensorView& m_global, Stream s = {});
 void ce_loss(const TensorView& loss, const TensorView& m, const TensorView& se, const TensorView& tl,
              const TensorView& targets, Stream s = {});
 void ce_bwd(const TensorView& dlogits, const TensorView& logits, const TensorView& m, const TensorView& se,

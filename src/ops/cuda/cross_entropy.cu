@@ -1,13 +1,19 @@
 // CUDA vocab-parallel cross-entropy pieces (include/deltatron/ops/layers_ops.h has the protocol).
 // Per row t of logits [T, V_l] f32 | bf16 (any row stride), this rank's vocab columns
 // [vocab_begin, vocab_begin + V_l); targets [T] i32 (< 0: predicts nothing); vectors [T] f32:
-//   ce_row_max:  m = max_j l_j                                                         m (=)
-//   ce_sum_exp:  se = sum_j expf(l_j - m);  tl = l[target - vocab_begin] if owned else 0  (=)
-//   ce_loss:     loss = logf(se) + m - tl, or 0 when target < 0                         (=)
-//   ce_bwd:      dl_j = scale * (expf(l_j - m) / se - [j is the target]), or 0           (=)
+//   ce_stats:    m = max_j l_j;  se = sum_j expf(l_j - m);  tl = l[target - vocab_begin] if owned
+//                else 0, in ONE read of the row (online softmax: each thread keeps (m, s) and
+//                rescales s by expf(m_old - m_new) when its max grows; the block merges the
+//                pairs the same way)                                                      (=)
+//   ce_rescale:  se *= expf(m - M), M the max over tp (factor exactly 1 where m == M)      (=)
+//   ce_loss:     loss = logf(se) + m - tl, or 0 when target < 0                           (=)
+//   ce_bwd:      dl_j = scale * (expf(l_j - m) / se - [j is the target]), or 0            (=)
 //                (f32 logits may give bf16 dlogits: the GEMMs after it run in the activation dtype)
-// One block of 256 threads per row (grid-stride over rows); reductions in a fixed order, so the
-// results are deterministic. Accurate expf / logf (not the __ intrinsics).
+// One block of 256 threads per row (grid-stride over rows). Rows are read 4 elements per load
+// (16 B for f32) from the first 4-aligned element on; the few before it and the tail go one by
+// one. Each thread visits its elements in a fixed order and the reductions run in a fixed order,
+// so the results are deterministic. Accurate expf / logf (not the __ intrinsics). -inf logits add
+// exactly 0 to se (a row of them: m = -inf, se = 0); a NaN logit makes se NaN.
 #include <cmath>
 
 #include "ops/cuda/layers_common.cuh"
@@ -16,37 +22,119 @@
 namespace dt::ops::cuda {
 namespace {
 
+// 4 consecutive elements as fp32: float4 for f32 (16 B), two bfloat162 for bf16 (8 B).
 template <typename T>
-__global__ __launch_bounds__(lc::kThreads) void ce_row_max_kernel(float* g_m, const T* g_l, int64_t ldl, int64_t T_,
-                                                                   int64_t V) {
-  __shared__ float s_buf[32];
-  for (int64_t t = blockIdx.x; t < T_; t += gridDim.x) {
-    const T* l = g_l + t * ldl;
-    float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, lc::ld(l, j));
-    mx = lc::block_reduce<lc::Red::max>(mx, s_buf);
-    if (threadIdx.x == 0) g_m[t] = mx;
+struct Vec4;
+template <>
+struct Vec4<float> {
+  static __device__ __forceinline__ void load(const float* p, float (&x)[4]) {
+    const float4 r = *reinterpret_cast<const float4*>(p);
+    x[0] = r.x, x[1] = r.y, x[2] = r.z, x[3] = r.w;
   }
+  static __device__ __forceinline__ void store(float* p, const float (&x)[4]) {
+    *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+  }
+};
+template <>
+struct Vec4<__nv_bfloat16> {
+  static __device__ __forceinline__ void load(const __nv_bfloat16* p, float (&x)[4]) {
+    const uint2 r = *reinterpret_cast<const uint2*>(p);
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.y));
+    x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+  }
+  static __device__ __forceinline__ void store(__nv_bfloat16* p, const float (&x)[4]) {
+    const __nv_bfloat162 a = __floats2bfloat162_rn(x[0], x[1]), b = __floats2bfloat162_rn(x[2], x[3]);
+    uint2 r;
+    r.x = *reinterpret_cast<const unsigned*>(&a);
+    r.y = *reinterpret_cast<const unsigned*>(&b);
+    *reinterpret_cast<uint2*>(p) = r;
+  }
+};
+// Elements before the first one whose address is a multiple of 4 elements (0..3).
+template <typename T>
+__device__ __forceinline__ int64_t head_of(const T* p) {
+  return int64_t((0 - reinterpret_cast<uintptr_t>(p) / sizeof(T)) & 3);
+}
+
+// Online softmax state of a set of values: m their max, s = sum exp(x - m); (-inf, 0) if empty.
+struct MaxSum {
+  float m, s;
+};
+// -inf values add exactly 0 (and never compute -inf - -inf); a NaN value makes s NaN.
+__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
+  const float M = fmaxf(a.m, b.m);
+  if (M == -INFINITY) return {M, a.s + b.s};  // 0, or NaN
+  return {M, a.s * expf(a.m - M) + b.s * expf(b.m - M)};
+}
+// Adds N values: one rescale per group (when the group raises the max), one expf per value.
+template <int N>
+__device__ __forceinline__ void absorb(MaxSum& st, const float (&x)[N]) {
+  float mv = x[0];
+#pragma unroll
+  for (int i = 1; i < N; ++i) mv = fmaxf(mv, x[i]);  // fmaxf skips NaN
+  if (mv > st.m) {
+    st.s *= expf(st.m - mv);  // from st.m = -inf: factor 0
+    st.m = mv;
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) st.s += x[i] == -INFINITY ? 0.f : expf(x[i] - st.m);
+}
+__device__ __forceinline__ void absorb1(MaxSum& st, float x) {
+  const float v[1] = {x};
+  absorb(st, v);
+}
+
+// Block-wide merge of one pair per thread (blockDim.x == kThreads); thread 0 gets the result.
+// A butterfly within each warp, then the warps in index order: fixed order.
+__device__ __forceinline__ MaxSum block_merge(MaxSum v, float* s_m, float* s_s) {
+  for (int o = 16; o > 0; o >>= 1)
+    v = merge(v, {__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)});
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  __syncthreads();  // the buffers may still be read for the previous row
+  if (lane == 0) s_m[warp] = v.m, s_s[warp] = v.s;
+  __syncthreads();
+  MaxSum r{s_m[0], s_s[0]};
+  for (int w = 1; w < nw; ++w) r = merge(r, {s_m[w], s_s[w]});
+  return r;
 }
 
 template <typename T>
-__global__ __launch_bounds__(lc::kThreads) void ce_sum_exp_kernel(float* g_se, float* g_tl, const T* g_l,
-                                                                   int64_t ldl, const float* g_m, const int32_t* g_tg,
-                                                                   int64_t T_, int64_t V, int64_t vb) {
-  __shared__ float s_buf[32];
+__global__ __launch_bounds__(lc::kThreads) void ce_stats_kernel(float* g_m, float* g_se, float* g_tl, const T* g_l,
+                                                                 int64_t ldl, const int32_t* g_tg, int64_t T_,
+                                                                 int64_t V, int64_t vb) {
+  __shared__ float s_m[32], s_s[32];
+  const int64_t tid = threadIdx.x, nt = blockDim.x;
   for (int64_t t = blockIdx.x; t < T_; t += gridDim.x) {
     const T* l = g_l + t * ldl;
-    const float m = g_m[t];
-    float acc = 0.f;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) acc += expf(lc::ld(l, j) - m);
-    acc = lc::block_reduce<lc::Red::sum>(acc, s_buf);
-    if (threadIdx.x == 0) {
-      g_se[t] = acc;
+    // [0, h) one by one, [h, b) as nv groups of 4, [b, V) one by one.
+    const int64_t h0 = head_of(l), h = h0 < V ? h0 : V, nv = (V - h) / 4, b = h + 4 * nv;
+    MaxSum st{-INFINITY, 0.f};
+    if (tid < h) absorb1(st, lc::ld(l, tid));
+    // Two loads in flight per thread; groups tid, tid + nt, tid + 2 nt, ... in that order.
+    for (int64_t v = tid; v < nv; v += 2 * nt) {
+      float x0[4], x1[4];
+      const bool two = v + nt < nv;
+      Vec4<T>::load(l + h + 4 * v, x0);
+      if (two) Vec4<T>::load(l + h + 4 * (v + nt), x1);
+      absorb(st, x0);
+      if (two) absorb(st, x1);
+    }
+    if (b + tid < V) absorb1(st, lc::ld(l, b + tid));
+    st = block_merge(st, s_m, s_s);
+    if (tid == 0) {
+      g_m[t] = st.m;
+      g_se[t] = st.s;
       const int32_t tg = g_tg[t];
       const int64_t c = int64_t(tg) - vb;
       g_tl[t] = (tg >= 0 && c >= 0 && c < V) ? lc::ld(l, c) : 0.f;
     }
   }
+}
+
+__global__ void ce_rescale_kernel(float* g_se, const float* g_m, const float* g_M, int64_t T_) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < T_; t += int64_t(gridDim.x) * blockDim.x)
+    if (g_m[t] != g_M[t]) g_se[t] *= expf(g_m[t] - g_M[t]);
 }
 
 __global__ void ce_loss_kernel(float* g_loss, const float* g_m, const float* g_se, const float* g_tl,
@@ -60,40 +148,52 @@ __global__ __launch_bounds__(lc::kThreads) void ce_bwd_kernel(TD* g_d, int64_t l
                                                                const float* g_m, const float* g_se,
                                                                const int32_t* g_tg, int64_t T_, int64_t V, int64_t vb,
                                                                float scale) {
+  const int64_t tid = threadIdx.x, nt = blockDim.x;
   for (int64_t t = blockIdx.x; t < T_; t += gridDim.x) {
     const T* l = g_l + t * ldl;
     TD* d = g_d + t * ldd;
     const int32_t tg = g_tg[t];
     if (tg < 0) {
-      for (int64_t j = threadIdx.x; j < V; j += blockDim.x) lc::st(d, j, 0.f);
+      for (int64_t j = tid; j < V; j += nt) lc::st(d, j, 0.f);
       continue;
     }
     const float m = g_m[t], inv = 1.f / g_se[t];
     const int64_t c = int64_t(tg) - vb;
-    for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
-      lc::st(d, j, scale * (expf(lc::ld(l, j) - m) * inv - (j == c ? 1.f : 0.f)));
+    auto grad = [&](int64_t j, float x) { return scale * (expf(x - m) * inv - (j == c ? 1.f : 0.f)); };
+    // Groups of 4 where logits and dlogits are 4-aligned at the same element; else one by one.
+    const int64_t hl = head_of(l), h = hl == head_of(d) && hl < V ? hl : V, nv = (V - h) / 4, b = h + 4 * nv;
+    for (int64_t j = tid; j < h; j += nt) lc::st(d, j, grad(j, lc::ld(l, j)));
+    for (int64_t v = tid; v < nv; v += nt) {
+      const int64_t j = h + 4 * v;
+      float x[4];
+      Vec4<T>::load(l + j, x);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) x[i] = grad(j + i, x[i]);
+      Vec4<TD>::store(d + j, x);
+    }
+    if (b + tid < V) lc::st(d, b + tid, grad(b + tid, lc::ld(l, b + tid)));
   }
 }
 
 }  // namespace
 
-void ce_row_max(const TensorView& m, const TensorView& logits, Stream s) {
-  lc::Nvtx nv("ce_row_max");
+void ce_stats(const TensorView& m, const TensorView& se, const TensorView& tl, const TensorView& logits,
+              const TensorView& targets, int64_t vocab_begin, Stream s) {
+  lc::Nvtx nv("ce_stats");
   const int64_t T = logits.shape[0], V = logits.shape[1];
   auto st = static_cast<cudaStream_t>(s.handle);
-  DT_LC_DISPATCH(logits.dtype, ce_row_max_kernel<E><<<lc::grid_for(T), lc::kThreads, 0, st>>>(
-                                   m.ptr<float>(), logits.ptr<E>(), logits.stride[0], T, V));
+  DT_LC_DISPATCH(logits.dtype, ce_stats_kernel<E><<<lc::grid_for(T), lc::kThreads, 0, st>>>(
+                                   m.ptr<float>(), se.ptr<float>(), tl.ptr<float>(), logits.ptr<E>(),
+                                   logits.stride[0], targets.ptr<int32_t>(), T, V, vocab_begin));
   DT_CUDA_LAUNCH_CHECK();
 }
 
-void ce_sum_exp(const TensorView& se, const TensorView& tl, const TensorView& logits, const TensorView& m,
-                const TensorView& targets, int64_t vocab_begin, Stream s) {
-  lc::Nvtx nv("ce_sum_exp");
-  const int64_t T = logits.shape[0], V = logits.shape[1];
+void ce_rescale(const TensorView& se, const TensorView& m, const TensorView& m_global, Stream s) {
+  lc::Nvtx nv("ce_rescale");
+  const int64_t T = se.numel();
   auto st = static_cast<cudaStream_t>(s.handle);
-  DT_LC_DISPATCH(logits.dtype, ce_sum_exp_kernel<E><<<lc::grid_for(T), lc::kThreads, 0, st>>>(
-                                   se.ptr<float>(), tl.ptr<float>(), logits.ptr<E>(), logits.stride[0],
-                                   m.ptr<float>(), targets.ptr<int32_t>(), T, V, vocab_begin));
+  ce_rescale_kernel<<<lc::grid_for((T + 255) / 256), 256, 0, st>>>(se.ptr<float>(), m.ptr<float>(),
+                                                                   m_global.ptr<float>(), T);
   DT_CUDA_LAUNCH_CHECK();
 }
 
