@@ -135,8 +135,8 @@ TEST(HfIo, ReadsTheTextConfig) {
             (std::vector<std::string>{"linear_attention", "full_attention", "linear_attention", "full_attention"}));
   EXPECT_EQ(m.linear_num_key_heads, 2);
   EXPECT_EQ(m.linear_num_value_heads, 4);
-  EXPECT_EQ(m.linear_key_head_dim, 8);
-  EXPECT_EQ(m.linear_value_head_dim, 8);
+  EXPECT_EQ(m.linear_key_head_dim, 16);
+  EXPECT_EQ(m.linear_value_head_dim, 16);
   EXPECT_EQ(m.num_attention_heads, 4);
   EXPECT_EQ(m.num_key_value_heads, 2);
   EXPECT_EQ(m.head_dim, 16);
