@@ -14,7 +14,6 @@ FlopCount& FlopCount::operator+=(const FlopCount& o) {
   gemm += o.gemm;
   gdn += o.gdn;
   attention += o.attention;
-  recompute += o.recompute;
   return *this;
 }
 
@@ -58,7 +57,6 @@ FlopCount step_flops(const io::ModelConfig& m, std::span<const int64_t> seq_lens
   f.gemm = 3 * 2 * tokens * (double(n_gdn) * gdn_w + double(n_attn) * attn_w + layers * mlp_w + head_w);
   f.gdn = double(n_gdn) * Hv * gdn_tok;
   f.attention = double(n_attn) * 3.5 * 4 * attn_pairs * D * Hq;
-  f.recompute = 2 * tokens * head_w;
   return f;
 }
 

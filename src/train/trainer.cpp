@@ -186,7 +186,7 @@ StepResult Trainer::step() {
   std::vector<Micro> micro(size_t(cfg_.train.grad_accum));
   // Host counts, summed over dp x cp: [predicted tokens of this CP rank, then (on CP rank 0
   // only, the micro-batches being the same on every CP rank) real tokens and the FLOP parts].
-  Tensor counts = Tensor::zeros(Shape{6}, DType::i64);
+  Tensor counts = Tensor::zeros(Shape{5}, DType::i64);
   int64_t* c = counts.ptr<int64_t>();
   FlopCount fl;
   for (Micro& m : micro) {
@@ -201,7 +201,6 @@ StepResult Trainer::step() {
     }
   }
   c[2] = std::llround(fl.gemm), c[3] = std::llround(fl.gdn), c[4] = std::llround(fl.attention);
-  c[5] = std::llround(fl.recompute);
   if (host_dp_cp_->size() > 1) host_dp_cp_->all_reduce(counts, dist::ReduceOp::sum);
   const int64_t global_count = c[0];
 
@@ -230,7 +229,7 @@ StepResult Trainer::step() {
   zero_grads(params_, s);
   ++step_;
   r.tokens = c[1];
-  r.flops = {double(c[2]), double(c[3]), double(c[4]), double(c[5])};
+  r.flops = {double(c[2]), double(c[3]), double(c[4])};
   r.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   return r;
 }

@@ -13,8 +13,6 @@
 //   attention  per sequence of real length L: forward 4 * L(L+1)/2 * head_dim * Hq (QK^T and
 //              PV over the causal pairs), backward 2.5x forward.
 // Not counted: norms, gates, conv1d, RoPE, softmax / cross entropy and other elementwise work.
-// Hardware work beyond the model FLOPs is kept apart (`recompute`): the LM head's backward
-// recomputes the logits chunk by chunk (2*V*H per token).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -27,7 +25,6 @@ struct FlopCount {
   double gemm = 0;       // projections, MLP, LM head: fwd + bwd
   double gdn = 0;        // chunked gated delta rule core: fwd + bwd
   double attention = 0;  // causal QK^T and PV: fwd + bwd
-  double recompute = 0;  // hardware only: the LM head's logits recomputed in the backward
   double model() const { return gemm + gdn + attention; }  // what TFLOP/s and MFU count
   FlopCount& operator+=(const FlopCount& o);
 };
