@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <span>
 
 #include "deltatron/data/packed_seq.h"
 #include "deltatron/layers/gdn.h"
@@ -90,8 +91,11 @@ LayerRun run_layer(Layer& layer, const TensorView& x, const TensorView& dy, cons
   for (model::Param& p : layer.params()) ps.push_back(&p);
   if (reduce_over) model::reduce_grads(ps, *reduce_over, s);
   LayerRun r{download_f32(y), download_f32(dx), {}, {}};
+  // The dp replicas of these tests run the same batch, so the dp sum counts it dp times.
+  const float per_replica = reduce_over ? 1.f / float(reduce_over->dims.dp) : 1.f;
   for (model::Param& p : layer.params()) {
     r.grads.push_back(download_f32(p.grad));
+    for (float& g : std::span<float>(r.grads.back().ptr<float>(), size_t(r.grads.back().numel()))) g *= per_replica;
     r.specs.push_back(p.spec);
   }
   return r;

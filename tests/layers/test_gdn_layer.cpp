@@ -1,5 +1,5 @@
 // GatedDeltaNet layer on the CPU backend: parallel vs serial under every (tp, sp, cp) layout
-// of the world size (mpirun -np 1, 2, 4), packed with unequal lengths and alignment padding
+// of the world size (mpirun -np 1, 2, 4, 8), packed with unequal lengths and alignment padding
 // (fp32, rel. L2 < 1e-5 for y, dX and every weight gradient); packed vs per-sequence;
 // layout validation messages. See gdn_layer_harness.h.
 #include "gdn_layer_harness.h"
@@ -12,6 +12,7 @@ std::vector<GdnLayout> layouts_for(int world) {
   if (world == 1) return {{1, 1, false}};
   if (world == 2) return {{2, 1, false}, {2, 1, true}, {1, 2, false}};
   if (world == 4) return {{1, 4, false}, {2, 2, false}, {2, 2, true}, {4, 1, true}};
+  if (world == 8) return {{2, 2, true}};  // dp 2 beside it (issue 8's 8-GPU layout, on the CPU backend)
   return {};
 }
 }  // namespace

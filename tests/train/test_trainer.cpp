@@ -58,7 +58,8 @@ std::vector<Layout> layouts(int world) {
   if (world == 2) return {{1, 1, 2, false}, {2, 1, 1, false}, {2, 1, 1, true}, {1, 2, 1, false}};
   if (world == 4)
     return {{1, 1, 4, false}, {2, 2, 1, false}, {2, 2, 1, true}, {2, 1, 2, false},
-            {2, 1, 2, true},  {1, 2, 2, false}, {4, 1, 1, true}};
+            {2, 1, 2, true},  {1, 2, 2, false}, {4, 1, 1, true}, {1, 4, 1, false}};
+  if (world == 8) return {{2, 2, 2, true}};  // issue 8's TP=2 x CP=2 x DP=2, on the CPU backend
   return {};
 }
 
@@ -85,7 +86,7 @@ std::vector<double> read_golden() {
 
 TEST(Trainer, LossCurvesMatchGoldenUnderEveryLayout) {
   const int world = dist::world_size();
-  if (layouts(world).empty()) GTEST_SKIP() << "runs at np 1, 2 or 4";
+  if (layouts(world).empty()) GTEST_SKIP() << "runs at np 1, 2, 4 or 8";
   if (world == 1 && std::getenv("DT_WRITE_GOLDEN")) {
     std::vector<double> l = train::run_training(curve_config({1, 1, 1, false})).losses;
     std::ofstream f(kGolden, std::ios::trunc);
