@@ -17,14 +17,6 @@ enum P { kQ, kK, kV, kO, kQNorm, kKNorm };
 const char* kSuffixes[] = {"q_proj.weight", "k_proj.weight", "v_proj.weight",
                            "o_proj.weight", "q_norm.weight", "k_norm.weight"};
 
-TensorView cols(const TensorView& x, int64_t off, int64_t n) { return x.slice(1, off, off + n); }
-// A row-strided [T, H*D] view seen as [T, H, D] (head stride D, unit inner stride).
-TensorView heads(const TensorView& x, int64_t H, int64_t D) {
-  TensorView v = x;
-  v.shape = Shape{x.shape[0], H, D};
-  v.stride = {x.stride[0], D, 1};
-  return v;
-}
 // Rows of a contiguous [T, H*2D] buffer as [T*H, 2D], then the columns [off, off + D).
 TensorView per_head_half(const TensorView& qg, int64_t H, int64_t D, int64_t off) {
   return cols(qg.reshape(Shape{qg.shape[0] * H, 2 * D}), off, D);

@@ -17,8 +17,6 @@ const char* kSuffixes[] = {"in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.
                            "out_proj.weight"};
 enum P { kQkv, kZ, kB, kA, kConv, kDtBias, kALog, kNorm, kOut };
 
-// Column range [off, off + n) of a row-major [rows, C] view (row-strided result).
-TensorView cols(const TensorView& x, int64_t off, int64_t n) { return x.slice(1, off, off + n); }
 
 }  // namespace
 

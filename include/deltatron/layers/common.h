@@ -22,4 +22,14 @@ struct RunCtx {
   uint64_t seed = 0;
 };
 
+// Column range [off, off + n) of a row-major [rows, C] view (row-strided result).
+inline TensorView cols(const TensorView& x, int64_t off, int64_t n) { return x.slice(1, off, off + n); }
+// A row-strided [T, H*D] view seen as [T, H, D] (head stride D, unit inner stride).
+inline TensorView heads(const TensorView& x, int64_t H, int64_t D) {
+  TensorView v = x;
+  v.shape = Shape{x.shape[0], H, D};
+  v.stride = {x.stride[0], D, 1};
+  return v;
+}
+
 }  // namespace dt::layers

@@ -44,7 +44,7 @@ class SwiGluMlp {
   int tp_ = 1;
   bool sp_ = false;
   std::vector<model::Param> params_;  // gate_proj, up_proj, down_proj
-  Tensor xg_, gu_, h_;                // saved: [T_r, H], [T_r, 2 F_t], [T_r, F_t]
+  Tensor xg_, gu_;                    // saved: [T_r, H], [T_r, 2 F_t] (h is recomputed from gu_)
 };
 
 }  // namespace dt::layers
