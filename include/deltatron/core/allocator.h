@@ -13,6 +13,7 @@ struct AllocatorStats {
   int64_t allocated_bytes = 0;   // bytes handed out and not yet freed (rounded sizes)
   int64_t peak_bytes = 0;        // max of allocated_bytes since the last reset_peak
   int64_t reserved_bytes = 0;    // bytes held from the device (cached + in use)
+  int64_t peak_reserved_bytes = 0;  // max of reserved_bytes (not reset by reset_peak)
   int64_t num_raw_allocs = 0;    // cudaMalloc / aligned_alloc calls ever made
   int64_t num_allocs = 0;        // allocate() calls
 };
