@@ -6,7 +6,8 @@
 // Every output buffer is NaN-poisoned before each launch; results must be finite, and the
 // padding around strided views must still be NaN afterwards (no write outside the view).
 // Layouts: contiguous, strided rows (16-byte aligned: vector path) and strided rows with an
-// odd element offset (unaligned: element path), plus 3D [T, H, d] views for the row norms.
+// odd element offset (unaligned: element path), plus 3D [T, H, d] views for the row norms; the
+// row norms also run at H = 32 rows per token, where each persistent block streams ~20 tiles.
 // Determinism: two backward runs from the same accumulators give bitwise-identical results.
 // Each comparison prints one line: family, dtype, case, quantity, rel_l2, max_abs, tol.
 #include <gtest/gtest.h>
@@ -235,6 +236,7 @@ const std::vector<RowCase> kRowCases = {
     {3, 64, Layout::Contig},      // 8 lanes per row in bf16
     {2, 256, Layout::Unaligned},  // the largest d; two slots per lane in f32; element path
     {5, 100, Layout::Strided},    // ragged d
+    {32, 128, Layout::Strided},   // Hv = 32: ~20 tiles per block, so the cp.async ring wraps around
 };
 
 void run_l2norm(DType t, const RowCase& rc) {
@@ -292,7 +294,8 @@ const std::vector<GateCase> kGateCases = {
     {32, Layout::Strided},    // Hv = 32 (Qwen3.5-35B)
     {12, Layout::Unaligned},  // ragged, element path
     {64, Layout::Contig},     // Hv = 64
-    {6, Layout::Strided},     // fewer heads than one 16-byte vector
+    {6, Layout::Strided},     // fewer heads than one 4-head chunk per thread
+    {160, Layout::Strided},   // 40 chunks per row (64 threads per row, 4 rows per block)
 };
 
 void run_gate(DType t, const GateCase& gc) {

@@ -17,9 +17,10 @@
 // Mapping: a block owns 256 channels x ~250 tokens (a "group"); its 128 threads own 2 channels
 //   each and stream the group's rows in order with register windows (x window, pending dx
 //   sums), so every input row is read once per group (plus W'-1 halo rows). Rows arrive in
-//   16-row shared-memory tiles through cp.async (16-byte, coalesced), double-buffered so the
-//   next tile is in flight while the current one is consumed. The kernel is compiled for a
-//   window W' in {4, 8}; W < W' runs with W'-W leading zero taps (exactly the same sums).
+//   16-row shared-memory tiles through cp.async (16-byte, coalesced), a ring of kStages tiles so
+//   the next kStages-1 tiles are in flight while the current one is consumed. The kernel is
+//   compiled for a window W' in {4, 8}; W < W' runs with W'-W leading zero taps (exactly the
+//   same sums).
 // Determinism: no atomics. Each block writes its fp32 dw/dbias partials for its (group, channel
 //   block) into scratch [ngroups, D, W'+1] (caching allocator; released on return, which is safe
 //   under the allocator's one-compute-stream reuse rule), then a second pass sums the groups in
@@ -55,6 +56,10 @@ constexpr int kUnroll = DT_CONV_UNROLL;  // row-loop unroll (a multiple of the w
 #endif
 constexpr int kMinBlocksFwd = DT_CONV_MINB_FWD;  // register budget: 65536 / (128 * minblocks)
 constexpr int kMinBlocksBwd = DT_CONV_MINB_BWD;
+#ifndef DT_CONV_STAGES
+#define DT_CONV_STAGES 2
+#endif
+constexpr int kStages = DT_CONV_STAGES;  // cp.async pipeline depth (tiles in shared memory)
 
 enum : unsigned { kVecX = 1, kVecDy = 2, kVecOut = 4 };
 
@@ -79,7 +84,7 @@ constexpr int buf_bytes() {  // one pipeline stage: x tile [kTT, kCB] (+ dy tile
 }
 template <typename T, bool BWD>
 constexpr int smem_bytes() {
-  return 2 * buf_bytes<T, BWD>();
+  return kStages * buf_bytes<T, BWD>();
 }
 
 // One 16-byte chunk (kVec<T> channels from c) of row u into shared memory: cp.async when the
@@ -156,7 +161,7 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
   const T* __restrict__ g_dy = static_cast<const T*>(p.dy);
   T* __restrict__ g_out = static_cast<T*>(p.out);
 
-  // s_x [kTT, kCB] T | s_dy [kTT, kCB] T (backward) | s_seq [kTT] int32, twice (double buffer).
+  // s_x [kTT, kCB] T | s_dy [kTT, kCB] T (backward) | s_seq [kTT] int32, kStages times (ring).
   auto s_x = [&](int buf) { return reinterpret_cast<T*>(s_raw + buf * kBuf); };
   auto s_dy = [&](int buf) { return reinterpret_cast<T*>(s_raw + buf * kBuf + kTileElems * int(sizeof(T))); };
   auto s_seq = [&](int buf) {
@@ -211,14 +216,18 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
   const bool out_vec = p.vec & kVecOut;
   const int nown = int(Bc - A);  // tokens of this group
 
-  load_tile(0, 0);
-  ew::cp_async_commit();
-  for (int k = 0; k < ntiles; ++k) {
-    if (k + 1 < ntiles) load_tile(k + 1, (k + 1) & 1);
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) {
+    if (k < ntiles) load_tile(k, k);
     ew::cp_async_commit();
-    ew::cp_async_wait<1>();  // tile k has landed (this thread's copies) ...
-    __syncthreads();         // ... and everyone's
-    const int buf = k & 1;
+  }
+  int buf = 0;  // k % kStages
+  for (int k = 0; k < ntiles; ++k) {
+    // The buffer of tile k - 1 (freed by the barrier closing iteration k - 1) takes tile k + S - 1.
+    if (k + kStages - 1 < ntiles) load_tile(k + kStages - 1, buf == 0 ? kStages - 1 : buf - 1);
+    ew::cp_async_commit();
+    ew::cp_async_wait<kStages - 1>();  // tile k has landed (this thread's copies) ...
+    __syncthreads();                   // ... and everyone's
     const T* s_xb = s_x(buf) + kCPT * threadIdx.x;
     const T* s_dyb = s_dy(buf) + kCPT * threadIdx.x;
     const int32_t* s_sq = s_seq(buf);
@@ -230,8 +239,10 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
 
     // One step of the stream (row r of the tile). MASKED: the window may hold rows of an
     // earlier sequence, so every tap checks seq_idx; otherwise all taps are valid.
-    auto step = [&](int r, auto masked_tag) {
+    auto step = [&](int r, auto masked_tag, auto interior_tag) {
       constexpr bool MASKED = decltype(masked_tag)::value;
+      constexpr bool INTERIOR = decltype(interior_tag)::value;  // every row of the tile is owned (and,
+                                                                // backward, completes an owned dx row)
       const int rel = rel0 + r;  // token u = A + rel
       float r_xn[kCPT];
       read_pair<T>(s_xb + r * kCB, r_xn);
@@ -267,7 +278,7 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
         r_yp[ch] = acc;
       }
       if constexpr (!BWD) {
-        if (rel >= 0 && rel < nown) {
+        if (INTERIOR || (rel >= 0 && rel < nown)) {
           float r_y[kCPT];
 #pragma unroll
           for (int ch = 0; ch < kCPT; ++ch) r_y[ch] = p.silu ? r_yp[ch] * ew::sigmoid_f(r_yp[ch]) : r_yp[ch];
@@ -276,7 +287,7 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
       } else {
         float r_dyn[kCPT];
         read_pair<T>(s_dyb + r * kCB, r_dyn);
-        const bool own = rel >= 0 && rel < nown;  // u's dw/dbias terms belong to this group
+        const bool own = INTERIOR || (rel >= 0 && rel < nown);  // u's dw/dbias terms belong to this group
 #pragma unroll
         for (int ch = 0; ch < kCPT; ++ch) {
           float dyp = r_dyn[ch];
@@ -293,7 +304,7 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
           }
         }
         const int rel_s = rel - (WP - 1);  // row A + rel_s has its dx complete (g_row points at it)
-        if (rel_s >= 0 && rel_s < nown) {
+        if (INTERIOR || (rel_s >= 0 && rel_s < nown)) {
           float r_dx[kCPT];
 #pragma unroll
           for (int ch = 0; ch < kCPT; ++ch) r_dx[ch] = r_pend[ch][0];
@@ -312,17 +323,25 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
     // Block-uniform: is the window plus the whole tile inside one sequence? The seq column
     // (with its sentinels) is non-decreasing, so comparing the oldest window row with the
     // tile's last row decides it.
+    // Interior: all rows of the tile inside [A, Bc) (and, backward, their dx rows too).
     const int sq_last = s_sq[kTT - 1];
+    const bool interior = rel0 - (BWD ? WP - 1 : 0) >= 0 && rel0 + kTT <= nown;
     if (r_sw[1] == sq_last && s_sq[0] == sq_last) {
+      if (interior) {
 #pragma unroll kUnroll
-      for (int r = 0; r < kTT; ++r) step(r, std::false_type{});
+        for (int r = 0; r < kTT; ++r) step(r, std::false_type{}, std::true_type{});
+      } else {
+#pragma unroll kUnroll
+        for (int r = 0; r < kTT; ++r) step(r, std::false_type{}, std::false_type{});
+      }
 #pragma unroll
       for (int jj = 0; jj < WP; ++jj) r_sw[jj] = sq_last;
     } else {
 #pragma unroll kUnroll
-      for (int r = 0; r < kTT; ++r) step(r, std::true_type{});
+      for (int r = 0; r < kTT; ++r) step(r, std::true_type{}, std::false_type{});
     }
-    __syncthreads();  // buffer k&1 is refilled by the next iteration's load
+    __syncthreads();  // this buffer is refilled by the next iteration's load
+    buf = buf == kStages - 1 ? 0 : buf + 1;
   }
 
   if constexpr (BWD) {

@@ -11,9 +11,11 @@
 //   (saved by the forward). dv <= 256.
 // Dtypes: o, z, y, dy, do, dz one of bf16 | f32 (one dtype per call); math fp32; sigmoid via
 //   __expf and __fdividef (natural exp); rstd via rsqrtf.
-// Mapping: as l2norm.cu, a group of tpr lanes per row, 16-byte slots, two rows in flight per lane.
+// Mapping: as l2norm.cu: a group of tpr lanes per row, 16-byte slots, tiles of R rows per group,
+//   a persistent grid whose threads stream the next S-1 tiles through a per-thread cp.async ring
+//   in shared memory (ew::stage_slot) while the current tile is reduced and stored.
 // Determinism: dw is reduced without atomics. The backward grid is fixed by the shape (at most
-//   1024 blocks, each a fixed strided set of row tiles); each block reduces its lanes' fp32
+//   kBwdGrid blocks, each a fixed strided set of row tiles); each block reduces its lanes' fp32
 //   partials in shared memory in index order into a scratch row [blocks, dv] (caching allocator,
 //   released on return: stream-ordered reuse on the compute stream), then colsum_add sums the
 //   rows in a fixed order and adds to dw (launched as a programmatic dependent of the main
@@ -27,94 +29,179 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxD = 256;
-constexpr int kRows = 2;               // rows per lane group in flight
-constexpr int kMaxBwdBlocks = 1024;    // backward grid cap (= number of dw partial rows)
+// 16-byte slots per thread, input and tile (rows x slots per row) and ring depth.
+#ifndef DT_GRMS_FWD_SLOTS
+#define DT_GRMS_FWD_SLOTS 2
+#endif
+#ifndef DT_GRMS_FWD_STAGES
+#define DT_GRMS_FWD_STAGES 4
+#endif
+#ifndef DT_GRMS_BWD_SLOTS
+#define DT_GRMS_BWD_SLOTS 2
+#endif
+#ifndef DT_GRMS_BWD_STAGES
+#define DT_GRMS_BWD_STAGES 3
+#endif
+// Backward: blocks per SM the registers must allow, and the shape-fixed grid cap (= number of dw
+// partial rows): one wave of 132 SMs (H200) at that occupancy.
+#ifndef DT_GRMS_BWD_MINB
+#define DT_GRMS_BWD_MINB 2
+#endif
+#ifndef DT_GRMS_BWD_GRID
+#define DT_GRMS_BWD_GRID 264
+#endif
+constexpr int kFwdSlots = DT_GRMS_FWD_SLOTS, kFwdStages = DT_GRMS_FWD_STAGES;
+constexpr int kBwdSlots = DT_GRMS_BWD_SLOTS, kBwdStages = DT_GRMS_BWD_STAGES;
+constexpr int kBwdGrid = DT_GRMS_BWD_GRID;
 
 template <typename T>
 inline constexpr int kSlots = (kMaxD / ew::kVec<T> + 31) / 32;  // 16-byte slots per lane: 1 (bf16), 2 (f32)
+template <typename T, int SLOTS>
+inline constexpr int kRowsOf = SLOTS / kSlots<T> > 0 ? SLOTS / kSlots<T> : 1;  // rows per group and tile
+
+// Dynamic shared memory of the ring: stages x rows x slots x inputs x kThreads x 16 bytes, plus
+// the rstd words of the backward; the backward's dw block reduction reuses it.
+template <typename T, bool BWD>
+constexpr size_t ring_bytes() {
+  constexpr int R = kRowsOf<T, BWD ? kBwdSlots : kFwdSlots>, S = BWD ? kBwdStages : kFwdStages;
+  return size_t(S) * R * kSlots<T> * (BWD ? 3 : 2) * kThreads * 16 + (BWD ? size_t(S) * R * kThreads * 4 : 0);
+}
 
 // Vector-access flags, one bit per view (rows 16-byte aligned).
 enum : unsigned { kVecO = 1, kVecZ = 2, kVecY = 4, kVecDy = 8, kVecDo = 16, kVecDz = 32, kVecW = 64 };
 
 // ============================================================================== kernels
-// grid.x = ceil(rows / ((kThreads / tpr) * kRows)); block = kThreads.
+// grid.x = min(tiles, resident blocks); block = kThreads; dynamic smem = ring_bytes<T, false>().
 template <typename T>
 __global__ __launch_bounds__(kThreads) void gated_rmsnorm_fwd_kernel(
     T* __restrict__ g_y, ew::RowMap ym, float* __restrict__ g_rstd, const T* __restrict__ g_o, ew::RowMap om,
     const T* __restrict__ g_z, ew::RowMap zm, const float* __restrict__ g_w, int64_t rows, int d, int tpr, float eps,
     unsigned vec) {
-  constexpr int V = ew::kVec<T>, NS = kSlots<T>, R = kRows;
-  const int lane = threadIdx.x & (tpr - 1);
-  const int group = threadIdx.x / tpr;
-  const int gpb = kThreads / tpr;
-  const int64_t row0 = int64_t(blockIdx.x) * gpb * R + group;
-
-  float r_o[R][NS][V], r_z[R][NS][V];  // [rows in flight, slots, vec] fp32
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const int64_t r = row0 + int64_t(i) * gpb;
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-      const int64_t e0 = int64_t(lane + s * tpr) * V;
-      if (r < rows && e0 < d) {
-        ew::load_slot<T>(g_o + om(r), e0, d, vec & kVecO, r_o[i][s]);
-        ew::load_slot<T>(g_z + zm(r), e0, d, vec & kVecZ, r_z[i][s]);
-      } else {
-#pragma unroll
-        for (int k = 0; k < V; ++k) r_o[i][s][k] = 0.f, r_z[i][s][k] = 0.f;
-      }
-    }
-  }
-  float r_w[NS][V];  // [slots, vec] the lane's slice of w
-#pragma unroll
-  for (int s = 0; s < NS; ++s) ew::load_param<V>(g_w, int64_t(lane + s * tpr) * V, d, vec & kVecW, r_w[s]);
-
-  const float inv_d = 1.f / float(d);
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const int64_t r = row0 + int64_t(i) * gpb;
-    float r_ss = 0.f;
-#pragma unroll
-    for (int s = 0; s < NS; ++s)
-#pragma unroll
-      for (int k = 0; k < V; ++k) r_ss = fmaf(r_o[i][s][k], r_o[i][s][k], r_ss);
-    r_ss = ew::group_sum(r_ss, tpr);
-    const float r_rstd = rsqrtf(r_ss * inv_d + eps);
-    if (r < rows) {
-#pragma unroll
-      for (int s = 0; s < NS; ++s) {
-        const int64_t e0 = int64_t(lane + s * tpr) * V;
-        if (e0 < d) {
-          float r_y[V];
-#pragma unroll
-          for (int k = 0; k < V; ++k) {
-            const float z = r_z[i][s][k];
-            r_y[k] = r_o[i][s][k] * r_rstd * r_w[s][k] * (z * ew::sigmoid_f(z));
-          }
-          ew::store_slot<T>(g_y + ym(r), e0, d, vec & kVecY, r_y);
-        }
-      }
-      if (lane == 0) g_rstd[r] = r_rstd;
-    }
-  }
-}
-
-// grid.x = nblocks <= kMaxBwdBlocks (fixed by the shape); block b handles the row tiles
-// b, b + nblocks, ... of (kThreads / tpr) * kRows rows and writes g_part[b, 0:d].
-template <typename T>
-__global__ __launch_bounds__(kThreads) void gated_rmsnorm_bwd_kernel(
-    T* __restrict__ g_do, ew::RowMap dom, T* __restrict__ g_dz, ew::RowMap dzm, const T* __restrict__ g_dy,
-    ew::RowMap dym, const T* __restrict__ g_o, ew::RowMap om, const T* __restrict__ g_z, ew::RowMap zm,
-    const float* __restrict__ g_w, const float* __restrict__ g_rstd, float* __restrict__ g_part, int64_t rows, int d,
-    int tpr, unsigned vec) {
-  constexpr int V = ew::kVec<T>, NS = kSlots<T>, R = kRows;
-  __shared__ float s_dw[kThreads * V * NS];  // [groups, d] lane partials (gpb * d <= kThreads * V * NS)
+  constexpr int V = ew::kVec<T>, NS = kSlots<T>, R = kRowsOf<T, kFwdSlots>, S = kFwdStages, P = 2 * R * NS;
+  static_assert(S >= 2, "the ring needs two stages");
+  extern __shared__ uint4 s_ring[];  // [S][P][kThreads]: per row o slots then z slots
   const int lane = threadIdx.x & (tpr - 1);
   const int group = threadIdx.x / tpr;
   const int gpb = kThreads / tpr;
   const int64_t per_tile = int64_t(gpb) * R;
   const int64_t ntiles = (rows + per_tile - 1) / per_tile;
 
+  auto issue = [&](int64_t tile, int stage) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int64_t r = tile * per_tile + int64_t(i) * gpb + group;
+#pragma unroll
+      for (int s = 0; s < NS; ++s) {
+        const int64_t e0 = int64_t(lane + s * tpr) * V;
+        const bool ok = r < rows && e0 < d;
+        ew::stage_slot<T>(ew::ring_slot<kThreads>(s_ring, P, stage, (2 * i) * NS + s), g_o + om(r), e0, d,
+                          vec & kVecO, ok);
+        ew::stage_slot<T>(ew::ring_slot<kThreads>(s_ring, P, stage, (2 * i + 1) * NS + s), g_z + zm(r), e0, d,
+                          vec & kVecZ, ok);
+      }
+    }
+  };
+  const int64_t G = gridDim.x;
+#pragma unroll
+  for (int st = 0; st < S - 1; ++st) {
+    if (blockIdx.x + st * G < ntiles) issue(blockIdx.x + st * G, st);
+    ew::cp_async_commit();
+  }
+  float r_w[NS][V];  // [slots, vec] the lane's slice of w
+#pragma unroll
+  for (int s = 0; s < NS; ++s) ew::load_param<V>(g_w, int64_t(lane + s * tpr) * V, d, vec & kVecW, r_w[s]);
+  const float inv_d = 1.f / float(d);
+
+  int stage = 0;
+  for (int64_t tile = blockIdx.x; tile < ntiles; tile += G) {
+    const int refill = stage == 0 ? S - 1 : stage - 1;  // the stage read one iteration ago
+    if (tile + (S - 1) * G < ntiles) issue(tile + (S - 1) * G, refill);
+    ew::cp_async_commit();
+    ew::cp_async_wait<S - 1>();  // this tile's slots have landed
+
+    float r_o[R][NS][V], r_z[R][NS][V];  // [rows, slots, vec] fp32
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+      for (int s = 0; s < NS; ++s) {
+        ew::unpack16<T>(*ew::ring_slot<kThreads>(s_ring, P, stage, (2 * i) * NS + s), r_o[i][s]);
+        ew::unpack16<T>(*ew::ring_slot<kThreads>(s_ring, P, stage, (2 * i + 1) * NS + s), r_z[i][s]);
+      }
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int64_t r = tile * per_tile + int64_t(i) * gpb + group;
+      float r_ss = 0.f;
+#pragma unroll
+      for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int k = 0; k < V; ++k) r_ss = fmaf(r_o[i][s][k], r_o[i][s][k], r_ss);
+      r_ss = ew::group_sum(r_ss, tpr);
+      const float r_rstd = rsqrtf(r_ss * inv_d + eps);
+      if (r < rows) {
+#pragma unroll
+        for (int s = 0; s < NS; ++s) {
+          const int64_t e0 = int64_t(lane + s * tpr) * V;
+          if (e0 < d) {
+            float r_y[V];
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+              const float z = r_z[i][s][k];
+              r_y[k] = r_o[i][s][k] * r_rstd * r_w[s][k] * (z * ew::sigmoid_f(z));
+            }
+            ew::store_slot<T>(g_y + ym(r), e0, d, vec & kVecY, r_y);
+          }
+        }
+        if (lane == 0) g_rstd[r] = r_rstd;
+      }
+    }
+    stage = stage == S - 1 ? 0 : stage + 1;
+  }
+}
+
+// grid.x = nblocks <= kBwdGrid (fixed by the shape); block b handles the row tiles b, b + nblocks,
+// ... and writes g_part[b, 0:d]; dynamic smem = ring_bytes<T, true>().
+template <typename T>
+__global__ __launch_bounds__(kThreads, DT_GRMS_BWD_MINB) void gated_rmsnorm_bwd_kernel(
+    T* __restrict__ g_do, ew::RowMap dom, T* __restrict__ g_dz, ew::RowMap dzm, const T* __restrict__ g_dy,
+    ew::RowMap dym, const T* __restrict__ g_o, ew::RowMap om, const T* __restrict__ g_z, ew::RowMap zm,
+    const float* __restrict__ g_w, const float* __restrict__ g_rstd, float* __restrict__ g_part, int64_t rows, int d,
+    int tpr, unsigned vec) {
+  constexpr int V = ew::kVec<T>, NS = kSlots<T>, R = kRowsOf<T, kBwdSlots>, S = kBwdStages, P = 3 * R * NS;
+  static_assert(S >= 2, "the ring needs two stages");
+  static_assert(ring_bytes<T, true>() >= size_t(kThreads) * V * NS * 4, "the dw reduction reuses the ring");
+  extern __shared__ uint4 s_ring[];  // [S][P][kThreads]: per row o, z, dy slots; then [S][R][kThreads] rstd
+  float* s_rstd = reinterpret_cast<float*>(s_ring + S * P * kThreads);
+  const int lane = threadIdx.x & (tpr - 1);
+  const int group = threadIdx.x / tpr;
+  const int gpb = kThreads / tpr;
+  const int64_t per_tile = int64_t(gpb) * R;
+  const int64_t ntiles = (rows + per_tile - 1) / per_tile;
+
+  auto issue = [&](int64_t tile, int stage) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int64_t r = tile * per_tile + int64_t(i) * gpb + group;
+      const bool rok = r < rows;
+      ew::cp_async4_zfill(s_rstd + (stage * R + i) * kThreads + threadIdx.x, g_rstd + (rok ? r : 0), rok);
+#pragma unroll
+      for (int s = 0; s < NS; ++s) {
+        const int64_t e0 = int64_t(lane + s * tpr) * V;
+        const bool ok = rok && e0 < d;
+        ew::stage_slot<T>(ew::ring_slot<kThreads>(s_ring, P, stage, (3 * i) * NS + s), g_o + om(r), e0, d,
+                          vec & kVecO, ok);
+        ew::stage_slot<T>(ew::ring_slot<kThreads>(s_ring, P, stage, (3 * i + 1) * NS + s), g_z + zm(r), e0, d,
+                          vec & kVecZ, ok);
+        ew::stage_slot<T>(ew::ring_slot<kThreads>(s_ring, P, stage, (3 * i + 2) * NS + s), g_dy + dym(r), e0, d,
+                          vec & kVecDy, ok);
+      }
+    }
+  };
+  const int64_t G = gridDim.x;
+#pragma unroll
+  for (int st = 0; st < S - 1; ++st) {
+    if (blockIdx.x + st * G < ntiles) issue(blockIdx.x + st * G, st);
+    ew::cp_async_commit();
+  }
   float r_w[NS][V], r_dw[NS][V];  // [slots, vec] w slice, dw partial
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
@@ -124,30 +211,28 @@ __global__ __launch_bounds__(kThreads) void gated_rmsnorm_bwd_kernel(
   }
   const float inv_d = 1.f / float(d);
 
-  for (int64_t tile = blockIdx.x; tile < ntiles; tile += gridDim.x) {
-    const int64_t row0 = tile * per_tile + group;
-    float r_o[R][NS][V], r_z[R][NS][V], r_dy[R][NS][V];  // [rows in flight, slots, vec] fp32
+  int stage = 0;
+  for (int64_t tile = blockIdx.x; tile < ntiles; tile += G) {
+    const int refill = stage == 0 ? S - 1 : stage - 1;
+    if (tile + (S - 1) * G < ntiles) issue(tile + (S - 1) * G, refill);
+    ew::cp_async_commit();
+    ew::cp_async_wait<S - 1>();
+
+    float r_o[R][NS][V], r_z[R][NS][V], r_dy[R][NS][V];  // [rows, slots, vec] fp32
     float r_rstd[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-      const int64_t r = row0 + int64_t(i) * gpb;
-      r_rstd[i] = r < rows ? __ldg(g_rstd + r) : 0.f;
+      r_rstd[i] = s_rstd[(stage * R + i) * kThreads + threadIdx.x];
 #pragma unroll
       for (int s = 0; s < NS; ++s) {
-        const int64_t e0 = int64_t(lane + s * tpr) * V;
-        if (r < rows && e0 < d) {
-          ew::load_slot<T>(g_o + om(r), e0, d, vec & kVecO, r_o[i][s]);
-          ew::load_slot<T>(g_z + zm(r), e0, d, vec & kVecZ, r_z[i][s]);
-          ew::load_slot<T>(g_dy + dym(r), e0, d, vec & kVecDy, r_dy[i][s]);
-        } else {
-#pragma unroll
-          for (int k = 0; k < V; ++k) r_o[i][s][k] = 0.f, r_z[i][s][k] = 0.f, r_dy[i][s][k] = 0.f;
-        }
+        ew::unpack16<T>(*ew::ring_slot<kThreads>(s_ring, P, stage, (3 * i) * NS + s), r_o[i][s]);
+        ew::unpack16<T>(*ew::ring_slot<kThreads>(s_ring, P, stage, (3 * i + 1) * NS + s), r_z[i][s]);
+        ew::unpack16<T>(*ew::ring_slot<kThreads>(s_ring, P, stage, (3 * i + 2) * NS + s), r_dy[i][s]);
       }
     }
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-      const int64_t r = row0 + int64_t(i) * gpb;
+      const int64_t r = tile * per_tile + int64_t(i) * gpb + group;
       float r_m = 0.f;  // sum(xh * w * dy0)
 #pragma unroll
       for (int s = 0; s < NS; ++s) {
@@ -181,10 +266,15 @@ __global__ __launch_bounds__(kThreads) void gated_rmsnorm_bwd_kernel(
         }
       }
     }
+    stage = stage == S - 1 ? 0 : stage + 1;
   }
 
   ew::pdl_trigger();  // the partials reduction may start launching (it waits for our writes)
-  // Block partial of dw: lane partials -> shared [group, d] -> fixed-order sum over groups.
+  // Block partial of dw: lane partials -> shared [group, d] (over the drained ring) -> fixed-order
+  // sum over groups.
+  ew::cp_async_wait<0>();
+  __syncthreads();
+  float* s_dw = reinterpret_cast<float*>(s_ring);
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
     const int e0 = (lane + s * tpr) * V;
@@ -228,6 +318,18 @@ void check_param(const TensorView& p, int64_t n, const TensorView& o, const char
 
 int lanes_per_row(int64_t d, int vec) { return std::min(32, ew::pow2_ceil((d + vec - 1) / vec)); }
 
+template <typename T, bool BWD, class Kernel>
+void ring_smem_opt_in(Kernel kernel) {
+  constexpr size_t smem = ring_bytes<T, BWD>();
+  if constexpr (smem > 48 * 1024)
+    DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+}
+template <typename T, bool BWD>
+int64_t num_tiles(int64_t rows, int tpr) {
+  const int64_t per_tile = int64_t(kThreads / tpr) * kRowsOf<T, BWD ? kBwdSlots : kFwdSlots>;
+  return (rows + per_tile - 1) / per_tile;
+}
+
 }  // namespace
 
 void gated_rmsnorm_fwd(const TensorView& y, const TensorView& rstd, const TensorView& o, const TensorView& z,
@@ -247,8 +349,10 @@ void gated_rmsnorm_fwd(const TensorView& y, const TensorView& rstd, const Tensor
   auto launch = [&](auto tag) {
     using T = decltype(tag);
     const int tpr = lanes_per_row(orr.d, ew::kVec<T>);
-    const int64_t per_block = int64_t(kThreads / tpr) * kRows;
-    gated_rmsnorm_fwd_kernel<T><<<unsigned((orr.rows + per_block - 1) / per_block), kThreads, 0, st>>>(
+    ring_smem_opt_in<T, false>(gated_rmsnorm_fwd_kernel<T>);
+    const int64_t grid = std::min(num_tiles<T, false>(orr.rows, tpr),
+                                  ew::resident_blocks(gated_rmsnorm_fwd_kernel<T>, kThreads, ring_bytes<T, false>()));
+    gated_rmsnorm_fwd_kernel<T><<<unsigned(grid), kThreads, ring_bytes<T, false>(), st>>>(
         y.ptr<T>(), yr.map, rstd.ptr<float>(), o.ptr<T>(), orr.map, z.ptr<T>(), zr.map, w.ptr<float>(), orr.rows,
         int(orr.d), tpr, eps, vec);
   };
@@ -278,11 +382,11 @@ void gated_rmsnorm_bwd(const TensorView& do_, const TensorView& dz, const Tensor
   auto launch = [&](auto tag) {
     using T = decltype(tag);
     const int tpr = lanes_per_row(orr.d, ew::kVec<T>);
-    const int64_t per_tile = int64_t(kThreads / tpr) * kRows;
-    const int64_t nblocks = std::min<int64_t>((orr.rows + per_tile - 1) / per_tile, kMaxBwdBlocks);
+    ring_smem_opt_in<T, true>(gated_rmsnorm_bwd_kernel<T>);
+    const int64_t nblocks = std::min<int64_t>(num_tiles<T, true>(orr.rows, tpr), kBwdGrid);
     // Scratch: one dw partial row per block (stream-ordered reuse; see the file header).
     Tensor part = Tensor::empty(Shape{nblocks, orr.d}, DType::f32, o.device);  // [nblocks, dv] f32
-    gated_rmsnorm_bwd_kernel<T><<<unsigned(nblocks), kThreads, 0, st>>>(
+    gated_rmsnorm_bwd_kernel<T><<<unsigned(nblocks), kThreads, ring_bytes<T, true>(), st>>>(
         do_.ptr<T>(), dor.map, dz.ptr<T>(), dzr.map, dy.ptr<T>(), dyr.map, o.ptr<T>(), orr.map, z.ptr<T>(), zr.map,
         w.ptr<float>(), rstd.ptr<float>(), part.ptr<float>(), orr.rows, int(orr.d), tpr, vec);
     DT_CUDA_LAUNCH_CHECK();

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -50,10 +51,9 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
-// One aligned 16-byte load: r[0..kVec) = p[0..kVec). Read-only path.
+// A 16-byte word <-> kVec<T> fp32 values (element 0 in the lowest bytes).
 template <typename T>
-__device__ __forceinline__ void load16(const T* p, float (&r)[kVec<T>]) {
-  const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+__device__ __forceinline__ void unpack16(const uint4& u, float (&r)[kVec<T>]) {
   if constexpr (std::is_same_v<T, float>) {
     r[0] = __uint_as_float(u.x), r[1] = __uint_as_float(u.y), r[2] = __uint_as_float(u.z), r[3] = __uint_as_float(u.w);
   } else {
@@ -62,7 +62,7 @@ __device__ __forceinline__ void load16(const T* p, float (&r)[kVec<T>]) {
   }
 }
 template <typename T>
-__device__ __forceinline__ void store16(T* p, const float (&r)[kVec<T>]) {
+__device__ __forceinline__ uint4 pack16(const float (&r)[kVec<T>]) {
   uint4 u;
   if constexpr (std::is_same_v<T, float>) {
     u.x = __float_as_uint(r[0]), u.y = __float_as_uint(r[1]), u.z = __float_as_uint(r[2]), u.w = __float_as_uint(r[3]);
@@ -70,7 +70,17 @@ __device__ __forceinline__ void store16(T* p, const float (&r)[kVec<T>]) {
     u.x = pack_bf16x2(r[0], r[1]), u.y = pack_bf16x2(r[2], r[3]);
     u.z = pack_bf16x2(r[4], r[5]), u.w = pack_bf16x2(r[6], r[7]);
   }
-  *reinterpret_cast<uint4*>(p) = u;
+  return u;
+}
+
+// One aligned 16-byte load: r[0..kVec) = p[0..kVec). Read-only path.
+template <typename T>
+__device__ __forceinline__ void load16(const T* p, float (&r)[kVec<T>]) {
+  unpack16<T>(__ldg(reinterpret_cast<const uint4*>(p)), r);
+}
+template <typename T>
+__device__ __forceinline__ void store16(T* p, const float (&r)[kVec<T>]) {
+  *reinterpret_cast<uint4*>(p) = pack16<T>(r);
 }
 
 // N elements starting at element e0 of a row of n elements (N a multiple of kVec<T>): 16-byte
@@ -219,6 +229,42 @@ __device__ __forceinline__ void cp_async4_zfill(void* s_dst, const void* g_src, 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// ---- per-thread cp.async ring of 16-byte row slots ---------------------------------------------
+// The streaming row kernels (l2norm, gated_rmsnorm) keep S-1 tiles of loads in flight per thread
+// without holding them in registers: every thread copies the 16-byte slots it will consume into
+// its own shared-memory words and reads back only those, so cp.async.wait_group alone orders copy
+// and read (no block barrier). Ring layout [S stages][P slots][kThreads] uint4: a warp's 32 slots
+// are 512 contiguous bytes (conflict-free). A stage is refilled one iteration after it was read;
+// the reads fed the row sums that the refill's iteration waited on, so they are complete.
+template <int NT>
+__device__ __forceinline__ uint4* ring_slot(uint4* s_ring, int P, int stage, int p) {
+  return s_ring + (stage * P + p) * NT + threadIdx.x;
+}
+// One slot (elements e0 .. e0+kVec of a row of n) into s_dst: cp.async when valid, aligned and
+// whole; element loads for a ragged or unaligned slot; zeros for an invalid row or past n.
+template <typename T>
+__device__ __forceinline__ void stage_slot(uint4* s_dst, const T* row, int64_t e0, int64_t n, bool vec_ok, bool valid) {
+  if (valid && vec_ok && e0 + kVec<T> <= n) {
+    cp_async16(s_dst, row + e0);
+  } else {
+    float r[kVec<T>];
+#pragma unroll
+    for (int i = 0; i < kVec<T>; ++i) r[i] = (valid && e0 + i < n) ? to_f32(row[e0 + i]) : 0.f;
+    *s_dst = pack16<T>(r);
+  }
+}
+
+// Blocks of `kernel` that fit on the current device at once (blocks per SM x SMs), for the
+// persistent grids of the forward kernels (the backward grids are fixed by the shape instead).
+template <class Kernel>
+inline int64_t resident_blocks(Kernel kernel, int threads, size_t smem) {
+  int dev = 0, sms = 0, per_sm = 0;
+  DT_CUDA_CHECK(cudaGetDevice(&dev));
+  DT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  DT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  return int64_t(std::max(per_sm, 1)) * sms;
+}
 
 // ---- programmatic dependent launch (sm_90) -------------------------------------------------------
 // The column reduction below is launched as a dependent of the kernel that wrote the partials:
