@@ -17,8 +17,8 @@
 // Mapping: a block owns 256 channels x ~250 tokens (a "group"); its 128 threads own 2 channels
 //   each and stream the group's rows in order with register windows (x window, pending dx
 //   sums), so every input row is read once per group (plus W'-1 halo rows). Rows arrive in
-//   16-row shared-memory tiles through cp.async (16-byte, coalesced), a ring of kStages tiles so
-//   the next kStages-1 tiles are in flight while the current one is consumed. The kernel is
+//   16-row shared-memory tiles through cp.async (16-byte, coalesced), a ring of S tiles so the
+//   next S-1 tiles are in flight while the current one is consumed. The kernel is
 //   compiled for a window W' in {4, 8}; W < W' runs with W'-W leading zero taps (exactly the
 //   same sums).
 // Determinism: no atomics. Each block writes its fp32 dw/dbias partials for its (group, channel
@@ -40,14 +40,27 @@ constexpr int kThreads = 128;
 constexpr int kCPT = 2;               // channels per thread
 constexpr int kCB = kThreads * kCPT;  // channels per block (256)
 constexpr int kTT = 16;               // rows per shared-memory tile
-constexpr int kTilesPerGroup = 16;    // a block streams 16 tiles = 256 rows
+#ifndef DT_CONV_TILES
+#define DT_CONV_TILES 16
+#endif
+constexpr int kTilesPerGroup = DT_CONV_TILES;  // a block streams 16 tiles = 256 rows
 // Tokens per block ("group"; one dw partial row per group): the streamed rows (group plus W'-1
 // halo rows before it, and W'-1 after it in the backward) fill the 16 tiles exactly.
 constexpr int group_tokens(int wp, bool bwd) { return kTilesPerGroup * kTT - (wp - 1) * (bwd ? 2 : 1); }
-#ifndef DT_CONV_UNROLL
-#define DT_CONV_UNROLL 8
+// Row-loop unroll (a multiple of the window W') and cp.async ring depth (tiles in shared memory),
+// forward and backward; minimum resident blocks per SM (register budget 65536 / (128 * minblocks)).
+#ifndef DT_CONV_UNROLL_FWD
+#define DT_CONV_UNROLL_FWD 16
 #endif
-constexpr int kUnroll = DT_CONV_UNROLL;  // row-loop unroll (a multiple of the window W')
+#ifndef DT_CONV_UNROLL_BWD
+#define DT_CONV_UNROLL_BWD 8
+#endif
+#ifndef DT_CONV_STAGES_FWD
+#define DT_CONV_STAGES_FWD 3
+#endif
+#ifndef DT_CONV_STAGES_BWD
+#define DT_CONV_STAGES_BWD 2
+#endif
 #ifndef DT_CONV_MINB_FWD
 #define DT_CONV_MINB_FWD 5
 #endif
@@ -56,10 +69,10 @@ constexpr int kUnroll = DT_CONV_UNROLL;  // row-loop unroll (a multiple of the w
 #endif
 constexpr int kMinBlocksFwd = DT_CONV_MINB_FWD;  // register budget: 65536 / (128 * minblocks)
 constexpr int kMinBlocksBwd = DT_CONV_MINB_BWD;
-#ifndef DT_CONV_STAGES
-#define DT_CONV_STAGES 2
-#endif
-constexpr int kStages = DT_CONV_STAGES;  // cp.async pipeline depth (tiles in shared memory)
+template <bool BWD>
+inline constexpr int kStages = BWD ? DT_CONV_STAGES_BWD : DT_CONV_STAGES_FWD;
+template <bool BWD>
+inline constexpr int kUnroll = BWD ? DT_CONV_UNROLL_BWD : DT_CONV_UNROLL_FWD;
 
 enum : unsigned { kVecX = 1, kVecDy = 2, kVecOut = 4 };
 
@@ -84,7 +97,7 @@ constexpr int buf_bytes() {  // one pipeline stage: x tile [kTT, kCB] (+ dy tile
 }
 template <typename T, bool BWD>
 constexpr int smem_bytes() {
-  return kStages * buf_bytes<T, BWD>();
+  return kStages<BWD> * buf_bytes<T, BWD>();
 }
 
 // One 16-byte chunk (kVec<T> channels from c) of row u into shared memory: cp.async when the
@@ -161,31 +174,37 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
   const T* __restrict__ g_dy = static_cast<const T*>(p.dy);
   T* __restrict__ g_out = static_cast<T*>(p.out);
 
-  // s_x [kTT, kCB] T | s_dy [kTT, kCB] T (backward) | s_seq [kTT] int32, kStages times (ring).
+  // s_x [kTT, kCB] T | s_dy [kTT, kCB] T (backward) | s_seq [kTT] int32, S times (ring).
+  constexpr int S = kStages<BWD>, kUn = kUnroll<BWD>;
   auto s_x = [&](int buf) { return reinterpret_cast<T*>(s_raw + buf * kBuf); };
   auto s_dy = [&](int buf) { return reinterpret_cast<T*>(s_raw + buf * kBuf + kTileElems * int(sizeof(T))); };
   auto s_seq = [&](int buf) {
     return reinterpret_cast<int32_t*>(s_raw + buf * kBuf + kTileElems * int(sizeof(T)) * (BWD ? 2 : 1));
   };
 
+  // This thread's chunk column is fixed (kThreads is a multiple of kChunksPerRow); its rows step
+  // by kRowStep. Rows outside [0, min(T, u_end)) are zero-filled.
+  constexpr int kRowStep = kThreads / kChunksPerRow;
+  static_assert(kThreads % kChunksPerRow == 0, "a thread's chunk column must be fixed");
+  const int cc0 = int(threadIdx.x) % kChunksPerRow, r_first = int(threadIdx.x) / kChunksPerRow;
+  const int64_t c_ld = cb0 + int64_t(cc0) * V;
+  const int64_t u_lim = min(p.T, u_end);
   auto load_tile = [&](int k, int buf) {
     const int64_t ut = u_begin + int64_t(k) * kTT;
 #pragma unroll
     for (int it = 0; it < kChunkIters; ++it) {
-      const int q = it * kThreads + threadIdx.x;
-      const int r = q / kChunksPerRow, cc = q % kChunksPerRow;
+      const int r = r_first + it * kRowStep;
       const int64_t u = ut + r;
-      const int64_t c = cb0 + int64_t(cc) * V;
-      const bool row_ok = u >= 0 && u < p.T && u < u_end;
-      load_chunk<T>(s_x(buf) + r * kCB + cc * V, g_x, p.xs, u, c, row_ok, p.D, p.vec & kVecX);
+      const bool row_ok = u >= 0 && u < u_lim;
+      load_chunk<T>(s_x(buf) + r * kCB + cc0 * V, g_x, p.xs, u, c_ld, row_ok, p.D, p.vec & kVecX);
       if constexpr (BWD)  // dy rows before A only feed pending sums of earlier groups: skip them
-        load_chunk<T>(s_dy(buf) + r * kCB + cc * V, g_dy, p.dys, u, c, row_ok && u >= A, p.D, p.vec & kVecDy);
+        load_chunk<T>(s_dy(buf) + r * kCB + cc0 * V, g_dy, p.dys, u, c_ld, row_ok && u >= A, p.D, p.vec & kVecDy);
     }
     if (threadIdx.x < kTT) {
       // Invalid rows get sentinels that keep the column non-decreasing and match no sequence:
       // -2 before the first token, INT_MAX after the stream (x = dy = 0 there anyway).
       const int64_t u = ut + threadIdx.x;
-      if (u >= 0 && u < p.T && u < u_end) ew::cp_async4_zfill(s_seq(buf) + threadIdx.x, p.seq_idx + u, true);
+      if (u >= 0 && u < u_lim) ew::cp_async4_zfill(s_seq(buf) + threadIdx.x, p.seq_idx + u, true);
       else s_seq(buf)[threadIdx.x] = u < 0 ? -2 : INT_MAX;
     }
   };
@@ -217,17 +236,17 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
   const int nown = int(Bc - A);  // tokens of this group
 
 #pragma unroll
-  for (int k = 0; k < kStages - 1; ++k) {
+  for (int k = 0; k < S - 1; ++k) {
     if (k < ntiles) load_tile(k, k);
     ew::cp_async_commit();
   }
-  int buf = 0;  // k % kStages
+  int buf = 0;  // k % S
   for (int k = 0; k < ntiles; ++k) {
     // The buffer of tile k - 1 (freed by the barrier closing iteration k - 1) takes tile k + S - 1.
-    if (k + kStages - 1 < ntiles) load_tile(k + kStages - 1, buf == 0 ? kStages - 1 : buf - 1);
+    if (k + S - 1 < ntiles) load_tile(k + S - 1, buf == 0 ? S - 1 : buf - 1);
     ew::cp_async_commit();
-    ew::cp_async_wait<kStages - 1>();  // tile k has landed (this thread's copies) ...
-    __syncthreads();                   // ... and everyone's
+    ew::cp_async_wait<S - 1>();  // tile k has landed (this thread's copies) ...
+    __syncthreads();             // ... and everyone's
     const T* s_xb = s_x(buf) + kCPT * threadIdx.x;
     const T* s_dyb = s_dy(buf) + kCPT * threadIdx.x;
     const int32_t* s_sq = s_seq(buf);
@@ -328,20 +347,20 @@ __global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void
     const bool interior = rel0 - (BWD ? WP - 1 : 0) >= 0 && rel0 + kTT <= nown;
     if (r_sw[1] == sq_last && s_sq[0] == sq_last) {
       if (interior) {
-#pragma unroll kUnroll
+#pragma unroll kUn
         for (int r = 0; r < kTT; ++r) step(r, std::false_type{}, std::true_type{});
       } else {
-#pragma unroll kUnroll
+#pragma unroll kUn
         for (int r = 0; r < kTT; ++r) step(r, std::false_type{}, std::false_type{});
       }
 #pragma unroll
       for (int jj = 0; jj < WP; ++jj) r_sw[jj] = sq_last;
     } else {
-#pragma unroll kUnroll
+#pragma unroll kUn
       for (int r = 0; r < kTT; ++r) step(r, std::true_type{}, std::false_type{});
     }
     __syncthreads();  // this buffer is refilled by the next iteration's load
-    buf = buf == kStages - 1 ? 0 : buf + 1;
+    buf = buf == S - 1 ? 0 : buf + 1;
   }
 
   if constexpr (BWD) {

@@ -135,8 +135,20 @@ __device__ __forceinline__ void load_param(const float* p, int64_t e0, int64_t n
   }
 }
 
-// sigmoid with the fast exp and reciprocal (a few ulp; 0 and 1 in the saturated limits).
-__device__ __forceinline__ float sigmoid_f(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
+// sigmoid with the fast exp2 and reciprocal (a few ulp; 0 and 1 in the saturated limits). The
+// flush-to-zero forms are single MUFU instructions (the IEEE-denormal forms add a range fix-up
+// around each); here a denormal only ever appears as exp(-x) next to the 1 it is added to.
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float rcp_ftz(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float sigmoid_f(float x) { return rcp_ftz(1.f + ex2_ftz(x * -1.4426950408889634f)); }
 
 // Sum over the `width` lanes of an aligned lane group (width a power of two <= 32). All 32
 // lanes of the warp must call it. Butterfly order: the same bits on every run.

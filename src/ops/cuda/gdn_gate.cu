@@ -30,12 +30,17 @@ namespace {
 
 constexpr int kE = 4;               // heads per thread
 constexpr int kMaxH = 256;
-constexpr int kFwdThreads = 256;
-constexpr int kBwdThreads = 256;
-// Backward: row chunks per thread in flight and the register budget (65536 / (256 * minblocks)):
-// 2 rows at 4 blocks of 256 per SM make T = 32k one wave.
+#ifndef DT_GATE_FWD_THREADS
+#define DT_GATE_FWD_THREADS 256
+#endif
+#ifndef DT_GATE_BWD_THREADS
+#define DT_GATE_BWD_THREADS 256
+#endif
+constexpr int kFwdThreads = DT_GATE_FWD_THREADS;
+constexpr int kBwdThreads = DT_GATE_BWD_THREADS;
+// Backward: row chunks per thread in flight and the register budget (65536 / (threads * minblocks)).
 #ifndef DT_GATE_ROWS
-#define DT_GATE_ROWS 2
+#define DT_GATE_ROWS 1
 #endif
 #ifndef DT_GATE_MINB
 #define DT_GATE_MINB 4

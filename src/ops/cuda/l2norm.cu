@@ -29,7 +29,7 @@ constexpr int kMaxD = 256;
 #define DT_L2N_FWD_SLOTS 4
 #endif
 #ifndef DT_L2N_FWD_STAGES
-#define DT_L2N_FWD_STAGES 4
+#define DT_L2N_FWD_STAGES 2
 #endif
 #ifndef DT_L2N_BWD_SLOTS
 #define DT_L2N_BWD_SLOTS 2
