@@ -53,7 +53,7 @@ constexpr int group_tokens(int wp, bool bwd) { return kTilesPerGroup * kTT - (wp
 #define DT_CONV_UNROLL_FWD 16
 #endif
 #ifndef DT_CONV_UNROLL_BWD
-#define DT_CONV_UNROLL_BWD 8
+#define DT_CONV_UNROLL_BWD 4
 #endif
 #ifndef DT_CONV_STAGES_FWD
 #define DT_CONV_STAGES_FWD 3
@@ -65,10 +65,11 @@ constexpr int group_tokens(int wp, bool bwd) { return kTilesPerGroup * kTT - (wp
 #define DT_CONV_MINB_FWD 5
 #endif
 #ifndef DT_CONV_MINB_BWD
-#define DT_CONV_MINB_BWD 4
+#define DT_CONV_MINB_BWD 5
 #endif
 constexpr int kMinBlocksFwd = DT_CONV_MINB_FWD;  // register budget: 65536 / (128 * minblocks)
 constexpr int kMinBlocksBwd = DT_CONV_MINB_BWD;
+constexpr int kMinBlocksBwdWide = 3;  // W' = 8 backward: its 8-tap windows spill below ~160 registers
 template <bool BWD>
 inline constexpr int kStages = BWD ? DT_CONV_STAGES_BWD : DT_CONV_STAGES_FWD;
 template <bool BWD>
@@ -151,7 +152,8 @@ __device__ __forceinline__ void store_pair(T* g_p, int64_t c, int64_t D, bool ve
 // Backward: streams rows [A - (WP-1), Bc + WP - 1), writes dx[A:Bc] and the group's partials
 // p.part[group, c, 0:WP] (dw, padded taps first) and p.part[group, c, WP] (dbias).
 template <typename T, int WP, bool BWD>
-__global__ __launch_bounds__(kThreads, BWD ? kMinBlocksBwd : kMinBlocksFwd) void conv1d_varlen_kernel(const ConvParams p) {
+__global__ __launch_bounds__(kThreads, BWD ? (WP > 4 ? kMinBlocksBwdWide : kMinBlocksBwd) : kMinBlocksFwd) void
+conv1d_varlen_kernel(const ConvParams p) {
   extern __shared__ __align__(16) unsigned char s_raw[];
   constexpr int V = ew::kVec<T>;
   constexpr int kTileElems = kTT * kCB;

@@ -310,11 +310,15 @@ __global__ __launch_bounds__(kColsumX* kColsumY) void colsum_kernel(Out out, con
   float r_acc = 0.f;
   if (c < ncols) {
     int64_t b = ty;
-    // Four independent loads in flight, summed in order b, b+32, b+64, ...
-    for (; b + 3 * kColsumY < nparts; b += 4 * kColsumY) {
-      const float v0 = g_part[b * ncols + c], v1 = g_part[(b + kColsumY) * ncols + c];
-      const float v2 = g_part[(b + 2 * kColsumY) * ncols + c], v3 = g_part[(b + 3 * kColsumY) * ncols + c];
-      r_acc += v0, r_acc += v1, r_acc += v2, r_acc += v3;
+    // Eight independent loads in flight (the reduction is latency-bound), summed in order b,
+    // b+32, b+64, ...
+    constexpr int kInFlight = 8;
+    for (; b + (kInFlight - 1) * kColsumY < nparts; b += kInFlight * kColsumY) {
+      float v[kInFlight];
+#pragma unroll
+      for (int i = 0; i < kInFlight; ++i) v[i] = g_part[(b + i * kColsumY) * ncols + c];
+#pragma unroll
+      for (int i = 0; i < kInFlight; ++i) r_acc += v[i];
     }
     for (; b < nparts; b += kColsumY) r_acc += g_part[b * ncols + c];
   }

@@ -34,7 +34,7 @@ constexpr int kMaxH = 256;
 #define DT_GATE_FWD_THREADS 256
 #endif
 #ifndef DT_GATE_BWD_THREADS
-#define DT_GATE_BWD_THREADS 256
+#define DT_GATE_BWD_THREADS 128
 #endif
 constexpr int kFwdThreads = DT_GATE_FWD_THREADS;
 constexpr int kBwdThreads = DT_GATE_BWD_THREADS;
@@ -43,7 +43,7 @@ constexpr int kBwdThreads = DT_GATE_BWD_THREADS;
 #define DT_GATE_ROWS 1
 #endif
 #ifndef DT_GATE_MINB
-#define DT_GATE_MINB 4
+#define DT_GATE_MINB 8
 #endif
 constexpr int kBwdRows = DT_GATE_ROWS;
 constexpr int kMaxBwdBlocks = 1024; // backward grid cap (= number of partial rows)
