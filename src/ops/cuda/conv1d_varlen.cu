@@ -12,8 +12,8 @@
 //   of the in_proj output); w, dw: [D, W] f32 (HF conv1d.weight [D, 1, W]; any row stride, unit
 //   inner stride), 2 <= W <= 8; bias, dbias: [D] f32 contiguous or empty views. Sequence
 //   boundaries: VarlenMeta.seq_idx_dev [T] (a tap is valid iff seq_idx of both rows match).
-// Dtypes: x, y, dy, dx one of bf16 | f32 (one dtype per call); all math fp32 (__expf sigmoid);
-//   y and dx rounded once (RNE).
+// Dtypes: x, y, dy, dx one of bf16 | f32 (one dtype per call); all math fp32 (sigmoid:
+//   ew::sigmoid_f, MUFU ex2 and rcp); y and dx rounded once (RNE).
 // Mapping: a block owns 256 channels x ~250 tokens (a "group"); its 128 threads own 2 channels
 //   each and stream the group's rows in order with register windows (x window, pending dx
 //   sums), so every input row is read once per group (plus W'-1 halo rows). Rows arrive in

@@ -10,7 +10,7 @@
 //   leading dims, unit inner stride; w, dw: [dv] f32 contiguous; rstd: [rows] f32 contiguous
 //   (saved by the forward). dv <= 256.
 // Dtypes: o, z, y, dy, do, dz one of bf16 | f32 (one dtype per call); math fp32; sigmoid via
-//   __expf and __fdividef (natural exp); rstd via rsqrtf.
+//   ew::sigmoid_f (MUFU ex2 and rcp, flush-to-zero); rstd via rsqrtf.
 // Mapping: as l2norm.cu: a group of tpr lanes per row, 16-byte slots, tiles of R rows per group,
 //   a persistent grid whose threads stream the next S-1 tiles through a per-thread cp.async ring
 //   in shared memory (ew::stage_slot) while the current tile is reduced and stored.

@@ -1,7 +1,8 @@
 // Internal: helpers shared by the memory-bound GDN kernel families (conv1d_varlen, l2norm,
 // gdn_gate, gated_rmsnorm): 16-byte vector access of bf16/f32 rows as fp32 registers, a row
-// map for [rows, d] / [A, B, d] views with unit inner stride, the deterministic column
-// reduction of per-block fp32 partials, and host-side view checks.
+// map for [rows, d] / [A, B, d] views with unit inner stride, the per-thread cp.async ring of
+// the streaming row kernels, the deterministic column reduction of per-block fp32 partials,
+// and host-side view checks.
 //
 // Everything lives in an anonymous namespace: each .cu gets its own copy (no -rdc needed).
 // Element offsets are int64. No atomics anywhere: every reduction has a fixed order that

@@ -15,8 +15,10 @@
 //   expf / log1pf (A_log is never exponentiated in bf16, gdn-math.md section 10 item 4); the
 //   reciprocal of 1 + expf(-b) is IEEE (__frcp_rn), e / (1 + e) (e <= e^20) is __fdividef.
 // Mapping: the problem is a few MB, so it is latency-bound: every thread owns 4 heads of one
-//   token row (an 8-byte bf16 or 16-byte f32 access of each tensor) and the whole grid is one
-//   wave with every load issued up front (forward: one row chunk per thread; backward: two).
+//   token row (an 8-byte bf16 or 16-byte f32 access of each tensor) and the grid is about one
+//   wave with every load issued up front (kBwdRows row chunks per thread in the backward). At
+//   T = 32k, Hv = 32 the forward issues ~106 instructions per element (accurate expf, log1pf,
+//   IEEE reciprocal), so math and launch latency, not bytes, set its time (docs/perf.md).
 // Determinism: dA_log and ddt_bias are reduced without atomics: a shape-fixed grid of at most
 //   kMaxBwdBlocks blocks writes one fp32 partial row [2*Hv] per block (thread partials summed
 //   in shared memory in index order), then colsum_add adds the rows in a fixed order (a
