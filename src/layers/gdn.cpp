@@ -168,10 +168,11 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
   // The chunked gated delta rule on whole sequences.                     o [T, Hv_l, dv]
   saved_[kO] = Tensor::empty(Shape{T, hv_l_, dv}, A, dev);
   // On CUDA the forward's chunk intermediates (W, U, Tm, chunk states) go to the backward,
-  // which then skips recomputing them (GdnChunkSaved: ~5x the bytes of v, ~20% of the kernel time).
+  // which then skips recomputing them (GdnChunkSaved: ~5x the bytes of v, ~20% of the kernel time;
+  // gdn.save_chunk_intermediates=false trades that time for the memory).
   ops::GdnArgs chunk_args;
   chunk_saved_.clear();
-  if (dev.is_cuda()) chunk_args.saved = &chunk_saved_;
+  if (dev.is_cuda() && ctx_.gdn_save_chunk) chunk_args.saved = &chunk_saved_;
   ops::gdn_chunk_fwd(saved_[kO], TensorView{}, saved_[kQn], saved_[kKn], saved_[kV], saved_[kG], saved_[kBeta],
                      TensorView{}, chunk_args, meta, s);
 

@@ -130,6 +130,8 @@ Trainer::Trainer(const io::Config& cfg) : cfg_(cfg), guard_(cfg.train.max_nonfin
   const ops::AttnBackendChoice attn = ops::choose_attention_backend(cfg_.attention.backend, dev);
   if (!attn.error.empty()) user_error(attn.error);
   ctx_.attn_backend = attn.backend;  // every GatedAttention layer runs it
+  ctx_.cp_a2a = cfg_.gdn.cp_a2a == "per_sequence" ? ops::CpA2aImpl::per_sequence : ops::CpA2aImpl::fused;
+  ctx_.gdn_save_chunk = cfg_.gdn.save_chunk_intermediates;
 
   // Data.
   pc_ = packer_config(cfg_, dims_);

@@ -84,6 +84,7 @@ TEST(Config, ValidationRulesNameTheValues) {
   EXPECT_EQ(check({"parallel.tp=4"}, 4), "config: parallel.tp=4 must divide model.num_key_value_heads=2 (attention heads split over tp)");
   EXPECT_EQ(check({"optimizer.name=adam"}, 1), "config: optimizer.name = 'adam' is not one of: adamw, sgd");
   EXPECT_EQ(check({"train.precision=fp16"}, 1), "config: train.precision = 'fp16' is not one of: bf16, fp32");
+  EXPECT_EQ(check({"gdn.cp_a2a=ring"}, 1), "config: gdn.cp_a2a = 'ring' is not one of: fused, per_sequence");
   EXPECT_EQ(check({"model.num_hidden_layers=3", "model.layer_types=[linear_attention]"}, 1),
             "config: model.layer_types has 1 entries but model.num_hidden_layers=3");
   EXPECT_EQ(check({"model.num_hidden_layers=1", "model.layer_types=[mamba]"}, 1),

@@ -104,6 +104,26 @@ TEST(Trainer, LossCurvesMatchGoldenUnderEveryLayout) {
   }
 }
 
+// gdn.cp_a2a reaches the layers: under CP = 2 the per-sequence all-to-all gives the fused one's
+// losses and grad norms bit for bit (the layer tests compare the two implementations directly).
+TEST(Trainer, CpAllToAllImplementationsAgreeBitwise) {
+  if (dist::world_size() != 2) GTEST_SKIP() << "runs at np 2 (cp 2)";
+  std::vector<double> values[2];  // loss, grad norm per step
+  for (int i = 0; i < 2; ++i) {
+    io::Config c = curve_config({1, 2, 1, false});
+    c.train.steps = 3;
+    c.gdn.cp_a2a = i ? "per_sequence" : "fused";
+    train::Trainer t(c);
+    EXPECT_EQ(t.run_ctx().cp_a2a, i ? ops::CpA2aImpl::per_sequence : ops::CpA2aImpl::fused);
+    for (int s = 0; s < 3; ++s) {
+      const train::StepResult r = t.step();
+      values[i].push_back(r.loss);
+      values[i].push_back(r.grad_norm);
+    }
+  }
+  EXPECT_EQ(values[0], values[1]);
+}
+
 TEST(Trainer, QuickstartLossFalls) {
   if (dist::world_size() != 1) GTEST_SKIP() << "single-process test";
   io::Config c = quickstart({"train.steps=60", "logging.log_interval=100"});

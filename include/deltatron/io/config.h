@@ -74,6 +74,11 @@ struct AttentionKernelConfig {  // section `attention`: kernel choice of the gat
   std::string backend = "auto";  // auto | cudnn | native (CUDA only; the CPU has one reference)
 };
 
+struct GdnKernelConfig {  // section `gdn`: how the GatedDeltaNet layers run
+  std::string cp_a2a = "fused";         // fused | per_sequence (CP all-to-all; bitwise equal)
+  bool save_chunk_intermediates = true;  // CUDA: the chunk kernel's forward hands W, U, Tm, h to its backward
+};
+
 struct CheckpointConfig {
   std::string dir;
   int64_t interval = 0;  // steps; 0 = only at the end when dir is set
@@ -96,6 +101,7 @@ struct Config {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   AttentionKernelConfig attention;
+  GdnKernelConfig gdn;
   TrainConfig train;
   CheckpointConfig checkpoint;
   LoggingConfig logging;

@@ -18,6 +18,7 @@ struct RunCtx {
   DType act_dtype = DType::f32;    // activations and GEMM inputs (bf16 on CUDA under bf16)
   Stream stream{};
   ops::CpA2aImpl cp_a2a = ops::CpA2aImpl::fused;
+  bool gdn_save_chunk = true;  // CUDA: GDN chunk forward intermediates kept for the backward (GdnChunkSaved)
   ops::AttnBackend attn_backend = ops::AttnBackend::native;  // gated attention kernels on CUDA
   uint64_t seed = 0;
 };
