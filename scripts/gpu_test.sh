@@ -2,10 +2,14 @@
 # On a GPU machine: build (sm_90a by default) and run the `gpu`-labelled tests (which
 # include the NCCL multi-rank tests on 1 and 2 GPUs), then print a summary. Logs go to
 # $OUT (the device tool's output folder) when set, else to $BUILD_DIR.
-#   BUILD_DIR=build-gpu  CTEST_ARGS=...  BENCH=1 (also run every bench/ binary)  bash scripts/gpu_test.sh
+#   BUILD_DIR=build-gpu  CTEST_ARGS=...  CUDNN_LIB_DIR=dir  BENCH=1  bash scripts/gpu_test.sh
+# CUDNN_LIB_DIR: a libcudnn >= 9.19 to run the cuDNN attention path with (older ones are refused);
+# BENCH=1: then scripts/gpu_bench.sh (every benchmark of docs/perf.md into bench.log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$(pwd)
 export NCCL_NVLS_ENABLE=0
+[ -n "${CUDNN_LIB_DIR:-}" ] && export LD_LIBRARY_PATH=$CUDNN_LIB_DIR:${LD_LIBRARY_PATH:-}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 LOG=${OUT:-$BUILD_DIR}
 mkdir -p "$LOG" "$BUILD_DIR"
@@ -25,10 +29,7 @@ exclude=""
 ctest -L gpu ${exclude:+-E "$exclude"} --output-on-failure ${CTEST_ARGS:-} 2>&1 | tee "$LOG/ctest_gpu.log"
 rc=${PIPESTATUS[0]}
 if [ "${BENCH:-0}" = "1" ]; then
-  for b in bench/*; do
-    [ -x "$b" ] || continue
-    echo "== $b"; "$b" 2>&1 | tee "$LOG/$(basename "$b").log"
-  done
+  (cd "$ROOT" && BUILD_DIR="$BUILD_DIR" bash scripts/gpu_bench.sh)
 fi
 echo "== summary ($ngpu GPU(s)): $(grep -E 'tests passed|tests failed' "$LOG/ctest_gpu.log" | tail -1)"
 [ -n "$exclude" ] && echo "   not run here (need more GPUs): tests matching '$exclude'"
