@@ -1,9 +1,12 @@
 // CUDA basic ops against the CPU backend on fresh random data; RNG bit equality; the
-// caching allocator performs no cudaMalloc in a repeated step; cuBLASLt GEMM in bf16/fp32.
+// caching allocator performs no cudaMalloc in a repeated step and splits/merges its segments;
+// cuBLASLt GEMM in bf16/fp32.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "deltatron/core/allocator.h"
 #include "deltatron/core/numeric.h"
@@ -174,9 +177,54 @@ TEST(BasicCuda, CachingAllocatorHasNoRawAllocsInSteadyState) {
     return ops::item(s);
   };
   EXPECT_EQ(step(), float(1 << 20));
-  int64_t raw = al.stats().num_raw_allocs;
+  int64_t raw = al.stats().num_raw_allocs, reserved = al.stats().reserved_bytes;
   al.reset_peak();
   for (int i = 0; i < 5; ++i) step();
   EXPECT_EQ(al.stats().num_raw_allocs, raw) << "cudaMalloc inside a steady-state step";
+  EXPECT_EQ(al.stats().reserved_bytes, reserved);
   EXPECT_GE(al.stats().peak_bytes, (2 << 20) + (7 << 20));
+}
+
+// Splitting and merging with cudaMalloc'd segments (the logic itself: tests/core/test_allocator.cpp):
+// a free 64 MiB segment is carved into disjoint 1 MiB tensors without a cudaMalloc, they merge
+// back so that 64 MiB fit again, and release_cached returns every segment the test added.
+TEST(BasicCuda, CachingAllocatorSplitsAndMergesSegments) {
+  Allocator& al = cuda_allocator(0);
+  auto sum = [](const Tensor& x) {
+    Tensor s = Tensor::empty(Shape{1}, DType::f32, kGpu);
+    ops::sum(s, x);
+    return ops::item(s);
+  };
+  al.release_cached();
+  const AllocatorStats s0 = al.stats();  // only segments with blocks in use are left, none over 64 MiB
+  {  // caches what a sum of 1 MiB allocates, so that the sums below need no new segment
+    Tensor w = Tensor::empty(Shape{1 << 18}, DType::f32, kGpu);
+    ops::fill(w, 1.0);
+    EXPECT_EQ(sum(w), float(1 << 18));
+  }
+  const AllocatorStats s1 = al.stats();
+  { Tensor big = Tensor::empty(Shape{64 << 20}, DType::u8, kGpu); }  // needs a new 64 MiB segment
+  AllocatorStats s2 = al.stats();
+  EXPECT_EQ(s2.num_raw_allocs, s1.num_raw_allocs + 1);
+  EXPECT_EQ(s2.reserved_bytes, s1.reserved_bytes + (64 << 20));
+  {
+    std::vector<Tensor> parts;
+    for (int i = 0; i < 64; ++i) {
+      parts.push_back(Tensor::empty(Shape{1 << 18}, DType::f32, kGpu));  // 1 MiB
+      ops::fill(parts.back(), double(i));
+    }
+    std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+    for (auto& t : parts) ranges.emplace_back(uintptr_t(t.data()), uintptr_t(t.data()) + (1 << 20));
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i) EXPECT_LE(ranges[i - 1].second, ranges[i].first) << "overlapping blocks";
+    // Each sum is exact (integers below 2^24): an overlapping fill would change one.
+    for (int i = 0; i < 64; ++i) EXPECT_EQ(sum(parts[i]), float(i) * float(1 << 18)) << "part " << i;
+    EXPECT_EQ(al.stats().num_raw_allocs, s2.num_raw_allocs) << "cudaMalloc although the 64 MiB segment was free";
+  }
+  { Tensor big = Tensor::empty(Shape{64 << 20}, DType::u8, kGpu); }  // the merged segment again
+  EXPECT_EQ(al.stats().num_raw_allocs, s2.num_raw_allocs);
+  al.release_cached();
+  EXPECT_EQ(al.stats().reserved_bytes, s0.reserved_bytes);
+  EXPECT_EQ(al.stats().allocated_bytes, s0.allocated_bytes);
+  EXPECT_GE(al.stats().num_raw_frees, s0.num_raw_frees + 1);
 }
