@@ -19,8 +19,10 @@
 //   if that fails too it aborts with the request, the bytes in use (and peak), the bytes
 //   reserved and the device's free/total memory. release_cached() frees entirely free
 //   segments only; blocks in use never move.
-// So a training step that repeats the same allocation pattern performs no cudaMalloc after
-// the first step (num_raw_allocs stays flat; tests check it on the CPU and the GPU).
+// A step that repeats the same allocation pattern settles: once a repeat makes no raw
+// allocation, its end state equals its start, so no later repeat makes one. Usually that is
+// the second run; best fit may place blocks differently in a repeat than in the first run
+// and add a segment in the second or third (tests/core/test_allocator.cpp checks both).
 // Reuse is stream-ordered on ONE stream: a block freed by the host may be handed out again
 // (whole or as part of a merged block) while earlier work on the compute stream still reads
 // it, which is safe only if every kernel touching it is on that same stream. Work on other
