@@ -3,22 +3,24 @@
 // The caching allocator (CachingAllocator, src/core/caching_allocator.h) takes segments from
 // a RawMemory (cudaMalloc/cudaFree/cudaDeviceSynchronize for a device; host memory in the
 // CPU tests) and carves blocks from them. Policy:
-// * A request is rounded to 512 B below 1 MiB and to 1 MiB granules from 1 MiB up; a block
-//   always has exactly the rounded size (below), so allocated_bytes counts rounded sizes.
+// * A request is rounded to 512 B granules below 1 MiB and to 1 MiB granules from 1 MiB up
+//   (one just under 1 MiB that rounds to 1 MiB is a large one); a block always has exactly
+//   the rounded size (below), so allocated_bytes counts rounded sizes.
 // * Two pools of free blocks, each ordered by (size, address): small blocks (< 1 MiB) come
 //   from 2 MiB segments, large ones from segments of the rounded request rounded up to 2 MiB
-//   (the device's own page granularity, so the rounding costs no memory that a request could
-//   not use). A request takes the smallest free block of its pool that fits, lowest address
-//   first, and is split off its front when the remainder is at least 512 B (small pool) or
-//   1 MiB (large pool); the remainder stays free. Since every size in a pool is a multiple
-//   of that granule, a taken block is never larger than the rounded request.
+//   (the usual granularity of cudaMalloc itself, so the rounding mostly makes usable what
+//   the device would reserve anyway). A request takes the smallest free block of its pool
+//   that fits, lowest address first, and is split off its front when the remainder is at
+//   least 512 B (small pool) or 1 MiB (large pool); the remainder stays free. Since every
+//   size in a pool is a multiple of that granule, a taken block is never larger than the
+//   rounded request.
 // * A freed block merges with its free address neighbours in the same segment (blocks never
 //   span segments), so a segment whose blocks are all free is one free block again.
 // * A new segment is allocated only when no free block fits. If the raw allocation fails,
-//   the allocator synchronises, frees every segment that is entirely free, and retries once;
-//   if that fails too it aborts with the request, the bytes in use (and peak), the bytes
-//   reserved and the device's free/total memory. release_cached() frees entirely free
-//   segments only; blocks in use never move.
+//   the allocator synchronises (if any segment is entirely free), frees every such segment,
+//   and retries once; if that fails too it aborts with the request, the bytes in use (and
+//   peak), the bytes reserved and the device's free/total memory. release_cached() frees
+//   entirely free segments only; blocks in use never move.
 // A step that repeats the same allocation pattern settles: once a repeat makes no raw
 // allocation, its end state equals its start, so no later repeat makes one. Usually that is
 // the second run; best fit may place blocks differently in a repeat than in the first run
