@@ -1,10 +1,12 @@
 // GatedDeltaNet layer: forward and backward by hand (see include/deltatron/layers/gdn.h for the
 // data flow). Column layout of the projection output on a TP rank, [q | k | v | z | b | a]
 // (thd-context-parallel.md 5); after cp2hp the same sections hold this CP rank's heads.
+// Under gdn.cp_comm = all_gather the hp layout is computed directly (head_rows).
 #include "deltatron/layers/gdn.h"
 
 #include <cmath>
 
+#include "deltatron/ops/attention.h"
 #include "deltatron/ops/basic.h"
 #include "deltatron/ops/gdn.h"
 #include "deltatron/ops/gemm.h"
@@ -17,10 +19,13 @@ const char* kSuffixes[] = {"in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.
                            "out_proj.weight"};
 enum P { kQkv, kZ, kB, kA, kConv, kDtBias, kALog, kNorm, kOut };
 
+// Rows [r0, r0 + n) of a row-major 2-D view.
+TensorView rows(const TensorView& v, int64_t r0, int64_t n) { return v.slice(0, r0, r0 + n); }
 
 }  // namespace
 
-// Forward activations kept for backward, by index into saved_.
+// Forward activations kept for backward, by index into saved_. Under all_gather, kXg is the
+// input in natural order [T, H] and kYo the normed output yn [T, v_l].
 enum S { kXg, kHp, kQc, kKc, kQn, kKn, kRq, kRk, kV, kG, kBeta, kO, kZc, kRn, kYo, kNumSaved };
 
 std::vector<model::ParamSpec> GatedDeltaNet::param_specs(const GdnConfig& c, const std::string& prefix) {
@@ -71,7 +76,9 @@ GatedDeltaNet::GatedDeltaNet(const GdnConfig& cfg, const std::string& prefix, co
     params_.push_back(model::make_param(s, tp_, tp_rank_, ctx.seed, ctx.device, ctx.act_dtype, ctx.stream));
   const int64_t qk_t = cfg.num_k_heads * cfg.head_k_dim / tp_, v_t = cfg.num_v_heads * cfg.head_v_dim / tp_,
                 h_t = cfg.num_v_heads / tp_;
-  if (cp_ > 1) heads_ = ops::CpHeadLayout({qk_t, qk_t, v_t, v_t, h_t, h_t}, cp_, ctx.device, ctx.stream);
+  gather_ = cp_ > 1 && ctx.gdn_cp_comm == GdnCpComm::all_gather;
+  if (cp_ > 1 && !gather_)
+    heads_ = ops::CpHeadLayout({qk_t, qk_t, v_t, v_t, h_t, h_t}, cp_, ctx.device, ctx.stream);
 }
 
 model::Param& GatedDeltaNet::param(const std::string& suffix) {
@@ -99,6 +106,26 @@ GatedDeltaNet::Dims GatedDeltaNet::dims(const data::PackedSeqParams& psp) const 
   return d;
 }
 
+// Block r of cp_head_perm({qk_t, qk_t, v_t, v_t, h_t, h_t}) is [x_r for each section x], x_r
+// the r-th of cp equal column ranges of section x: the same rows as conv_weight_slice (q, k,
+// v) and head_slice (b, a), so all_gather computes exactly the hp of all_to_all.
+std::array<GatedDeltaNet::HeadRows, 6> GatedDeltaNet::head_rows(const Dims& d) const {
+  const int64_t r = cp_rank_;
+  return {{{kQkv, r * d.qk_l, d.qk_l, 0},
+           {kQkv, d.qk_t + r * d.qk_l, d.qk_l, d.qk_l},
+           {kQkv, 2 * d.qk_t + r * d.v_l, d.v_l, 2 * d.qk_l},
+           {kZ, r * d.v_l, d.v_l, d.off_z},
+           {kB, r * hv_l_, hv_l_, d.off_b},
+           {kA, r * hv_l_, hv_l_, d.off_a}}};
+}
+
+// Columns of the TP-local out_proj [H, v_t] (or its gradient) for this CP rank's v heads: hp2cp
+// puts rank r's yn [T, v_l] at columns [r*v_l, (r+1)*v_l) of its output.
+TensorView GatedDeltaNet::out_proj_cols(const TensorView& w) const {
+  const int64_t v_l = hv_l_ * cfg_.head_v_dim;
+  return cols(w, cp_rank_ * v_l, v_l);
+}
+
 void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data::PackedSeqParams& psp) {
   const GdnConfig& c = cfg_;
   const Stream s = ctx_.stream;
@@ -114,27 +141,49 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
            cp_, sp ? tp_ : 1);
   check_shape(x, Shape{T_in, H}, "GatedDeltaNet input x [T_local, hidden]");
   check_shape(y, Shape{T_in, H}, "GatedDeltaNet output y [T_local, hidden]");
+  DT_CHECK(!gather_ || y.is_contiguous(), "GatedDeltaNet {}: cp_comm all_gather reduce-scatters into y, got {}",
+           prefix_, y.str());
   saved_.assign(kNumSaved, Tensor());
 
   // SP: gather the token shards of the TP group.                       xg [T/cp, H]
-  Tensor& xg = saved_[kXg];
-  xg = Tensor::empty(Shape{T_cp, H}, A, dev);
-  if (sp) ctx_.pg->tp->all_gather(xg, x, s);
-  else ops::copy(xg, x, s);
+  // all_to_all keeps xg for the backward (a copy without SP); all_gather sends it as it is
+  // (collectives take contiguous operands).
+  Tensor xg_t;
+  TensorView xg = x;
+  if (sp || !gather_ || !x.is_contiguous()) {
+    xg_t = Tensor::empty(Shape{T_cp, H}, A, dev);
+    if (sp) ctx_.pg->tp->all_gather(xg_t, x, s);
+    else ops::copy(xg_t, x, s);
+    xg = xg_t;
+  }
 
-  // Input projections, one GEMM per weight into column blocks of one buffer.  proj [T/cp, C_tp]
-  Tensor proj = Tensor::empty(Shape{T_cp, C_tp}, A, dev);
-  const int64_t widths[4] = {2 * qk_t + v_t, v_t, h_t, h_t};
-  for (int i = 0, off = 0; i < 4; off += int(widths[i]), ++i)
-    ops::gemm(cols(proj, off, widths[i]), xg, params_[i].w(), {false, true}, s);
-
-  // CP: zig-zag rows, all heads -> all tokens in natural order, this rank's heads.  hp [T, C_l]
   Tensor& hp = saved_[kHp];
-  if (cp_ > 1) {
+  if (gather_) {
+    // CP all_gather: every token in natural order, then the projections of this rank's heads
+    // only, straight into the hp layout (no cp2hp).                 xn [T, H]; hp [T, C_l]
+    Tensor rank_major = Tensor::empty(Shape{T, H}, A, dev);  // row r*T/cp + l: row l of CP rank r
+    ctx_.pg->cp->all_gather(rank_major, xg, s);
+    Tensor& xn = saved_[kXg];
+    xn = Tensor::empty(Shape{T, H}, A, dev);
+    ops::gather_rows(xn, rank_major, psp.cp_idx_dev(), s);  // xn[x] = rank_major[cp_idx[x]]
     hp = Tensor::empty(Shape{T, C_l}, A, dev);
-    ops::cp2hp_fwd(hp, proj, heads_, psp.cp_map(), *ctx_.pg->cp, ctx_.cp_a2a, s);
+    for (const HeadRows& h : head_rows(d))
+      ops::gemm(cols(hp, h.col, h.n), xn, rows(params_[h.param].w(), h.row, h.n), {false, true}, s);
   } else {
-    hp = proj;
+    // Input projections, one GEMM per weight into column blocks of one buffer.  proj [T/cp, C_tp]
+    saved_[kXg] = xg_t;
+    Tensor proj = Tensor::empty(Shape{T_cp, C_tp}, A, dev);
+    const int64_t widths[4] = {2 * qk_t + v_t, v_t, h_t, h_t};
+    for (int i = 0, off = 0; i < 4; off += int(widths[i]), ++i)
+      ops::gemm(cols(proj, off, widths[i]), xg, params_[i].w(), {false, true}, s);
+
+    // CP: zig-zag rows, all heads -> all tokens in natural order, this rank's heads.  hp [T, C_l]
+    if (cp_ > 1) {
+      hp = Tensor::empty(Shape{T, C_l}, A, dev);
+      ops::cp2hp_fwd(hp, proj, heads_, psp.cp_map(), *ctx_.pg->cp, ctx_.cp_a2a, s);
+    } else {
+      hp = proj;
+    }
   }
   const ops::VarlenMeta& meta = psp.varlen_meta();  // GLOBAL padded boundaries
 
@@ -184,6 +233,25 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
                          saved_[kO].view().reshape(Shape{T * hv_l_, dv}), saved_[kZc], params_[kNorm].w(), c.norm_eps,
                          s);
 
+  if (gather_) {
+    // CP all_gather: out_proj on this rank's head columns is a partial sum over cp for every
+    // token; in rank-major row order the reduce-scatter hands each rank its zig-zag rows.
+    saved_[kYo] = yn;
+    Tensor partial = Tensor::empty(Shape{T, H}, A, dev), rank_major = Tensor::empty(Shape{T, H}, A, dev);
+    ops::gemm(partial, yn, out_proj_cols(params_[kOut].w()), {false, true}, s);
+    ops::gather_rows(rank_major, partial, psp.cp_inv_dev(), s);  // rank_major[q] = partial[cp_inv[q]]
+    // Then the TP reduction (reduce-scatter under SP).                    y [T/(cp*sp), H]
+    if (sp) {
+      Tensor yc = Tensor::empty(Shape{T_cp, H}, A, dev);
+      ctx_.pg->cp->reduce_scatter(yc, rank_major, dist::ReduceOp::sum, s);
+      ctx_.pg->tp->reduce_scatter(y, yc, dist::ReduceOp::sum, s);
+    } else {
+      ctx_.pg->cp->reduce_scatter(y, rank_major, dist::ReduceOp::sum, s);
+      if (tp_ > 1) ctx_.pg->tp->all_reduce(y, dist::ReduceOp::sum, s);
+    }
+    return;
+  }
+
   // CP: back to zig-zag rows with all of the TP rank's heads.            yo [T/cp, v_t]
   Tensor& yo = saved_[kYo];
   if (cp_ > 1) {
@@ -219,26 +287,40 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
            prefix_);
   check_shape(dy, Shape{T_in, H}, "GatedDeltaNet dy [T_local, hidden]");
   check_shape(dx, Shape{T_in, H}, "GatedDeltaNet dx [T_local, hidden]");
+  DT_CHECK(!gather_ || dx.is_contiguous(), "GatedDeltaNet {}: cp_comm all_gather reduce-scatters into dx, got {}",
+           prefix_, dx.str());
   const ops::VarlenMeta& meta = psp.varlen_meta();
 
   // SP: gather dy of the TP group (the adjoint of the reduce-scatter).   dyg [T/cp, H]
   Tensor dyg_t;
   TensorView dyg = dy;
-  if (sp) {
+  if (sp || (gather_ && !dy.is_contiguous())) {  // all_gather's cp gather takes contiguous rows
     dyg_t = Tensor::empty(Shape{T_cp, H}, A, dev);
-    ctx_.pg->tp->all_gather(dyg_t, dy, s);
+    if (sp) ctx_.pg->tp->all_gather(dyg_t, dy, s);
+    else ops::copy(dyg_t, dy, s);
     dyg = dyg_t;
   }
-  // out_proj: dW += dy^T yo;  dyo = dy W.                                dyo [T/cp, v_t]
-  ops::gemm(params_[kOut].grad, dyg, saved_[kYo], {true, false, 1.f, 1.f}, s);
-  Tensor dyo = Tensor::empty(Shape{T_cp, v_t}, A, dev);
-  ops::gemm(dyo, dyg, params_[kOut].w(), {}, s);
   Tensor dyn;
-  if (cp_ > 1) {
+  if (gather_) {
+    // CP all_gather: dy of every token in natural order (the adjoint of the reduce-scatter and
+    // the cp_inv gather); out_proj's dW on this rank's head columns only.  dyf [T, H]
+    Tensor rank_major = Tensor::empty(Shape{T, H}, A, dev), dyf = Tensor::empty(Shape{T, H}, A, dev);
+    ctx_.pg->cp->all_gather(rank_major, dyg, s);
+    ops::gather_rows(dyf, rank_major, psp.cp_idx_dev(), s);
+    ops::gemm(out_proj_cols(params_[kOut].grad), dyf, saved_[kYo], {true, false, 1.f, 1.f}, s);
     dyn = Tensor::empty(Shape{T, v_l}, A, dev);
-    ops::hp2cp_bwd(dyn, dyo, psp.cp_map(), *ctx_.pg->cp, ctx_.cp_a2a, s);
+    ops::gemm(dyn, dyf, out_proj_cols(params_[kOut].w()), {}, s);
   } else {
-    dyn = dyo;
+    // out_proj: dW += dy^T yo;  dyo = dy W.                              dyo [T/cp, v_t]
+    ops::gemm(params_[kOut].grad, dyg, saved_[kYo], {true, false, 1.f, 1.f}, s);
+    Tensor dyo = Tensor::empty(Shape{T_cp, v_t}, A, dev);
+    ops::gemm(dyo, dyg, params_[kOut].w(), {}, s);
+    if (cp_ > 1) {
+      dyn = Tensor::empty(Shape{T, v_l}, A, dev);
+      ops::hp2cp_bwd(dyn, dyo, psp.cp_map(), *ctx_.pg->cp, ctx_.cp_a2a, s);
+    } else {
+      dyn = dyo;
+    }
   }
 
   // Gated RMSNorm backward.                                          do, dz [T * Hv_l, dv]
@@ -283,6 +365,30 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   ops::causal_conv1d_bwd(cols(dhp, 0, conv_l), dwc, TensorView{}, dc, cols(saved_[kHp], 0, conv_l), wc, TensorView{},
                          true, meta, s);
   add_conv_weight_grad(dwc);
+
+  if (gather_) {
+    // CP all_gather: dW += dhp^T xn on this rank's head rows only; dxn [T, H] is a partial sum
+    // over cp, reduce-scattered in rank-major row order like the forward's output.
+    Tensor dxn = Tensor::empty(Shape{T, H}, A, dev), rank_major = Tensor::empty(Shape{T, H}, A, dev);
+    bool first = true;
+    for (const HeadRows& h : head_rows(d)) {
+      TensorView dph = cols(dhp, h.col, h.n);
+      ops::gemm(rows(params_[h.param].grad, h.row, h.n), dph, saved_[kXg], {true, false, 1.f, 1.f}, s);
+      ops::gemm(dxn, dph, rows(params_[h.param].w(), h.row, h.n), {false, false, 1.f, first ? 0.f : 1.f}, s);
+      first = false;
+    }
+    ops::gather_rows(rank_major, dxn, psp.cp_inv_dev(), s);
+    if (sp) {
+      Tensor dxc = Tensor::empty(Shape{T_cp, H}, A, dev);
+      ctx_.pg->cp->reduce_scatter(dxc, rank_major, dist::ReduceOp::sum, s);
+      ctx_.pg->tp->reduce_scatter(dx, dxc, dist::ReduceOp::sum, s);
+    } else {
+      ctx_.pg->cp->reduce_scatter(dx, rank_major, dist::ReduceOp::sum, s);
+      if (tp_ > 1) ctx_.pg->tp->all_reduce(dx, dist::ReduceOp::sum, s);
+    }
+    saved_.clear();
+    return;
+  }
 
   // CP: back to zig-zag rows and all TP-local columns.                  dproj [T/cp, C_tp]
   Tensor dproj;

@@ -1,7 +1,8 @@
 // GatedDeltaNet layer on the CPU backend: parallel vs serial under every (tp, sp, cp) layout
 // of the world size (mpirun -np 1, 2, 4, 8), packed with unequal lengths and alignment padding
-// (fp32, rel. L2 < 1e-5 for y, dX and every weight gradient); packed vs per-sequence;
-// layout validation messages. See gdn_layer_harness.h.
+// (fp32, rel. L2 < 1e-5 for y, dX and every weight gradient), each CP layout under both
+// gdn.cp_comm schemes (all_to_all, all_gather; compared with each other too); packed vs
+// per-sequence; layout validation messages. See gdn_layer_harness.h.
 #include "gdn_layer_harness.h"
 
 using namespace dt;

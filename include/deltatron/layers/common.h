@@ -10,6 +10,12 @@
 
 namespace dt::layers {
 
+// How the GDN layer moves data under CP (docs/parallelism.md, "GDN under CP"):
+//   all_to_all  input projections on the zig-zag rows for all heads, then cp2hp / hp2cp
+//   all_gather  all-gather x over cp, projections for this rank's heads on all tokens;
+//               out_proj partials reduce-scattered over cp (fewer bytes when C_tp > cp*H)
+enum class GdnCpComm { all_to_all, all_gather };
+
 // How a layer runs: explicit groups (no globals), device, precision, stream.
 struct RunCtx {
   const dist::ProcessGroups* pg = nullptr;
@@ -18,6 +24,7 @@ struct RunCtx {
   DType act_dtype = DType::f32;    // activations and GEMM inputs (bf16 on CUDA under bf16)
   Stream stream{};
   ops::CpA2aImpl cp_a2a = ops::CpA2aImpl::fused;
+  GdnCpComm gdn_cp_comm = GdnCpComm::all_to_all;  // gdn.cp_comm; cp_a2a picks the all-to-all's implementation
   bool gdn_save_chunk = true;  // CUDA: GDN chunk forward intermediates kept for the backward (GdnChunkSaved)
   ops::AttnBackend attn_backend = ops::AttnBackend::native;  // gated attention kernels on CUDA
   uint64_t seed = 0;

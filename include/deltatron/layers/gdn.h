@@ -8,11 +8,19 @@
 //   ─conv1d+SiLU on [q|k|v]─▶ l2norm(q), l2norm(k) ─ gates(a, b) ─ chunked delta rule
 //   ─gated RMSNorm with z─▶ [T, Hv_l*dv] ─hp2cp─▶ [T/cp, Hv_tp*dv]
 //   ─out_proj (row-parallel)─▶ [T/cp, H] partial ─reduce-scatter(tp, SP) | all-reduce(tp)─▶ y
+// With RunCtx::gdn_cp_comm = all_gather (cp > 1) the CP conversions move x and y instead:
+//   x ─all-gather(tp, SP)─▶ [T/cp, H] ─all-gather(cp), cp_idx gather─▶ xn [T, H] natural order
+//   ─in_proj, this rank's head rows of each section (6 GEMMs)─▶ hp [T, C_l] ─ ... ─▶ yn [T, v_l]
+//   ─out_proj, this rank's head columns─▶ [T, H] partial over cp ─cp_inv gather, reduce-scatter(cp)─▶
+//   [T/cp, H] ─reduce-scatter(tp, SP) | all-reduce(tp)─▶ y
+// The in_proj gradients then hold only this rank's head rows (the out_proj ones its head
+// columns); the dp x cp sum of reduce_grads completes them, as for the CP-sliced parameters.
 // Hk_l = Hk/(tp*cp) and Hv_l = Hv/(tp*cp) heads per rank inside the kernels; the kernels use
 // the GLOBAL padded cu_seqlens. Parameter gradients accumulate (+=) into Param::grad; the
 // caller's reduction over dp x cp (and tp for grad_sum_tp parameters) completes them.
 // CP-sliced parameters (conv1d, A_log, dt_bias) get gradients only on this CP rank's slice.
 #pragma once
+#include <array>
 #include <string>
 #include <vector>
 
@@ -60,6 +68,14 @@ class GatedDeltaNet {
     int64_t T, T_cp, T_in, qk_t, v_t, h_t, C_tp, qk_l, v_l, conv_l, C_l, off_z, off_b, off_a;
   };
   Dims dims(const data::PackedSeqParams& psp) const;
+  // This CP rank's heads in the input projection weights: TP-local rows [row, row + n) of
+  // params_[param] give the hp columns [col, col + n), for q, k, v, z, b, a in that order.
+  struct HeadRows {
+    int param;
+    int64_t row, n, col;
+  };
+  std::array<HeadRows, 6> head_rows(const Dims& d) const;
+  TensorView out_proj_cols(const TensorView& w) const;  // this CP rank's head columns of out_proj
   Tensor conv_weight_slice() const;
   void add_conv_weight_grad(const TensorView& dwc);
   TensorView head_slice(int which) const;
@@ -70,8 +86,9 @@ class GatedDeltaNet {
   std::string prefix_;
   int tp_ = 1, cp_ = 1, tp_rank_ = 0, cp_rank_ = 0;
   int64_t hk_l_ = 0, hv_l_ = 0;  // heads per rank inside the kernels
+  bool gather_ = false;          // cp > 1 and gdn_cp_comm = all_gather
   std::vector<model::Param> params_;
-  ops::CpHeadLayout heads_;      // cp2hp column permutation (cp > 1), built once
+  ops::CpHeadLayout heads_;      // cp2hp column permutation (cp > 1, all_to_all), built once
   std::vector<Tensor> saved_;    // forward activations kept for backward (see gdn.cpp)
   ops::GdnChunkSaved chunk_saved_;  // the chunk kernel's intermediates (CUDA), forward -> backward
 };
