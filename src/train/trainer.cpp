@@ -131,6 +131,7 @@ Trainer::Trainer(const io::Config& cfg) : cfg_(cfg), guard_(cfg.train.max_nonfin
   if (!attn.error.empty()) user_error(attn.error);
   ctx_.attn_backend = attn.backend;  // every GatedAttention layer runs it
   ctx_.cp_a2a = cfg_.gdn.cp_a2a == "per_sequence" ? ops::CpA2aImpl::per_sequence : ops::CpA2aImpl::fused;
+  ctx_.gdn_cp_comm = cfg_.gdn.cp_comm == "all_gather" ? layers::GdnCpComm::all_gather : layers::GdnCpComm::all_to_all;
   ctx_.gdn_save_chunk = cfg_.gdn.save_chunk_intermediates;
 
   // Data.

@@ -76,6 +76,7 @@ struct AttentionKernelConfig {  // section `attention`: kernel choice of the gat
 
 struct GdnKernelConfig {  // section `gdn`: how the GatedDeltaNet layers run
   std::string cp_a2a = "fused";         // fused | per_sequence (CP all-to-all; bitwise equal)
+  std::string cp_comm = "all_to_all";   // all_to_all | all_gather (CP data movement; docs/parallelism.md)
   bool save_chunk_intermediates = true;  // CUDA: the chunk kernel's forward hands W, U, Tm, h to its backward
 };
 
