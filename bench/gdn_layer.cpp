@@ -4,11 +4,13 @@
 // fixed), packed from lengths drawn in [256, 8192].
 //   1 GPU:           gdn_layer
 //   2 GPUs, TP = 2:  mpirun -np 2 gdn_layer --tp 2 [--sp]
-//   2 GPUs, CP = 2:  mpirun -np 2 gdn_layer --cp 2
+//   2 GPUs, CP = 2:  mpirun -np 2 gdn_layer --cp 2 [--cp-comm all_to_all | all_gather]
 // Prints median fwd and fwd+bwd ms (CUDA events, 3 warm-ups, 20 reps), tokens/s per GPU,
-// and for cp > 1 the time of the cp2hp + hp2cp data movement (fwd and bwd, same shapes)
-// as a share of fwd+bwd. Reference on one H200 (issue 4): a Megatron-style layer of PyTorch
-// GEMMs + FLA kernels takes 6.9 ms fwd and 22.4 ms fwd+bwd; target fwd+bwd <= 15 ms.
+// and for cp > 1 the time of the scheme's CP data movement alone (fwd and bwd, same shapes)
+// as a share of fwd+bwd: cp2hp + hp2cp (all_to_all), or the all-gathers, reduce-scatters and
+// row permutations of x, y and their gradients (all_gather). Reference on one H200 (issue 4):
+// a Megatron-style layer of PyTorch GEMMs + FLA kernels takes 6.9 ms fwd and 22.4 ms fwd+bwd;
+// target fwd+bwd <= 15 ms.
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -18,6 +20,7 @@
 #include "deltatron/data/packed_seq.h"
 #include "deltatron/dist/comm.h"
 #include "deltatron/layers/gdn.h"
+#include "deltatron/ops/attention.h"
 #include "deltatron/ops/basic.h"
 #include "deltatron/ops/cp_a2a.h"
 
@@ -27,12 +30,19 @@ int main(int argc, char** argv) {
   dist::init(&argc, &argv);
   int tp = 1, cp = 1;
   bool sp = false;
+  layers::GdnCpComm cp_comm = layers::GdnCpComm::all_to_all;
   int64_t tokens_per_gpu = 32768;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--tp") && i + 1 < argc) tp = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--cp") && i + 1 < argc) cp = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--sp")) sp = true;
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_per_gpu = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--cp-comm") && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (v != "all_to_all" && v != "all_gather")
+        user_error(fmt::format("gdn_layer: --cp-comm '{}' is not one of: all_to_all, all_gather", v));
+      cp_comm = v == "all_gather" ? layers::GdnCpComm::all_gather : layers::GdnCpComm::all_to_all;
+    }
   }
   dist::ParallelDims dims{tp, cp, -1};
   if (std::string e = dims.resolve(dist::world_size()); !e.empty()) user_error(e);
@@ -53,6 +63,7 @@ int main(int argc, char** argv) {
   ctx.act_dtype = DType::bf16;
   ctx.stream = s;
   ctx.seed = 1234;
+  ctx.gdn_cp_comm = cp_comm;
   layers::GatedDeltaNet layer(cfg, "model.layers.0", ctx);
 
   // Packed lengths in [256, 8192], each a multiple of 2*cp; T_global = tokens_per_gpu * cp * (tp if SP).
@@ -78,7 +89,19 @@ int main(int argc, char** argv) {
   float fb = bench::median_ms([&] { layer.forward(y, x, psp); layer.backward(dx, dy, psp); }, st);
 
   float a2a = 0.f;
-  if (cp > 1) {  // the same data movement alone: cp2hp + hp2cp forward and backward
+  const bool gather = cp_comm == layers::GdnCpComm::all_gather;
+  if (cp > 1 && gather) {  // the same data movement alone: x and dy gathered, y and dx scattered
+    Tensor loc = Tensor::zeros(Shape{T / cp, H}, DType::bf16, dev, s);
+    Tensor full = Tensor::empty(Shape{T, H}, DType::bf16, dev), nat = Tensor::empty(Shape{T, H}, DType::bf16, dev);
+    a2a = bench::median_ms([&] {
+      for (int dir = 0; dir < 2; ++dir) {  // forward, backward: the same collectives
+        pg.cp->all_gather(full, loc, s);
+        ops::gather_rows(nat, full, psp.cp_idx_dev(), s);
+        ops::gather_rows(full, nat, psp.cp_inv_dev(), s);
+        pg.cp->reduce_scatter(loc, full, dist::ReduceOp::sum, s);
+      }
+    }, st);
+  } else if (cp > 1) {  // the same data movement alone: cp2hp + hp2cp forward and backward
     const int64_t qk_t = 16 * 128 / tp, v_t = 32 * 128 / tp, h_t = 32 / tp, C = 2 * qk_t + 2 * v_t + 2 * h_t;
     ops::CpHeadLayout heads({qk_t, qk_t, v_t, v_t, h_t, h_t}, cp, dev, s);
     Tensor in = Tensor::zeros(Shape{T / cp, C}, DType::bf16, dev, s), hp = Tensor::empty(Shape{T, C / cp}, DType::bf16, dev);
@@ -95,7 +118,11 @@ int main(int argc, char** argv) {
                 static_cast<long long>(T / (int64_t(cp) * tp)), static_cast<long long>(T), cu.size() - 1);
     std::printf("  fwd %.2f ms | fwd+bwd %.2f ms | %.0f tokens/s per GPU (fwd+bwd)", fwd, fb,
                 double(T) / (cp * tp) / (fb * 1e-3));
-    if (cp > 1) std::printf(" | all-to-all (cp2hp+hp2cp, fwd+bwd) %.2f ms = %.0f%%", a2a, 100.0 * a2a / fb);
+    if (cp > 1 && gather)
+      std::printf(" | all_gather (x, dy gathered; y, dx reduce-scattered; fwd+bwd) %.2f ms = %.0f%%", a2a,
+                  100.0 * a2a / fb);
+    else if (cp > 1)
+      std::printf(" | all-to-all (cp2hp+hp2cp, fwd+bwd) %.2f ms = %.0f%%", a2a, 100.0 * a2a / fb);
     std::printf("\n  reference (1 H200, Megatron-style PyTorch + FLA): fwd 6.9 ms, fwd+bwd 22.4 ms; target fwd+bwd <= 15 ms\n");
   }
   dist::finalize();
