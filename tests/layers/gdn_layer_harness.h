@@ -187,11 +187,19 @@ inline void expect_matches_serial(const Tensor& y, const Tensor& dx, const std::
     for (int64_t i = 0; i < int64_t(mask.size()); ++i)
       if (!mask[size_t(i)])
         for (int64_t h = 0; h < H; ++h) ASSERT_EQ(dx.ptr<float>()[i * H + h], 0.f) << "pad row " << i;
+  // A_log and dt_bias gradients are per-head sums over every token of terms of both signs: the
+  // cancellation amplifies the fp32 rounding noise of their inputs (TP/SP splits round
+  // differently), seen at 1.36e-5 in 1 of ~45 seeded CPU runs at tp 4. The CPU check (pads_exact)
+  // gives them 5x tol; the CUDA tolerances are far above that noise.
+  auto grad_tol = [&](const std::string& name) {
+    const bool head_sum = name.ends_with("A_log") || name.ends_with("dt_bias");
+    return pads_exact && head_sum ? 5 * tol : tol;
+  };
   ASSERT_EQ(grads.size(), specs.size());
   for (size_t k = 0; k < specs.size(); ++k) {
     Tensor want = Tensor::empty(model::local_shape(specs[k], tp), DType::f32);
     model::shard_from_global(want, ref_grads[k], specs[k], tp, tp_rank);
-    EXPECT_TRUE(close_rel(grads[k], want, tol)) << specs[k].name;
+    EXPECT_TRUE(close_rel(grads[k], want, grad_tol(specs[k].name))) << specs[k].name;
   }
 }
 
