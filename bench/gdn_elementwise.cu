@@ -87,7 +87,7 @@ TensorView cols(const Tensor& buf, int64_t c0, int64_t n) { return buf.view().sl
 void time_kernel(const std::string& name, double bytes, int nsets, cudaStream_t st, const Tensor& busy,
                  const std::function<void(int)>& launch) {
   for (int i = 0; i < 3; ++i) launch(i % nsets);
-  dt::ops::fill(busy, 0.0, Stream{st});  // queue the timed calls behind ~1 ms of GPU work
+  dt::ops::fill(busy, 0.0, Stream{st});  // queue the timed calls behind ~0.5 ms of GPU work
   std::vector<cudaEvent_t> ev(size_t(2 * g_reps));
   for (auto& e : ev) DT_CUDA_CHECK(cudaEventCreate(&e));
   for (int r = 0; r < g_reps; ++r) {
@@ -107,7 +107,13 @@ void time_kernel(const std::string& name, double bytes, int nsets, cudaStream_t 
   DT_CUDA_CHECK(cudaEventRecord(ev[0], st));
   for (int r = 0; r < g_reps; ++r) launch(r % nsets);
   DT_CUDA_CHECK(cudaEventRecord(ev[1], st));
+  // The fill must still be running when the last call is queued, else the GPU waited on the host.
+  const bool covered = cudaEventQuery(ev[0]) == cudaErrorNotReady;
+  (void)cudaGetLastError();  // "not ready" is an answer, not a fault: clear it for the launch checks
   DT_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+  if (!covered)
+    std::printf("!! %s: the GPU drained before the back-to-back calls were queued (host-bound; fewer reps)\n",
+                name.c_str());
   float all = 0.f;
   DT_CUDA_CHECK(cudaEventElapsedTime(&all, ev[0], ev[1]));
   for (auto& e : ev) DT_CUDA_CHECK(cudaEventDestroy(e));
