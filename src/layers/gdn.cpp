@@ -25,8 +25,9 @@ TensorView rows(const TensorView& v, int64_t r0, int64_t n) { return v.slice(0, 
 }  // namespace
 
 // Forward activations kept for backward, by index into saved_. Under all_gather, kXg is the
-// input in natural order [T, H] and kYo the normed output yn [T, v_l].
-enum S { kXg, kHp, kQc, kKc, kQn, kKn, kRq, kRk, kV, kG, kBeta, kO, kZc, kRn, kYo, kNumSaved };
+// input in natural order [T, H], kYo the normed output yn [T, v_l] and kWp this rank's head rows
+// of the input projection weights packed in hp's column order [C_l, H].
+enum S { kXg, kHp, kQc, kKc, kQn, kKn, kRq, kRk, kV, kG, kBeta, kO, kZc, kRn, kYo, kWp, kNumSaved };
 
 std::vector<model::ParamSpec> GatedDeltaNet::param_specs(const GdnConfig& c, const std::string& prefix) {
   const int64_t H = c.hidden, qk = c.num_k_heads * c.head_k_dim, v = c.num_v_heads * c.head_v_dim;
@@ -166,9 +167,13 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
     Tensor& xn = saved_[kXg];
     xn = Tensor::empty(Shape{T, H}, A, dev);
     ops::gather_rows(xn, rank_major, psp.cp_idx_dev(), s);  // xn[x] = rank_major[cp_idx[x]]
+    // The six sections' head rows packed in hp's column order, so one GEMM makes hp (six thin
+    // ones, b and a only Hv_l wide, would each read all of xn).                   wp [C_l, H]
+    Tensor& wp = saved_[kWp];
+    wp = Tensor::empty(Shape{C_l, H}, A, dev);
+    for (const HeadRows& h : head_rows(d)) ops::copy(rows(wp, h.col, h.n), rows(params_[h.param].w(), h.row, h.n), s);
     hp = Tensor::empty(Shape{T, C_l}, A, dev);
-    for (const HeadRows& h : head_rows(d))
-      ops::gemm(cols(hp, h.col, h.n), xn, rows(params_[h.param].w(), h.row, h.n), {false, true}, s);
+    ops::gemm(hp, xn, wp, {false, true}, s);
   } else {
     // Input projections, one GEMM per weight into column blocks of one buffer.  proj [T/cp, C_tp]
     saved_[kXg] = xg_t;
@@ -367,16 +372,15 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   add_conv_weight_grad(dwc);
 
   if (gather_) {
-    // CP all_gather: dW += dhp^T xn on this rank's head rows only; dxn [T, H] is a partial sum
-    // over cp, reduce-scattered in rank-major row order like the forward's output.
+    // CP all_gather: dW += dhp^T xn on this rank's head rows only (one GEMM over the packed rows,
+    // added into the six sections); dxn = dhp Wp [T, H] is a partial sum over cp, reduce-scattered
+    // in rank-major row order like the forward's output.
+    Tensor dwp = Tensor::empty(Shape{C_l, H}, DType::f32, dev);  // [C_l, H] f32
+    ops::gemm(dwp, dhp, saved_[kXg], {true, false}, s);
+    for (const HeadRows& h : head_rows(d))
+      ops::axpy(rows(params_[h.param].grad, h.row, h.n), 1.f, rows(dwp, h.col, h.n), s);
     Tensor dxn = Tensor::empty(Shape{T, H}, A, dev), rank_major = Tensor::empty(Shape{T, H}, A, dev);
-    bool first = true;
-    for (const HeadRows& h : head_rows(d)) {
-      TensorView dph = cols(dhp, h.col, h.n);
-      ops::gemm(rows(params_[h.param].grad, h.row, h.n), dph, saved_[kXg], {true, false, 1.f, 1.f}, s);
-      ops::gemm(dxn, dph, rows(params_[h.param].w(), h.row, h.n), {false, false, 1.f, first ? 0.f : 1.f}, s);
-      first = false;
-    }
+    ops::gemm(dxn, dhp, saved_[kWp], {}, s);
     ops::gather_rows(rank_major, dxn, psp.cp_inv_dev(), s);
     if (sp) {
       Tensor dxc = Tensor::empty(Shape{T_cp, H}, A, dev);
