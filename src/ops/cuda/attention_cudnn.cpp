@@ -28,7 +28,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -114,7 +117,20 @@ struct Shape7 {
 struct Built {
   std::shared_ptr<fe::graph::Graph> graph;
   int64_t workspace = 0;
+  bool tuned = false;  // DT_CUDNN_SDPA_TUNE: timed every plan on its first call
 };
+
+// DT_CUDNN_SDPA_TUNE=1, an investigation switch (off by default: the heuristics' first plan):
+// every graph builds all the plans the heuristics list and times them on its first call (cuDNN
+// frontend's autotune, which synchronises the device), then keeps the fastest; the chosen plan of
+// each graph is logged. For finding out why the ragged backward is slow (docs/perf.md v0.2.0).
+bool tune_plans() {
+  static const bool on = [] {
+    const char* e = std::getenv("DT_CUDNN_SDPA_TUNE");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
 
 void fe_check(fe::error_t e, const Shape7& s, const char* what) {
   if (e.is_good()) return;
@@ -189,7 +205,7 @@ std::shared_ptr<fe::graph::Graph> make_graph(const Shape7& s) {
 }
 
 // The cached graph for `s` (built on first use; callers hold g_mu).
-const Built& graph_for(const Shape7& s, int dev, cudnnHandle_t h) {
+Built& graph_for(const Shape7& s, int dev, cudnnHandle_t h) {
   static auto* cache = new std::map<std::vector<int64_t>, Built>;
   auto key = s.key(dev);
   auto it = cache->find(key);
@@ -199,8 +215,10 @@ const Built& graph_for(const Shape7& s, int dev, cudnnHandle_t h) {
   fe_check(b.graph->build_operation_graph(h), s, "operation graph");
   fe_check(b.graph->create_execution_plans({fe::HeurMode_t::A}), s, "execution plans");
   fe_check(b.graph->check_support(h), s, "support check");
-  fe_check(b.graph->build_plans(h), s, "plan build");
+  fe_check(b.graph->build_plans(h, tune_plans() ? fe::BuildPlanPolicy_t::ALL : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE),
+           s, "plan build");
   fe_check(b.graph->get_workspace_size(b.workspace), s, "workspace size");
+  if (tune_plans()) b.workspace = std::max(b.workspace, b.graph->get_autotune_workspace_size());
   return cache->emplace(std::move(key), std::move(b)).first->second;
 }
 
@@ -238,7 +256,7 @@ void run(const Call& c, Device dev, cudaStream_t st) {
 
   std::lock_guard<std::mutex> lk(g_mu);
   Dev& d = device_handle(dev.index);
-  const Built& b = graph_for(s, dev.index, d.handle);
+  Built& b = graph_for(s, dev.index, d.handle);
   Tensor ws = Tensor::empty(Shape{std::max<int64_t>(b.workspace, 1)}, DType::u8, dev);
   std::unordered_map<int64_t, void*> pack{{kSeqQ, seq_q}, {kSeqKv, seq_kv}};
   for (int t = 0; t < kNumT; ++t) {
@@ -247,6 +265,15 @@ void run(const Call& c, Device dev, cudaStream_t st) {
     pack[kOff + t] = off + slot[size_t(t)] * B1 * ob;
   }
   DT_CUDNN_CHECK(cudnnSetStream(d.handle, st));
+  if (tune_plans() && !b.tuned) {  // outputs are overwritten (=) by every run, so trial runs are harmless
+    fe_check(b.graph->autotune(d.handle, pack, ws.data()), s, "autotune");
+    b.tuned = true;
+    std::string name;
+    fe_check(b.graph->get_plan_name(name), s, "plan name");
+    std::fprintf(stderr, "[cudnn sdpa] %s Hq %lld Hkv %lld D %lld B %lld S_q %lld S_kv %lld: fastest of %lld plans: %s\n",
+                 s.bwd ? "backward" : "forward", (long long)s.Hq, (long long)s.Hkv, (long long)s.D, (long long)s.B,
+                 (long long)s.Sq, (long long)s.Skv, (long long)b.graph->get_execution_plan_count(), name.c_str());
+  }
   fe_check(b.graph->execute(d.handle, pack, ws.data()), s, "execute");
 }
 
