@@ -79,6 +79,7 @@ const std::vector<Field>& fields() {
       DT_FIELD(train, precision, str, "bf16 | fp32 (bf16: bf16 compute, fp32 master weights and optimizer state)"),
       DT_FIELD(train, grad_accum, i64, "micro-batches per optimizer step"),
       DT_FIELD(train, max_nonfinite_in_a_row, i64, "stop after this many skipped non-finite steps in a row"),
+      DT_FIELD(train, overlap_grad_reduce, boolean, "start each layer's dp x cp gradient all-reduce as soon as its backward is done (CUDA: on a second stream, overlapping the rest of the backward); the same numbers either way"),
       DT_FIELD(checkpoint, dir, str, "checkpoint directory (empty: no checkpoints)"),
       DT_FIELD(checkpoint, interval, i64, "save every N steps; 0 = only at the end"),
       DT_FIELD(checkpoint, keep_last, i64, "checkpoints kept"),

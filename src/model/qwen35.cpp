@@ -277,14 +277,17 @@ Tensor Qwen35Model::logits(const TensorView& ids, const data::PackedSeqParams& p
   return out;
 }
 
-void Qwen35Model::backward(float scale) {
+void Qwen35Model::backward(float scale, const std::function<void(int64_t)>& layer_done) {
   DT_CHECK(psp_ != nullptr, "Qwen35Model: backward without forward");
   const Shape hs{T_local_, cfg_.hidden_size};
   Tensor dhn = Tensor::empty(hs, ctx_.act_dtype, ctx_.device);  // [T_local, H] d(final-norm output)
   Tensor dh = Tensor::empty(hs, ctx_.act_dtype, ctx_.device);   // [T_local, H] d(residual stream)
   head_->backward(dhn, scale);
   norm_->backward(dh, dhn);
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) (*it)->backward(dh, *psp_);
+  for (int64_t i = int64_t(layers_.size()) - 1; i >= 0; --i) {
+    layers_[size_t(i)]->backward(dh, *psp_);
+    if (layer_done) layer_done(i);
+  }
   embed_->backward(dh);
   psp_ = nullptr;
 }

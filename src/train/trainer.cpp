@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -151,13 +152,70 @@ Trainer::Trainer(const io::Config& cfg) : cfg_(cfg), guard_(cfg.train.max_nonfin
   schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optimizer.lr, cfg_.train.steps);
   for (const model::ParamSpec& s : model::Qwen35Model::param_specs(cfg_.model, cfg_.parallel.sp))
     n_params_ += s.shape.numel();
+
+  // train.overlap_grad_reduce: which parameters each layer completes, and everything else.
+  if (cfg_.train.overlap_grad_reduce) {
+    std::set<const model::Param*> in_layers;
+    for (int64_t i = 0; i < net_->num_layers(); ++i) {
+      layer_params_.emplace_back();
+      net_->layer(i).collect_params(layer_params_.back());
+      in_layers.insert(layer_params_.back().begin(), layer_params_.back().end());
+    }
+    for (model::Param* p : params_)
+      if (!in_layers.count(p)) other_params_.push_back(p);
+#if DELTATRON_HAVE_CUDA
+    if (dev.is_cuda()) {
+      cudaStream_t rs = nullptr;
+      cudaEvent_t a = nullptr, b = nullptr;
+      DT_CUDA_CHECK(cudaStreamCreateWithFlags(&rs, cudaStreamNonBlocking));
+      DT_CUDA_CHECK(cudaEventCreateWithFlags(&a, cudaEventDisableTiming));
+      DT_CUDA_CHECK(cudaEventCreateWithFlags(&b, cudaEventDisableTiming));
+      reduce_stream_ = rs, ev_ready_ = a, ev_done_ = b;
+    }
+#endif
+  }
 }
 
 Trainer::~Trainer() {
 #if DELTATRON_HAVE_CUDA
   if (ctx_.stream.handle) {
-    synchronize();
+    synchronize_device();  // the compute stream and the reduce stream
     cudaStreamDestroy(static_cast<cudaStream_t>(ctx_.stream.handle));
+  }
+  if (reduce_stream_) {
+    cudaStreamDestroy(static_cast<cudaStream_t>(reduce_stream_));
+    cudaEventDestroy(static_cast<cudaEvent_t>(ev_ready_));
+    cudaEventDestroy(static_cast<cudaEvent_t>(ev_done_));
+  }
+#endif
+}
+
+// The gradients of `ps` are complete on the compute stream: their TP sums go there too (the
+// TP communicator also carries the layers' collectives, which must keep one order), their
+// dp x cp sums on the reduce stream (its own communicator, dp_cp, which the backward never
+// uses), overlapping the backward that follows. Without a second stream (CPU), in order.
+void Trainer::reduce_async(const std::vector<model::Param*>& ps) {
+  const Stream s = ctx_.stream;
+  model::reduce_grads_tp(ps, pg_, s);
+#if DELTATRON_HAVE_CUDA
+  if (reduce_stream_) {
+    const auto rs = static_cast<cudaStream_t>(reduce_stream_);
+    const auto ready = static_cast<cudaEvent_t>(ev_ready_);
+    DT_CUDA_CHECK(cudaEventRecord(ready, static_cast<cudaStream_t>(s.handle)));
+    DT_CUDA_CHECK(cudaStreamWaitEvent(rs, ready, 0));
+    model::reduce_grads_dp_cp(ps, pg_, Stream{rs});
+    return;
+  }
+#endif
+  model::reduce_grads_dp_cp(ps, pg_, s);
+}
+
+void Trainer::join_reductions() {
+#if DELTATRON_HAVE_CUDA
+  if (reduce_stream_) {
+    const auto done = static_cast<cudaEvent_t>(ev_done_);
+    DT_CUDA_CHECK(cudaEventRecord(done, static_cast<cudaStream_t>(reduce_stream_)));
+    DT_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(ctx_.stream.handle), done, 0));
   }
 #endif
 }
@@ -210,14 +268,23 @@ StepResult Trainer::step() {
   // Forward and backward of each micro-batch; the loss sum stays on the device.
   Tensor loss_sum = Tensor::zeros(Shape{1}, DType::f32, dev, s);  // [1] f32
   const float scale = float(1.0 / double(std::max<int64_t>(global_count, 1)));
-  for (Micro& m : micro) {
+  const bool overlap = cfg_.train.overlap_grad_reduce;
+  for (size_t i = 0; i < micro.size(); ++i) {
+    Micro& m = micro[i];
     // The scale is known before the forward: the LM head computes its gradient right away.
     layers::LmHeadLoss::Result r = net_->forward(m.ids, *m.psp, m.tg, /*backward_scale=*/scale);
     ops::add(loss_sum, loss_sum, r.loss_sum, s);
-    net_->backward(scale);
+    if (overlap && i + 1 == micro.size())  // the last micro-batch completes each layer's gradients
+      net_->backward(scale, [&](int64_t l) { reduce_async(layer_params_[size_t(l)]); });
+    else
+      net_->backward(scale);
+  }
+  if (overlap) {
+    reduce_async(other_params_);  // embedding (and the tied head), final norm, untied head
+    join_reductions();            // before the loss all-reduce reuses the dp_cp communicator
   }
   if (pg_.dp_cp->size() > 1) pg_.dp_cp->all_reduce(loss_sum, dist::ReduceOp::sum, s);
-  model::reduce_grads(params_, pg_, s);
+  if (!overlap) model::reduce_grads(params_, pg_, s);
 
   // The step's one readback (the norm; the loss is complete by then), then guard, clip, update.
   StepResult r;

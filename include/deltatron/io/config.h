@@ -68,6 +68,7 @@ struct TrainConfig {
   std::string precision = "bf16";   // bf16 | fp32
   int64_t grad_accum = 1;
   int64_t max_nonfinite_in_a_row = 5;
+  bool overlap_grad_reduce = false;  // dp x cp gradient sums of each layer during the rest of the backward
 };
 
 struct AttentionKernelConfig {  // section `attention`: kernel choice of the gated attention layers

@@ -10,4 +10,9 @@
 
 namespace dt::model {
 void reduce_grads(const std::vector<Param*>& params, const dist::ProcessGroups& pg, Stream s = {});
+// Its two parts, for overlapping the dp x cp sums with the rest of the backward on another
+// stream: the TP sums (keep them on the compute stream, whose collectives share the TP
+// communicator) must precede the dp x cp sums of the same parameters.
+void reduce_grads_tp(const std::vector<Param*>& params, const dist::ProcessGroups& pg, Stream s = {});
+void reduce_grads_dp_cp(const std::vector<Param*>& params, const dist::ProcessGroups& pg, Stream s = {});
 }  // namespace dt::model

@@ -130,7 +130,10 @@ class Qwen35Model {
   // Reverse pass of the last forward through every layer; scale = d(total loss)/d(loss sum),
   // i.e. 1 / (global predicted count) for the mean loss. Parameter gradients accumulate (+=);
   // model::reduce_grads completes them.
-  void backward(float scale);
+  // layer_done(i), when given, runs right after layer i's backward (in reverse order): its
+  // parameter gradients are complete for this micro-batch from then on (the trainer starts
+  // their reduction while the backward goes on).
+  void backward(float scale, const std::function<void(int64_t)>& layer_done = {});
   // Eval: the full-vocab logits [T/cp, V] f32 of this CP rank's rows (zig-zag order), the same
   // on every TP rank. ids and psp as in forward. No backward may follow.
   Tensor logits(const TensorView& ids, const data::PackedSeqParams& psp);

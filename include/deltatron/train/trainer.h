@@ -92,6 +92,15 @@ class Trainer {
   dist::ParallelDims dims_;
   dist::ProcessGroups pg_;
   std::unique_ptr<dist::Communicator> host_dp_cp_;  // MPI, for host counts over dp x cp
+  // train.overlap_grad_reduce: the layers' parameters and the rest (embedding, final norm, untied
+  // head); on CUDA the dp x cp sums run on reduce_stream_, joined before the loss all-reduce.
+  std::vector<std::vector<model::Param*>> layer_params_;
+  std::vector<model::Param*> other_params_;
+  void* reduce_stream_ = nullptr;  // cudaStream_t
+  void* ev_ready_ = nullptr;       // cudaEvent_t: compute -> reduce stream
+  void* ev_done_ = nullptr;        // cudaEvent_t: reduce stream -> compute
+  void reduce_async(const std::vector<model::Param*>& ps);  // TP sums here, dp x cp sums overlapped
+  void join_reductions();                                    // the compute stream waits for them
   layers::RunCtx ctx_;
   data::PackerConfig pc_;
   std::unique_ptr<data::IndexedDataset> ds_;
