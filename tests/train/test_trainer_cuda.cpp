@@ -116,5 +116,22 @@ TEST_P(TrainerCuda, TwoGpuLayoutsMatchOneGpuPerMicroBatch) {
   }
 }
 
+// train.overlap_grad_reduce on two GPUs: the dp x cp sums on the second stream give the curve of
+// the in-order sums (NCCL sums the same tensors; rel. 1e-6 allows for a different algorithm
+// choice), under dp 2 with accumulation and cp 2 (the backward's CP collectives overlap them).
+TEST_P(TrainerCuda, OverlappedGradReductionMatches) {
+  if (dist::world_size() != 2) GTEST_SKIP() << "runs under mpirun -np 2 (2 GPUs)";
+  const bool gdn_only = GetParam();
+  for (const char* layout : {"parallel.dp=2", "parallel.cp=2"}) {
+    SCOPED_TRACE(layout);
+    auto run = [&](bool overlap) {
+      return losses(gdn_only, {"train.device=cuda", "train.precision=bf16", "train.steps=10", layout,
+                               "train.grad_accum=2", "data.pad_multiple=8",
+                               std::string("train.overlap_grad_reduce=") + (overlap ? "true" : "false")});
+    };
+    expect_curves_close(run(true), run(false), 1e-6, "overlapped vs in-order gradient sums");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Model, TrainerCuda, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "GdnOnly" : "Quickstart"; });
