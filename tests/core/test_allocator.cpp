@@ -92,15 +92,18 @@ struct Fixture {
 };
 
 // Tags the first and last 8 bytes of a request's range, so that a block handed out twice
-// (or a raw free under a live block) shows up as a changed tag or a crash.
+// (or a raw free under a live block) shows up as a changed tag or a crash. Under 16 bytes the
+// two tags would overlap (or start before the block), so the second goes to bytes [8, 16): every
+// request owns a block of at least 512.
+uintptr_t last8(uintptr_t p, size_t bytes) { return p + std::max<size_t>(bytes, 16) - 8; }
 void tag(uintptr_t p, size_t bytes, uint64_t v) {
   std::memcpy(reinterpret_cast<void*>(p), &v, 8);
-  std::memcpy(reinterpret_cast<void*>(p + bytes - 8), &v, 8);
+  std::memcpy(reinterpret_cast<void*>(last8(p, bytes)), &v, 8);
 }
 bool tag_ok(uintptr_t p, size_t bytes, uint64_t v) {
   uint64_t a, b;
   std::memcpy(&a, reinterpret_cast<void*>(p), 8);
-  std::memcpy(&b, reinterpret_cast<void*>(p + bytes - 8), 8);
+  std::memcpy(&b, reinterpret_cast<void*>(last8(p, bytes)), 8);
   return a == v && b == v;
 }
 
