@@ -168,34 +168,31 @@ std::shared_ptr<fe::graph::Graph> make_graph(const Shape7& s) {
   };
   auto Q = input(kQ, "Q"), K = input(kK, "K"), V = input(kV, "V");
   auto sq = seq(kSeqQ, "seq_q"), skv = seq(kSeqKv, "seq_kv");
+  // What both directions share: the scale, the actual lengths (padding mask), the causal
+  // diagonal aligned bottom-right and the packed token totals.
+  auto causal_ragged = [&](auto& a) {
+    a.set_attn_scale(s.scale)
+        .set_padding_mask(true)
+        .set_seq_len_q(sq)
+        .set_seq_len_kv(skv)
+        .set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT)
+        .set_diagonal_band_right_bound(0)
+        .set_max_total_seq_len_q(s.Tq)
+        .set_max_total_seq_len_kv(s.Tk);
+  };
   if (!s.bwd) {
-    auto o = fe::graph::SDPA_attributes()
-                 .set_name("sdpa_fwd")
-                 .set_generate_stats(true)
-                 .set_attn_scale(s.scale)
-                 .set_padding_mask(true)
-                 .set_seq_len_q(sq)
-                 .set_seq_len_kv(skv)
-                 .set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT)
-                 .set_diagonal_band_right_bound(0)
-                 .set_max_total_seq_len_q(s.Tq)
-                 .set_max_total_seq_len_kv(s.Tk);
+    fe::graph::SDPA_attributes o;
+    o.set_name("sdpa_fwd").set_generate_stats(true);
+    causal_ragged(o);
     auto [O, Stats] = g->sdpa(Q, K, V, o);
     describe(O->set_output(true).set_name("O"), kO);
     stats_like(Stats->set_output(true).set_name("Stats"));
   } else {
     auto O = input(kO, "O"), dO = input(kDO, "dO");
     auto Stats = g->tensor(stats_like(TA().set_name("Stats")));
-    auto o = fe::graph::SDPA_backward_attributes()
-                 .set_name("sdpa_bwd")
-                 .set_attn_scale(s.scale)
-                 .set_padding_mask(true)
-                 .set_seq_len_q(sq)
-                 .set_seq_len_kv(skv)
-                 .set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT)
-                 .set_diagonal_band_right_bound(0)
-                 .set_max_total_seq_len_q(s.Tq)
-                 .set_max_total_seq_len_kv(s.Tk);
+    fe::graph::SDPA_backward_attributes o;
+    o.set_name("sdpa_bwd");
+    causal_ragged(o);
     auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, o);
     describe(dQ->set_output(true).set_name("dQ"), kDQ);
     describe(dK->set_output(true).set_name("dK"), kDK);
