@@ -71,6 +71,17 @@ io::Config curve_config(const Layout& L) {
                      "data.pad_multiple=8", "logging.log_interval=100"});
 }
 
+// `steps` steps of t: loss, grad norm, loss, grad norm, ...
+std::vector<double> loss_and_norm_per_step(train::Trainer& t, int steps) {
+  std::vector<double> v;
+  for (int s = 0; s < steps; ++s) {
+    const train::StepResult r = t.step();
+    v.push_back(r.loss);
+    v.push_back(r.grad_norm);
+  }
+  return v;
+}
+
 std::vector<double> read_golden() {
   std::vector<double> l;
   std::ifstream f(kGolden);
@@ -124,11 +135,7 @@ TEST(Trainer, GdnCpSchemesTrainAlike) {
     train::Trainer t(c);
     EXPECT_EQ(t.run_ctx().cp_a2a, i == 1 ? ops::CpA2aImpl::per_sequence : ops::CpA2aImpl::fused);
     EXPECT_EQ(t.run_ctx().gdn_cp_comm, i == 2 ? layers::GdnCpComm::all_gather : layers::GdnCpComm::all_to_all);
-    for (int s = 0; s < 3; ++s) {
-      const train::StepResult r = t.step();
-      values[i].push_back(r.loss);
-      values[i].push_back(r.grad_norm);
-    }
+    values[i] = loss_and_norm_per_step(t, 3);
   }
   EXPECT_EQ(values[0], values[1]) << "per_sequence vs fused all-to-all";
   for (size_t k = 0; k < values[0].size(); ++k)
@@ -150,11 +157,7 @@ TEST(Trainer, OverlappedGradReductionIsBitwiseTheSame) {
       c.train.steps = 3;
       c.train.overlap_grad_reduce = i == 1;
       train::Trainer t(c);
-      for (int s = 0; s < 3; ++s) {
-        const train::StepResult r = t.step();
-        values[i].push_back(r.loss);
-        values[i].push_back(r.grad_norm);
-      }
+      values[i] = loss_and_norm_per_step(t, 3);
     }
     EXPECT_EQ(values[0], values[1]);
   }
