@@ -7,6 +7,8 @@
 //   2 GPUs, CP = 2:  mpirun -np 2 -x NCCL_NVLS_ENABLE=0 train_step --set parallel.cp=2 --set data.max_tokens=16384
 //   --phases N:      then N more micro-batches timed phase by phase (time_phases), and one
 //                    decoder layer of each type with its mixer and MLP alone (time_layers)
+//   --profile:       then one more step between cudaProfilerStart/Stop, for
+//                    `ncu --profile-from-start off --metrics gpu__time_duration.sum` (per-kernel times)
 // Prints the median step ms, tokens/s (real tokens over the timed steps' total time), TFLOP/s per
 // GPU and MFU by the model-FLOP count of docs/training.md, and the peak of the caching allocator
 // (max over ranks). Each timed step ends with a device synchronisation.
@@ -24,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include "core/cuda_check.h"
@@ -187,6 +190,7 @@ void run(int argc, char** argv) {
   std::string config =
       (std::filesystem::path(__FILE__).parent_path().parent_path() / "configs/bench-0.8b.yaml").string();
   int64_t steps = 10, warmup = 3, phases = 0;
+  bool profile = false;
   std::vector<std::string> sets = {"train.device=cuda", "logging.metrics_jsonl=", "checkpoint.dir="};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--config") && i + 1 < argc) config = argv[++i];
@@ -194,15 +198,16 @@ void run(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--set") && i + 1 < argc) sets.push_back(argv[++i]);
     else if (!std::strcmp(argv[i], "--phases") && i + 1 < argc) phases = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--profile")) profile = true;
     else user_error(fmt::format("train_step: unknown argument '{}' (flags: --config FILE, --steps N, --warmup N, "
-                                "--set section.key=value, --phases N)", argv[i]));
+                                "--set section.key=value, --phases N, --profile)", argv[i]));
   }
   if (steps < 1 || warmup < 0 || phases < 0)
     user_error(fmt::format("train_step: --steps {} must be >= 1, --warmup {} and --phases {} >= 0", steps, warmup,
                            phases));
   io::Config cfg;
   if (std::string e = io::load_config(config, sets, &cfg); !e.empty()) user_error(e);
-  cfg.train.steps = warmup + steps;
+  cfg.train.steps = warmup + steps + (profile ? 1 : 0);
   const int64_t dp = cfg.parallel.dp > 0 ? cfg.parallel.dp
                                          : dist::world_size() / std::max<int64_t>(cfg.parallel.tp * cfg.parallel.cp, 1);
   // Twice the tokens the run consumes: the packer never reaches the end of the epoch.
@@ -258,6 +263,13 @@ void run(int argc, char** argv) {
   if (phases > 0) {
     time_phases(t, int(phases));
     time_layers(t, int(phases));
+  }
+  if (profile) {  // one step under the profiler's window, nothing else in it
+    t.synchronize();
+    DT_CUDA_CHECK(cudaProfilerStart());
+    t.step();
+    t.synchronize();
+    DT_CUDA_CHECK(cudaProfilerStop());
   }
 }
 
