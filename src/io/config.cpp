@@ -71,7 +71,7 @@ const std::vector<Field>& fields() {
       DT_FIELD(schedule, min_lr_ratio, f64, "cosine floor as a fraction of optimizer.lr"),
       DT_FIELD(attention, backend, str, "gated attention kernel on CUDA: auto | cudnn | native (cudnn needs cuDNN >= 9.19; auto picks native)"),
       DT_FIELD(gdn, cp_a2a, str, "CP all-to-all of the GDN layers: fused (the packed batch in one all-to-all each way) | per_sequence (one per sequence: the plain reference); bitwise equal"),
-      DT_FIELD(gdn, cp_comm, str, "CP communication of the GDN layers: all_to_all (cp2hp/hp2cp of the projections; implementation gdn.cp_a2a) | all_gather (all-gather x, reduce-scatter the out_proj partials; fewer bytes when the in_proj + out_proj widths per TP rank exceed 2*cp*hidden, see docs/parallelism.md); equal up to fp32 summation order (under bf16 the cp partials are rounded before their sum, as for TP)"),
+      DT_FIELD(gdn, cp_comm, str, "CP communication of the GDN layers: auto (all_gather when it moves fewer bytes: in_proj + out_proj widths per TP rank > 2*cp*hidden; else all_to_all) | all_to_all (cp2hp/hp2cp of the projections; implementation gdn.cp_a2a) | all_gather (all-gather x, reduce-scatter the out_proj partials; fewer bytes when the in_proj + out_proj widths per TP rank exceed 2*cp*hidden, see docs/parallelism.md); equal up to fp32 summation order (under bf16 the cp partials are rounded before their sum, as for TP)"),
       DT_FIELD(gdn, save_chunk_intermediates, boolean, "CUDA: the chunk kernel's forward keeps W, U, Tm and the chunk states for its backward (~20% faster, ~5x the bytes of v per GDN layer); false recomputes them"),
       DT_FIELD(train, steps, i64, "optimizer steps"),
       DT_FIELD(train, seed, i64, "seed of init, data order and every RNG"),
@@ -251,7 +251,7 @@ std::string validate_config(const Config& c, int world_size) {
                                one_of("train.precision", c.train.precision, {"bf16", "fp32"}),
                                one_of("attention.backend", c.attention.backend, {"auto", "cudnn", "native"}),
                                one_of("gdn.cp_a2a", c.gdn.cp_a2a, {"fused", "per_sequence"}),
-                               one_of("gdn.cp_comm", c.gdn.cp_comm, {"all_to_all", "all_gather"})})
+                               one_of("gdn.cp_comm", c.gdn.cp_comm, {"auto", "all_to_all", "all_gather"})})
     if (!e.empty()) return e;
   if (p.tp < 1 || p.cp < 1 || (p.dp != -1 && p.dp < 1))
     return fmt::format("config: parallel.tp={}, parallel.cp={}, parallel.dp={}: sizes must be >= 1 (dp may be -1)", p.tp,

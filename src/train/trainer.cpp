@@ -132,7 +132,7 @@ Trainer::Trainer(const io::Config& cfg) : cfg_(cfg), guard_(cfg.train.max_nonfin
   if (!attn.error.empty()) user_error(attn.error);
   ctx_.attn_backend = attn.backend;  // every GatedAttention layer runs it
   ctx_.cp_a2a = cfg_.gdn.cp_a2a == "per_sequence" ? ops::CpA2aImpl::per_sequence : ops::CpA2aImpl::fused;
-  ctx_.gdn_cp_comm = cfg_.gdn.cp_comm == "all_gather" ? layers::GdnCpComm::all_gather : layers::GdnCpComm::all_to_all;
+  ctx_.gdn_cp_comm = gdn_cp_comm(cfg_.gdn.cp_comm, cfg_.model, dims_.tp, dims_.cp);
   ctx_.gdn_save_chunk = cfg_.gdn.save_chunk_intermediates;
 
   // Data.
@@ -332,12 +332,23 @@ std::string Trainer::banner() const {
       cfg_.train.grad_accum, dims_.dp, mb_per_step, mb_per_step * pc_.max_tokens, data::packer_pad_multiple(pc_),
       peak_tflops_ > 0 ? fmt::format("against a peak of {:.0f} TFLOP/s per GPU", peak_tflops_)
                        : std::string(dev.is_cpu() ? "not shown on the CPU" : "not shown (unknown GPU peak)"));
+  if (dims_.cp > 1)
+    s += fmt::format("  GDN under CP: {} (gdn.cp_comm {})\n",
+                     ctx_.gdn_cp_comm == layers::GdnCpComm::all_gather ? "all_gather" : "all_to_all", cfg_.gdn.cp_comm);
   s += fmt::format("--- resolved config ---\n{}-----------------------\n", io::config_to_yaml(cfg_));
   return s;
 }
 
 TrainState Trainer::checkpoint_state() {
   return {&cfg_, &pg_, params_, opt_.get(), &guard_, loader_.get(), ds_.get(), pc_, ctx_.stream};
+}
+
+layers::GdnCpComm gdn_cp_comm(const std::string& setting, const io::ModelConfig& m, int tp, int cp) {
+  if (setting == "all_gather") return layers::GdnCpComm::all_gather;
+  if (setting == "all_to_all" || cp <= 1) return layers::GdnCpComm::all_to_all;
+  const int64_t qk = m.linear_num_key_heads * m.linear_key_head_dim, v = m.linear_num_value_heads * m.linear_value_head_dim;
+  const int64_t widths = (2 * qk + 2 * v + 2 * m.linear_num_value_heads) / tp + v / tp;  // C_tp + Cv_tp
+  return widths > 2 * int64_t(cp) * m.hidden_size ? layers::GdnCpComm::all_gather : layers::GdnCpComm::all_to_all;
 }
 
 data::PackerConfig packer_config(const io::Config& cfg, const dist::ParallelDims& dims) {

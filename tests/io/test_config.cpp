@@ -86,7 +86,7 @@ TEST(Config, ValidationRulesNameTheValues) {
   EXPECT_EQ(check({"train.precision=fp16"}, 1), "config: train.precision = 'fp16' is not one of: bf16, fp32");
   EXPECT_EQ(check({"gdn.cp_a2a=ring"}, 1), "config: gdn.cp_a2a = 'ring' is not one of: fused, per_sequence");
   EXPECT_EQ(check({"gdn.cp_comm=all_reduce"}, 1),
-            "config: gdn.cp_comm = 'all_reduce' is not one of: all_to_all, all_gather");
+            "config: gdn.cp_comm = 'all_reduce' is not one of: auto, all_to_all, all_gather");
   EXPECT_EQ(check({"gdn.cp_comm=all_gather", "parallel.cp=2"}, 2), "");
   EXPECT_EQ(check({"model.num_hidden_layers=3", "model.layer_types=[linear_attention]"}, 1),
             "config: model.layer_types has 1 entries but model.num_hidden_layers=3");

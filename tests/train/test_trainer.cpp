@@ -115,6 +115,26 @@ TEST(Trainer, LossCurvesMatchGoldenUnderEveryLayout) {
   }
 }
 
+// gdn.cp_comm = auto: all_gather exactly when it moves fewer bytes (docs/parallelism.md's table).
+TEST(Trainer, GdnCpCommAutoPicksFewerBytes) {
+  io::ModelConfig bench;  // bench-0.8b's GDN: hidden 1024, Hk = Hv = 16, dk = dv = 128
+  bench.hidden_size = 1024;
+  bench.linear_num_key_heads = bench.linear_num_value_heads = 16;
+  bench.linear_key_head_dim = bench.linear_value_head_dim = 128;
+  io::ModelConfig layer = bench;  // bench/gdn_layer: hidden 2048, Hv 32
+  layer.hidden_size = 2048;
+  layer.linear_num_value_heads = 32;
+  using layers::GdnCpComm;
+  EXPECT_EQ(train::gdn_cp_comm("auto", bench, 1, 1), GdnCpComm::all_to_all);  // no CP: nothing to move
+  EXPECT_EQ(train::gdn_cp_comm("auto", bench, 1, 2), GdnCpComm::all_gather);  // 10272 > 4096 (ratio 2.5)
+  EXPECT_EQ(train::gdn_cp_comm("auto", bench, 1, 4), GdnCpComm::all_gather);  // 10272 > 8192 (1.25)
+  EXPECT_EQ(train::gdn_cp_comm("auto", bench, 2, 4), GdnCpComm::all_to_all);  // 5136 < 8192
+  EXPECT_EQ(train::gdn_cp_comm("auto", layer, 1, 2), GdnCpComm::all_gather);  // 16448 > 8192 (2.0)
+  EXPECT_EQ(train::gdn_cp_comm("auto", layer, 4, 2), GdnCpComm::all_to_all);  // 4112 < 8192
+  EXPECT_EQ(train::gdn_cp_comm("all_to_all", bench, 1, 2), GdnCpComm::all_to_all);
+  EXPECT_EQ(train::gdn_cp_comm("all_gather", bench, 2, 4), GdnCpComm::all_gather);
+}
+
 // The GDN CP settings reach the layers (RunCtx) and train alike under CP = 2: the per-sequence
 // all-to-all gives the fused one's losses and grad norms bit for bit; the all-gather scheme gives
 // them up to fp32 summation order, within 1e-6 relative (measured: losses bitwise, grad norms

@@ -68,7 +68,7 @@ struct TrainConfig {
   std::string precision = "bf16";   // bf16 | fp32
   int64_t grad_accum = 1;
   int64_t max_nonfinite_in_a_row = 5;
-  bool overlap_grad_reduce = false;  // dp x cp gradient sums of each layer during the rest of the backward
+  bool overlap_grad_reduce = true;  // dp x cp gradient sums of each layer during the rest of the backward
 };
 
 struct AttentionKernelConfig {  // section `attention`: kernel choice of the gated attention layers
@@ -77,7 +77,7 @@ struct AttentionKernelConfig {  // section `attention`: kernel choice of the gat
 
 struct GdnKernelConfig {  // section `gdn`: how the GatedDeltaNet layers run
   std::string cp_a2a = "fused";         // fused | per_sequence (CP all-to-all; bitwise equal)
-  std::string cp_comm = "all_to_all";   // all_to_all | all_gather (CP data movement; docs/parallelism.md)
+  std::string cp_comm = "auto";   // auto | all_to_all | all_gather (CP data movement; docs/parallelism.md)
   bool save_chunk_intermediates = true;  // CUDA: the chunk kernel's forward hands W, U, Tm, h to its backward
 };
 

@@ -131,4 +131,9 @@ TrainResult run_training(const io::Config& cfg);
 // The packer settings of a run: data.* and train.seed, with sp / cp / dp from the resolved layout.
 data::PackerConfig packer_config(const io::Config& cfg, const dist::ParallelDims& dims);
 
+// gdn.cp_comm -> the GDN layers' CP scheme. auto: all_gather when it moves fewer bytes per rank
+// than all_to_all, i.e. when the TP-local in_proj + out_proj widths exceed 2 * cp * hidden
+// (docs/parallelism.md); all_to_all otherwise (also on a tie: it keeps [T/cp, H] inputs, not [T, H]).
+layers::GdnCpComm gdn_cp_comm(const std::string& setting, const io::ModelConfig& m, int tp, int cp);
+
 }  // namespace dt::train
