@@ -7,8 +7,9 @@
 //   2 GPUs, CP = 2:  mpirun -np 2 -x NCCL_NVLS_ENABLE=0 train_step --set parallel.cp=2 --set data.max_tokens=16384
 //   --phases N:      then N more micro-batches timed phase by phase (time_phases), and one
 //                    decoder layer of each type with its mixer and MLP alone (time_layers)
-//   --profile:       then one more step between cudaProfilerStart/Stop, for
-//                    `ncu --profile-from-start off --metrics gpu__time_duration.sum` (per-kernel times)
+//   --profile:       with --phases: the last timed fwd+bwd of each decoder layer type runs between
+//                    cudaProfilerStart/Stop, for per-kernel times of one layer (~100 kernels) under
+//                    `ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw`
 // Prints the median step ms, tokens/s (real tokens over the timed steps' total time), TFLOP/s per
 // GPU and MFU by the model-FLOP count of docs/training.md, and the peak of the caching allocator
 // (max over ranks). Each timed step ends with a device synchronisation.
@@ -137,7 +138,7 @@ void time_phases(train::Trainer& t, int reps) {
 
 // --phases, continued: one decoder layer of each type on a fresh micro-batch, its sub-blocks
 // timed alone (forward, then backward) on random activations; median of `reps`.
-void time_layers(train::Trainer& t, int reps) {
+void time_layers(train::Trainer& t, int reps, bool profile) {
   const Stream s = t.stream();
   const auto st = static_cast<cudaStream_t>(s.handle);
   const Device dev = t.device();
@@ -153,12 +154,15 @@ void time_layers(train::Trainer& t, int reps) {
   auto time = [&](const char* what, auto&& fwd, auto&& bwd) {
     std::vector<float> f, b;
     for (int r = 0; r < reps + 1; ++r) {  // the first is a warm-up (allocator, plans)
+      const bool window = profile && r == reps && !std::strcmp(what, "decoder layer");
+      if (window) DT_CUDA_CHECK(cudaProfilerStart());
       DT_CUDA_CHECK(cudaEventRecord(ev[0], st));
       fwd();
       DT_CUDA_CHECK(cudaEventRecord(ev[1], st));
       bwd();
       DT_CUDA_CHECK(cudaEventRecord(ev[2], st));
       DT_CUDA_CHECK(cudaEventSynchronize(ev[2]));
+      if (window) DT_CUDA_CHECK(cudaProfilerStop());
       float a = 0, c = 0;
       DT_CUDA_CHECK(cudaEventElapsedTime(&a, ev[0], ev[1]));
       DT_CUDA_CHECK(cudaEventElapsedTime(&c, ev[1], ev[2]));
@@ -207,7 +211,8 @@ void run(int argc, char** argv) {
                            phases));
   io::Config cfg;
   if (std::string e = io::load_config(config, sets, &cfg); !e.empty()) user_error(e);
-  cfg.train.steps = warmup + steps + (profile ? 1 : 0);
+  if (profile && phases == 0) phases = 1;
+  cfg.train.steps = warmup + steps;
   const int64_t dp = cfg.parallel.dp > 0 ? cfg.parallel.dp
                                          : dist::world_size() / std::max<int64_t>(cfg.parallel.tp * cfg.parallel.cp, 1);
   // Twice the tokens the run consumes: the packer never reaches the end of the epoch.
@@ -262,14 +267,7 @@ void run(int argc, char** argv) {
   }
   if (phases > 0) {
     time_phases(t, int(phases));
-    time_layers(t, int(phases));
-  }
-  if (profile) {  // one step under the profiler's window, nothing else in it
-    t.synchronize();
-    DT_CUDA_CHECK(cudaProfilerStart());
-    t.step();
-    t.synchronize();
-    DT_CUDA_CHECK(cudaProfilerStop());
+    time_layers(t, int(phases), profile);
   }
 }
 
