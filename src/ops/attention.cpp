@@ -106,7 +106,7 @@ void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView&
   check_vectors(o, op, "o");
   if (q.shape[0] == 0) return;
 #if DELTATRON_HAVE_CUDA
-  if (meta.backend == AttnBackend::cudnn && q.device.is_cuda())
+  if (meta.backend != AttnBackend::native && q.device.is_cuda())  // cudnn, cudnn_fwd
     return cuda::attention_fwd_cudnn(o, lse, q, k, v, meta, scale, s);
 #endif
   DT_ROUTE(attention_fwd, q, o, lse, q, k, v, meta, scale, s);
@@ -128,7 +128,7 @@ void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
     check_vectors(*x, op, what);
   if (Tq == 0) return;
 #if DELTATRON_HAVE_CUDA
-  if (meta.backend == AttnBackend::cudnn && q.device.is_cuda())
+  if (meta.backend == AttnBackend::cudnn && q.device.is_cuda())  // cudnn_fwd: the native backward
     return cuda::attention_bwd_cudnn(dq, dk, dv, d_o, q, k, v, o, lse, meta, scale, s);
 #endif
   DT_ROUTE(attention_bwd, q, dq, dk, dv, d_o, q, k, v, o, lse, meta, scale, s);
@@ -171,18 +171,20 @@ void gather_rows(const TensorView& out, const TensorView& in, const TensorView& 
 }
 
 AttnBackendChoice choose_attention_backend(const std::string& requested, Device dev) {
-  if (requested == "auto" || requested == "native" || dev.is_cpu()) return {AttnBackend::native, ""};
-  if (requested != "cudnn")
+  if (requested != "auto" && requested != "native" && requested != "cudnn" && requested != "cudnn_fwd")
     return {AttnBackend::native,
-            fmt::format("config: attention.backend = '{}' is not one of: auto, native, cudnn", requested)};
+            fmt::format("config: attention.backend = '{}' is not one of: auto, native, cudnn, cudnn_fwd", requested)};
+  if (requested == "native" || dev.is_cpu()) return {AttnBackend::native, ""};
+  const AttnBackend want = requested == "cudnn" ? AttnBackend::cudnn : AttnBackend::cudnn_fwd;
 #if DELTATRON_HAVE_CUDA
   std::string why = cuda::cudnn_attention_unavailable();
-  if (why.empty()) return {AttnBackend::cudnn, ""};
-  return {AttnBackend::native, fmt::format("config: attention.backend = 'cudnn': {} ---> hint: "
-                                           "attention.backend=native (or auto)", why)};
+  if (why.empty()) return {want, ""};
 #else
-  return {AttnBackend::native, "config: attention.backend = 'cudnn' needs a CUDA build"};
+  std::string why = "needs a CUDA build";
 #endif
+  if (requested == "auto") return {AttnBackend::native, ""};
+  return {AttnBackend::native, fmt::format("config: attention.backend = '{}': {} ---> hint: "
+                                           "attention.backend=native (or auto)", requested, why)};
 }
 
 }  // namespace dt::ops

@@ -1,5 +1,6 @@
-// attention.backend=cudnn (src/ops/cuda/attention_cudnn.cpp) against the CPU reference (itself
-// checked against a double softmax and finite differences in test_attention_ops.cpp), bf16:
+// attention.backend=cudnn (src/ops/cuda/attention_cudnn.cpp) and cudnn_fwd (cuDNN's forward, the
+// native backward on its o and lse) against the CPU reference (itself checked against a double
+// softmax and finite differences in test_attention_ops.cpp), bf16, each case under both:
 //  * varlen fwd + bwd, rel. L2 < 1e-2 on o, dq, dk, dv and < 1e-3 on lse (inputs rounded to bf16
 //    first so both sides see the same values), outputs NaN-poisoned, packed lengths
 //    {1, 2, 63, 64, 0 (pure padding), 65, 127, 300} with alignment padding, head dims 64, 128,
@@ -7,8 +8,9 @@
 //    without the max_seqlen host hint (the second reads cu_seqlens_padded back);
 //  * CP zig-zag query rows (q_div = 2, both ranks) against the CPU on the same rows;
 //  * all-padding packs: every output exactly 0, never NaN;
-//  * choose_attention_backend("cudnn", cuda) is cudnn exactly when the path is available, else an
-//    error carrying the reason (the GPU-free cases are in test_attention_backend.cpp).
+//  * choose_attention_backend("cudnn" / "cudnn_fwd", cuda) is that backend exactly when the path is
+//    available, else an error carrying the reason; "auto" is cudnn_fwd then, else native (the
+//    GPU-free cases are in test_attention_backend.cpp).
 // The GPU cases skip (with the reason) when cudnn_attention_unavailable() is non-empty, e.g. a
 // runtime cuDNN older than 9.19 or a build without cudnn_frontend.
 #include <gtest/gtest.h>
@@ -25,19 +27,25 @@ using namespace dt::testing;
 namespace {
 std::string skip_reason() { return ops::cuda::cudnn_attention_unavailable(); }
 constexpr DType kBf16 = DType::bf16;
-constexpr ops::AttnBackend kCudnn = ops::AttnBackend::cudnn;
+constexpr ops::AttnBackend kBackends[2] = {ops::AttnBackend::cudnn, ops::AttnBackend::cudnn_fwd};
+const char* name(ops::AttnBackend b) { return b == ops::AttnBackend::cudnn ? "cudnn" : "cudnn_fwd"; }
 }  // namespace
 
 TEST(AttentionCudnnCuda, ChooseCudnnMatchesAvailability) {
   const std::string why = skip_reason();
-  const ops::AttnBackendChoice c = ops::choose_attention_backend("cudnn", kGpu);
-  if (why.empty()) {
-    EXPECT_EQ(c.backend, ops::AttnBackend::cudnn);
-    EXPECT_EQ(c.error, "");
-  } else {  // refused with the reason, never silently native
-    EXPECT_NE(c.error.find(why), std::string::npos) << c.error;
-    GTEST_SKIP() << why;
+  const ops::AttnBackendChoice a = ops::choose_attention_backend("auto", kGpu);
+  EXPECT_EQ(a.backend, why.empty() ? ops::AttnBackend::cudnn_fwd : ops::AttnBackend::native);
+  EXPECT_EQ(a.error, "");
+  for (ops::AttnBackend b : kBackends) {
+    const ops::AttnBackendChoice c = ops::choose_attention_backend(name(b), kGpu);
+    if (why.empty()) {
+      EXPECT_EQ(c.backend, b);
+      EXPECT_EQ(c.error, "");
+    } else {  // refused with the reason, never silently native
+      EXPECT_NE(c.error.find(why), std::string::npos) << c.error;
+    }
   }
+  if (!why.empty()) GTEST_SKIP() << why;
 }
 
 TEST(AttentionCudnnCuda, VarlenMatchesCpu) {
@@ -48,17 +56,18 @@ TEST(AttentionCudnnCuda, VarlenMatchesCpu) {
   struct Case {
     int64_t D, Hq, Hkv;
   };
-  for (Case c : {Case{64, 4, 2}, Case{128, 4, 1}, Case{256, 4, 4}, Case{256, 8, 2}})
-    for (int64_t hint : {L.max_padded(), int64_t(0)}) {
-      const std::string what = fmt::format("D {} Hq {} Hkv {} max_seqlen {}", c.D, c.Hq, c.Hkv, hint);
-      SCOPED_TRACE(what);
-      Tensor q = rounded(rand_host(Shape{T, c.Hq, c.D}, -2.f, 2.f), kBf16);
-      Tensor kv = rounded(rand_host(Shape{T, 2 * c.Hkv * c.D}, -2.f, 2.f), kBf16);
-      Tensor d_o = rounded(rand_host(Shape{T, c.Hq, c.D}), kBf16);
-      AttnOut cpu = run_attention(Device::cpu(), kBf16, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D);
-      AttnOut gpu = run_attention(kGpu, kBf16, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D, kCudnn, hint);
-      expect_close(gpu, cpu, kBf16, what);
-    }
+  for (ops::AttnBackend b : kBackends)
+    for (Case c : {Case{64, 4, 2}, Case{128, 4, 1}, Case{256, 4, 4}, Case{256, 8, 2}})
+      for (int64_t hint : {L.max_padded(), int64_t(0)}) {
+        const std::string what = fmt::format("{} D {} Hq {} Hkv {} max_seqlen {}", name(b), c.D, c.Hq, c.Hkv, hint);
+        SCOPED_TRACE(what);
+        Tensor q = rounded(rand_host(Shape{T, c.Hq, c.D}, -2.f, 2.f), kBf16);
+        Tensor kv = rounded(rand_host(Shape{T, 2 * c.Hkv * c.D}, -2.f, 2.f), kBf16);
+        Tensor d_o = rounded(rand_host(Shape{T, c.Hq, c.D}), kBf16);
+        AttnOut cpu = run_attention(Device::cpu(), kBf16, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D);
+        AttnOut gpu = run_attention(kGpu, kBf16, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D, b, hint);
+        expect_close(gpu, cpu, kBf16, what);
+      }
 }
 
 TEST(AttentionCudnnCuda, ZigzagQueryRowsMatchCpu) {
@@ -69,18 +78,19 @@ TEST(AttentionCudnnCuda, ZigzagQueryRowsMatchCpu) {
   std::vector<int64_t> cu64(L.cu_pad.begin(), L.cu_pad.end()), ca64(L.cu_act.begin(), L.cu_act.end());
   Tensor qf = rand_host(Shape{T, Hq, D}, -2.f, 2.f), dof = rand_host(Shape{T, Hq, D});
   Tensor kv = rounded(rand_host(Shape{T, 2 * Hkv * D}, -2.f, 2.f), kBf16);
-  for (int r = 0; r < cp; ++r) {
-    SCOPED_TRACE(fmt::format("rank {}", r));
-    data::PackedSeqParams psp = data::PackedSeqParams::build({ca64, cu64, 1, T / cp, 1, cp, r});
-    std::span<const int32_t> cu32(psp.cu_seqlens_padded());
-    Tensor q = rounded(data::zigzag_slice_rows(qf, cu32, cp, r), kBf16);
-    Tensor d_o = rounded(data::zigzag_slice_rows(dof, cu32, cp, r), kBf16);
-    Tensor pos_h = ops::to_host(psp.position_ids_local_dev());
-    std::vector<int32_t> pos(pos_h.ptr<int32_t>(), pos_h.ptr<int32_t>() + pos_h.numel());
-    AttnOut cpu = run_attention(Device::cpu(), kBf16, L, q, kv, d_o, pos, cp, Hkv, D);
-    AttnOut gpu = run_attention(kGpu, kBf16, L, q, kv, d_o, pos, cp, Hkv, D, kCudnn, psp.max_seqlen());
-    expect_close(gpu, cpu, kBf16, "zig-zag");
-  }
+  for (ops::AttnBackend b : kBackends)
+    for (int r = 0; r < cp; ++r) {
+      SCOPED_TRACE(fmt::format("{} rank {}", name(b), r));
+      data::PackedSeqParams psp = data::PackedSeqParams::build({ca64, cu64, 1, T / cp, 1, cp, r});
+      std::span<const int32_t> cu32(psp.cu_seqlens_padded());
+      Tensor q = rounded(data::zigzag_slice_rows(qf, cu32, cp, r), kBf16);
+      Tensor d_o = rounded(data::zigzag_slice_rows(dof, cu32, cp, r), kBf16);
+      Tensor pos_h = ops::to_host(psp.position_ids_local_dev());
+      std::vector<int32_t> pos(pos_h.ptr<int32_t>(), pos_h.ptr<int32_t>() + pos_h.numel());
+      AttnOut cpu = run_attention(Device::cpu(), kBf16, L, q, kv, d_o, pos, cp, Hkv, D);
+      AttnOut gpu = run_attention(kGpu, kBf16, L, q, kv, d_o, pos, cp, Hkv, D, b, psp.max_seqlen());
+      expect_close(gpu, cpu, kBf16, "zig-zag");
+    }
 }
 
 TEST(AttentionCudnnCuda, AllPaddingIsZeroNotNaN) {
@@ -88,9 +98,11 @@ TEST(AttentionCudnnCuda, AllPaddingIsZeroNotNaN) {
   const Varlen L = packed({0, 0}, {64, 72});
   const int64_t T = L.T();
   Tensor q = rand_host(Shape{T, 2, 64}), kv = rand_host(Shape{T, 2 * 64}), d_o = rand_host(Shape{T, 2, 64});
-  AttnOut g = run_attention(kGpu, kBf16, L, q, kv, d_o, L.pos, 1, 1, 64, kCudnn, L.max_padded());
-  for (const Tensor* t : {&g.o, &g.lse, &g.dq, &g.dk, &g.dv}) {
-    Tensor h = host32(*t);
-    for (int64_t i = 0; i < h.numel(); ++i) ASSERT_EQ(h.ptr<float>()[i], 0.f) << "element " << i;
+  for (ops::AttnBackend b : kBackends) {
+    AttnOut g = run_attention(kGpu, kBf16, L, q, kv, d_o, L.pos, 1, 1, 64, b, L.max_padded());
+    for (const Tensor* t : {&g.o, &g.lse, &g.dq, &g.dk, &g.dv}) {
+      Tensor h = host32(*t);
+      for (int64_t i = 0; i < h.numel(); ++i) ASSERT_EQ(h.ptr<float>()[i], 0.f) << name(b) << " element " << i;
+    }
   }
 }

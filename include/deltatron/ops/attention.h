@@ -46,8 +46,10 @@ void rope_bwd(const TensorView& dx, const TensorView& dy, const TensorView& pos,
 // Shapes: q, o, do, dq [Tq, Hq, D]; k, v, dk, dv [Tk, Hkv, D], Tk = c_N; one dtype, unit inner
 // stride, head stride D, any row stride. lse [Tq, Hq] f32 contiguous (= in fwd, read in bwd).
 // CUDA kernel family: the native flash-style kernels (src/ops/cuda/attention.cu) or cuDNN's SDPA
-// with ragged (THD) offsets (src/ops/cuda/attention_cudnn.cpp). The CPU ignores it.
-enum class AttnBackend { native, cudnn };
+// with ragged (THD) offsets (src/ops/cuda/attention_cudnn.cpp), or cuDNN's forward with the
+// native backward (cudnn_fwd: both deterministic; the two agree on o and lse, zeros included,
+// so the native backward takes cuDNN's). The CPU ignores it.
+enum class AttnBackend { native, cudnn, cudnn_fwd };
 struct AttnVarlen {
   TensorView cu_seqlens_padded;  // [N+1] i32, key rows (natural order); c_N = Tk
   TensorView cu_seqlens;         // [N+1] i32, actual lengths
@@ -59,10 +61,11 @@ struct AttnVarlen {
   // cu_seqlens_padded back, one host sync per call. The native kernels ignore it.
   int64_t max_seqlen = 0;
 };
-// The backend for the config value `attention.backend` (auto | native | cudnn) on `dev`, or a
-// user error naming the value and the rule: cudnn needs a CUDA build with cudnn_frontend and a
-// cuDNN runtime >= 9.19 (earlier releases give NaN gradients for THD attention on Hopper);
-// auto picks native.
+// The backend for the config value `attention.backend` (auto | native | cudnn | cudnn_fwd) on
+// `dev`, or a user error naming the value and the rule: cudnn and cudnn_fwd need a CUDA build with
+// cudnn_frontend and a cuDNN runtime >= 9.19 (earlier releases give NaN gradients for THD
+// attention on Hopper); auto picks cudnn_fwd where that holds (cuDNN's forward is 2.5x the native
+// one; its backward is no faster and uses atomics), else native. The CPU is always native.
 struct AttnBackendChoice {
   AttnBackend backend = AttnBackend::native;
   std::string error;  // "" when usable
