@@ -2,7 +2,9 @@
 # On a GPU machine: the benchmarks behind docs/perf.md with their canonical arguments, in one
 # go (build first with scripts/gpu_test.sh or any CUDA build dir). Every output goes to one log,
 # bench.log under $OUT (the device tool's output folder) when set, else under $BUILD_DIR; the
-# headline lines are printed at the end. Runs needing two GPUs are skipped on one.
+# headline lines are printed at the end. Runs needing more GPUs than the machine has are skipped;
+# with 4 (issue 8's scaling runs, per-GPU tokens held fixed): gdn_layer CP=4 and TP=2+SP x CP=2,
+# train_step CP=4 (32768 tokens) and TP=2+SP x CP=2 (16384 tokens: 8192 per CP rank).
 #   BUILD_DIR=build-gpu [CUDNN_LIB_DIR=dir with libcudnn >= 9.19] bash scripts/gpu_bench.sh [name ...]
 # names: gdn_kernels gdn_elementwise gdn_layer attention optim_step train_step (default: all)
 set -uo pipefail
@@ -14,8 +16,8 @@ LOG=${OUT:-$BUILD_DIR}/bench.log
 B=$BUILD_DIR/bench
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') || ngpu=0
 [ "$ngpu" -ge 1 ] || { echo "gpu_bench: no GPU visible"; exit 1; }
-mpi=(mpirun --oversubscribe -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH -np 2)
-[ "$(id -u)" = 0 ] && mpi=(mpirun --allow-run-as-root --oversubscribe -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH -np 2)
+mpi=(mpirun --oversubscribe -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH)
+[ "$(id -u)" = 0 ] && mpi=(mpirun --allow-run-as-root --oversubscribe -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH)
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=(gdn_kernels gdn_elementwise gdn_layer attention optim_step train_step)
 : > "$LOG"
@@ -23,19 +25,26 @@ run() {  # label, command...
   echo "== $1: ${*:2}" | tee -a "$LOG"
   "${@:2}" >> "$LOG" 2>&1 || echo "   (exit $?)" | tee -a "$LOG"
 }
-two() {  # label, command... (two GPUs, one process each)
-  if [ "$ngpu" -ge 2 ]; then run "$1" "${mpi[@]}" "${@:2}"; else echo "== $1: skipped ($ngpu GPU)" | tee -a "$LOG"; fi
+on() {  # n, label, command... (n GPUs, one process each)
+  if [ "$ngpu" -ge "$1" ]; then run "$2" "${mpi[@]}" -np "$1" "${@:3}"; else echo "== $2: skipped ($ngpu GPU)" | tee -a "$LOG"; fi
 }
+two() { on 2 "$@"; }
+four() { on 4 "$@"; }
 for n in "${names[@]}"; do
   case $n in
     gdn_kernels | gdn_elementwise | attention | optim_step) run "$n" "$B/$n" ;;
     gdn_layer)
       run "gdn_layer 1 GPU" "$B/gdn_layer"
       two "gdn_layer TP=2 SP" "$B/gdn_layer" --tp 2 --sp
-      two "gdn_layer CP=2" "$B/gdn_layer" --cp 2 ;;
+      two "gdn_layer CP=2" "$B/gdn_layer" --cp 2
+      four "gdn_layer CP=4" "$B/gdn_layer" --cp 4
+      four "gdn_layer TP=2 SP x CP=2" "$B/gdn_layer" --tp 2 --sp --cp 2 ;;
     train_step)  # from the repo root: configs/ are found relative to the source tree either way
       run "train_step 1 GPU" "$B/train_step" --phases 5
-      two "train_step CP=2" "$B/train_step" --set parallel.cp=2 --set data.max_tokens=16384 ;;
+      two "train_step CP=2" "$B/train_step" --set parallel.cp=2 --set data.max_tokens=16384
+      four "train_step CP=4" "$B/train_step" --set parallel.cp=4 --set data.max_tokens=32768
+      four "train_step TP=2 SP x CP=2" "$B/train_step" --set parallel.tp=2 --set parallel.sp=true \
+        --set parallel.cp=2 --set data.max_tokens=16384 ;;
     *) echo "gpu_bench: unknown bench '$n'"; exit 2 ;;
   esac
 done

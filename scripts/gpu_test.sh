@@ -24,8 +24,9 @@ echo "build: $(( $(date +%s) - start )) s"
 cd "$BUILD_DIR"
 # npN GPU tests need N GPUs; with fewer they are excluded (the summary says so).
 exclude=""
-[ "$ngpu" -lt 4 ] && exclude="_np4$"
-[ "$ngpu" -lt 2 ] && exclude="_np2$|_np4$"
+[ "$ngpu" -lt 8 ] && exclude="_np8$"
+[ "$ngpu" -lt 4 ] && exclude="_np4$|_np8$"
+[ "$ngpu" -lt 2 ] && exclude="_np2$|_np4$|_np8$"
 ctest -L gpu ${exclude:+-E "$exclude"} --output-on-failure ${CTEST_ARGS:-} 2>&1 | tee "$LOG/ctest_gpu.log"
 rc=${PIPESTATUS[0]}
 if [ "${BENCH:-0}" = "1" ]; then

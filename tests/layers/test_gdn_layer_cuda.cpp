@@ -8,7 +8,7 @@
 //    large-magnitude test config above (init std 0.2) amplifies bf16 storage errors through the
 //    l2norm and dbeta backward (4-10e-2 measured on an H200), so it only bounds bf16 vs bf16.
 // 1 GPU: (1,F,1). 2 GPUs (mpirun -np 2): (2,F,1), (2,T,1), (1,F,2). 4 GPUs (mpirun -np 4):
-// (2,T,2), (4,T,1), (1,F,4).
+// (2,T,2), (4,T,1), (1,F,4). 8 GPUs: (2,T,2) with dp 2.
 #include <cuda_runtime.h>
 
 #include "deltatron/core/allocator.h"
@@ -26,6 +26,7 @@ TEST(GdnLayerCuda, MatchesSerial) {
   std::vector<GdnLayout> layouts = {{1, 1, false}};
   if (dist::world_size() == 2) layouts = {{2, 1, false}, {2, 1, true}, {1, 2, false}};
   if (dist::world_size() == 4) layouts = {{2, 2, true}, {4, 1, true}, {1, 4, false}};  // issue 8's 4-GPU set
+  if (dist::world_size() == 8) layouts = {{2, 2, true}};  // dp 2 beside it (issue 8's 8-GPU layout)
   for (const GdnLayout& L : layouts) {
     check_gdn_layout(L, cfg, R32, seed, dist::Backend::nccl, dev, DType::f32, 1e-4);
     check_gdn_layout(L, cfg, R16, seed, dist::Backend::nccl, dev, DType::bf16, 2e-2);

@@ -8,6 +8,9 @@
 //  * mpirun -np 2 (2 GPUs): TP = 2 (with and without SP) and CP = 2, bf16, 50 steps, within 2% of
 //    DP = 2 on the same GPUs -- each GPU running whole micro-batches exactly as one GPU does (only
 //    the fp32 gradient sum's order differs from 1 GPU with grad_accum 2) -- and of the fp32 CPU.
+//  * mpirun -np 4 / -np 8 (issue 8): TP = 2 x CP = 2 (+ SP), TP = 4 + SP and CP = 4 on 4 GPUs,
+//    TP = 2 + SP x CP = 2 x DP = 2 on 8, bf16, 50 steps, within 2% of DP = world on the same GPUs
+//    (one GPU per micro-batch, the same global batch through grad_accum).
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -113,6 +116,30 @@ TEST_P(TrainerCuda, TwoGpuLayoutsMatchOneGpuPerMicroBatch) {
     const std::vector<double> got = run("cuda", l.tp, l.cp, 1, l.sp);
     expect_curves_close(got, one, 0.02, "vs one GPU per micro-batch");
     expect_curves_close(got, cpu, 0.02, "vs fp32 CPU");
+  }
+}
+
+TEST_P(TrainerCuda, FourAndEightGpuLayoutsMatchOneGpuPerMicroBatch) {
+  const int world = dist::world_size();
+  if (world != 4 && world != 8) GTEST_SKIP() << "runs under mpirun -np 4 or -np 8 (one GPU per rank)";
+  const bool gdn_only = GetParam();
+  auto run = [&](int tp, int cp, int dp, bool sp) {
+    return losses(gdn_only, {"train.device=cuda", "train.precision=bf16", "train.steps=50",
+                             "parallel.tp=" + std::to_string(tp), "parallel.cp=" + std::to_string(cp),
+                             "parallel.dp=" + std::to_string(dp), std::string("parallel.sp=") + (sp ? "true" : "false"),
+                             "train.grad_accum=" + std::to_string(world / dp), "data.pad_multiple=8"});
+  };
+  const std::vector<double> one = run(1, 1, world, false);
+  struct L {
+    int tp, cp, dp;
+    bool sp;
+    const char* name;
+  };
+  std::vector<L> layouts = {{2, 2, 1, true, "tp 2 + sp x cp 2"}, {4, 1, 1, true, "tp 4 + sp"}, {1, 4, 1, false, "cp 4"}};
+  if (world == 8) layouts = {{2, 2, 2, true, "tp 2 + sp x cp 2 x dp 2"}};
+  for (const L& l : layouts) {
+    SCOPED_TRACE(l.name);
+    expect_curves_close(run(l.tp, l.cp, l.dp, l.sp), one, 0.02, "vs one GPU per micro-batch");
   }
 }
 
