@@ -111,8 +111,7 @@ void time_phases(train::Trainer& t, int reps) {
     model::reduce_grads(t.params(), pg, s);
     train::global_grad_norm(t.params(), pg, s);
     DT_CUDA_CHECK(cudaEventRecord(ev[3], st));
-    t.optimizer().step(t.params(), 1e-5f, 1.f, s);
-    train::zero_grads(t.params(), s);
+    t.optimizer().step(t.params(), 1e-5f, 1.f, s);  // also refreshes bf16 copies and zeroes grads, as in the trainer
     DT_CUDA_CHECK(cudaEventRecord(ev[4], st));
     head.forward(h, tg, scale);  // fused, as the trainer runs it
     head.backward(dh, scale);

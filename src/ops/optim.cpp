@@ -1,5 +1,7 @@
 // Routing and argument checks of the optimizer update ops (include/deltatron/ops/optim.h).
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 
 #include "ops/optim_backends.h"
 #include "ops/route.h"
@@ -12,11 +14,41 @@ void check_state(const TensorView& x, const TensorView& p, const char* what) {
   check_same_shape(x, p, what);
   check_device(x, p, what);
 }
+
+bool overlap(const TensorView& a, const TensorView& b) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+// The optional compute copy: a cast target of p's shape that no input aliases (the kernels read
+// p, m, v, g and write compute in one pass, so an overlap would read half-written values).
+void check_writes(const UpdateWrites& w, std::initializer_list<const TensorView*> ins, const char* op) {
+  const TensorView& c = w.compute;
+  if (!c.data) return;
+  const TensorView& p = **ins.begin();
+  DT_CHECK(c.dtype == DType::bf16 || c.dtype == DType::f16 || c.dtype == DType::f32,
+           "{}: compute must be bf16, f16 or f32, got {}", op, c.str());
+  DT_CHECK(c.is_contiguous(), "{}: compute must be contiguous, got {}", op, c.str());
+  DT_CHECK(c.shape == p.shape, "{}: compute must have p's shape: compute {} vs p {}", op, c.str(), p.str());
+  DT_CHECK(c.device == p.device, "{}: compute must be on p's device: compute {} vs p {}", op, c.str(), p.str());
+  for (const TensorView* x : ins)
+    DT_CHECK(!overlap(c, *x), "{}: compute must not overlap p, m, v or g: compute {} at {} overlaps {} at {}", op,
+             c.str(), c.data, x->str(), x->data);
+}
 }  // namespace
 
 void adamw_update(const TensorView& p, const TensorView& m, const TensorView& v, const TensorView& g,
                   const AdamWArgs& a, Stream s) {
-  for (const TensorView* x : {&p, &m, &v, &g}) check_state(*x, p, "adamw_update");
+  adamw_update(p, m, v, g, a, UpdateWrites{}, s);
+}
+
+void adamw_update(const TensorView& p, const TensorView& m, const TensorView& v, const TensorView& g,
+                  const AdamWArgs& a, const UpdateWrites& w, Stream s) {
+  check_state(p, p, "adamw_update p");
+  check_state(m, p, "adamw_update m");
+  check_state(v, p, "adamw_update v");
+  check_state(g, p, "adamw_update g");
+  check_writes(w, {&p, &m, &v, &g}, "adamw_update");
   DT_CHECK(a.step >= 1, "adamw_update: step is the 1-based update count, got {}", a.step);
   DT_CHECK(a.beta1 >= 0.f && a.beta1 < 1.f && a.beta2 >= 0.f && a.beta2 < 1.f && a.eps > 0.f,
            "adamw_update: need 0 <= beta1, beta2 < 1 and eps > 0, got beta1 {} beta2 {} eps {}", a.beta1, a.beta2,
@@ -34,15 +66,20 @@ void adamw_update(const TensorView& p, const TensorView& m, const TensorView& v,
   c.step_size = float(double(a.lr) / bc1);
   c.bc2_sqrt = float(std::sqrt(bc2));
   c.grad_scale = a.grad_scale;
-  DT_ROUTE(adamw_update, p, p, m, v, g, c, s);
+  DT_ROUTE(adamw_update, p, p, m, v, g, c, w, s);
 }
 
 void sgd_update(const TensorView& p, const TensorView& g, const SgdArgs& a, Stream s) {
-  check_state(p, p, "sgd_update");
-  check_state(g, p, "sgd_update");
+  sgd_update(p, g, a, UpdateWrites{}, s);
+}
+
+void sgd_update(const TensorView& p, const TensorView& g, const SgdArgs& a, const UpdateWrites& w, Stream s) {
+  check_state(p, p, "sgd_update p");
+  check_state(g, p, "sgd_update g");
+  check_writes(w, {&p, &g}, "sgd_update");
   if (p.empty()) return;
   SgdConsts c{a.lr, a.weight_decay, a.grad_scale};
-  DT_ROUTE(sgd_update, p, p, g, c, s);
+  DT_ROUTE(sgd_update, p, p, g, c, w, s);
 }
 
 }  // namespace dt::ops

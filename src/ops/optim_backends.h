@@ -1,6 +1,7 @@
 // Internal: CPU and CUDA implementations behind include/deltatron/ops/optim.h. optim.cpp
 // checks the views and folds the host-side constants into these argument structs, so both
-// backends run exactly the same fp32 arithmetic.
+// backends run exactly the same fp32 arithmetic. `w` is already checked: w.compute is null or a
+// valid f32 / bf16 / f16 view of p's shape.
 #pragma once
 #include "deltatron/ops/optim.h"
 
@@ -19,8 +20,8 @@ struct SgdConsts {
 
 #define DT_OPTIM_DECLS                                                                                        \
   void adamw_update(const TensorView& p, const TensorView& m, const TensorView& v, const TensorView& g,      \
-                    const AdamWConsts& c, Stream s);                                                          \
-  void sgd_update(const TensorView& p, const TensorView& g, const SgdConsts& c, Stream s);
+                    const AdamWConsts& c, const UpdateWrites& w, Stream s);                                   \
+  void sgd_update(const TensorView& p, const TensorView& g, const SgdConsts& c, const UpdateWrites& w, Stream s);
 
 namespace dt::ops::cpu {
 DT_OPTIM_DECLS

@@ -74,6 +74,10 @@ void Optimizer::step(const std::vector<model::Param*>& params, float lr, float c
   for (size_t i = 0; i < params.size(); ++i) {
     model::Param& p = *params[i];
     const float wd = decays(p.spec) ? float(cfg_.weight_decay) : 0.f;
+    // The compute-copy refresh and the gradient reset ride in the update's pass (one launch).
+    ops::UpdateWrites w;
+    if (p.compute.defined()) w.compute = p.compute;
+    w.zero_grad = true;
     if (kind_ == Kind::adamw) {
       ops::AdamWArgs a;
       a.lr = lr;
@@ -83,11 +87,10 @@ void Optimizer::step(const std::vector<model::Param*>& params, float lr, float c
       a.weight_decay = wd;
       a.step = t_;
       a.grad_scale = clip_coef;
-      ops::adamw_update(p.master, state_[i].m, state_[i].v, p.grad, a, s);
+      ops::adamw_update(p.master, state_[i].m, state_[i].v, p.grad, a, w, s);
     } else {
-      ops::sgd_update(p.master, p.grad, ops::SgdArgs{lr, wd, clip_coef}, s);
+      ops::sgd_update(p.master, p.grad, ops::SgdArgs{lr, wd, clip_coef}, w, s);
     }
-    model::refresh_compute(p, s);
   }
 }
 

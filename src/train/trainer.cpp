@@ -295,8 +295,10 @@ StepResult Trainer::step() {
   if (!v.error.empty()) user_error(v.error);
   r.applied = v.apply;
   r.lr = schedule_->lr(step_);
-  if (v.apply) opt_->step(params_, float(r.lr), clip_coefficient(r.grad_norm, cfg_.optimizer.clip_grad), s);
-  zero_grads(params_, s);
+  if (v.apply)  // the update also refreshes the compute copies and zeroes the gradients (one pass each)
+    opt_->step(params_, float(r.lr), clip_coefficient(r.grad_norm, cfg_.optimizer.clip_grad), s);
+  else
+    zero_grads(params_, s);
   ++step_;
   r.tokens = c[1];
   r.flops = {double(c[2]), double(c[3]), double(c[4])};

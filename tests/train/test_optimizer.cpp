@@ -3,6 +3,7 @@
 // closed form, the lr schedule against its closed form, clipping, and the non-finite guard.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -51,6 +52,12 @@ void expect_compute_refreshed(const model::Param& p) {
   EXPECT_EQ(std::memcmp(want.data(), p.compute.data(), want.nbytes()), 0) << p.spec.name;
 }
 
+// Optimizer::step leaves every gradient at 0 (its pass zeroes them).
+void expect_grad_zeroed(const model::Param& p) {
+  for (int64_t i = 0; i < p.grad.numel(); ++i)
+    ASSERT_EQ(p.grad.ptr<float>()[i], 0.f) << p.spec.name << " grad[" << i << "]";
+}
+
 io::OptimizerConfig adamw_cfg() {
   io::OptimizerConfig c;
   c.name = "adamw";
@@ -95,6 +102,7 @@ TEST(Optimizer, AdamWMatchesDoublePrecisionReference) {
     EXPECT_TRUE(close_rel(dt::testing::to_doubles(opt.state()[i].m), ref[i].m, 1e-6));
     EXPECT_TRUE(close_rel(dt::testing::to_doubles(opt.state()[i].v), ref[i].v, 1e-6));
     expect_compute_refreshed(*params[i]);
+    expect_grad_zeroed(*params[i]);
   }
 }
 
@@ -122,6 +130,7 @@ TEST(Optimizer, SgdMatchesDoublePrecisionReference) {
     SCOPED_TRACE(params[i]->spec.name);
     EXPECT_TRUE(close_rel(dt::testing::to_doubles(params[i]->master), ref[i], 1e-6));
     expect_compute_refreshed(*params[i]);
+    expect_grad_zeroed(*params[i]);
   }
 }
 
@@ -182,6 +191,46 @@ TEST(Optimizer, BiasCorrectionMakesEarlyStepsLrSized) {
     }
   }
   // Without bias correction the first step would be lr * (1 - beta1) / sqrt(1 - beta2) ~ 3.2 lr.
+}
+
+// The fused writes (compute copy, gradient reset) leave p, m, v as the plain update makes them
+// and give the bits of the separate passes (ops::copy's cast, a zero fill). Sizes with n % 4
+// tails and a single element; views at offset 0, all at 1 (off the 16-byte boundary together)
+// and at mixed offsets (the CUDA kernel's vector path cannot run; here the CPU reference is the
+// same loop, the cases are shared with the CUDA test).
+TEST(Optimizer, FusedWritesMatchSeparatePasses) {
+  const std::array<int64_t, 5> offsets[] = {{0, 0, 0, 0, 0}, {1, 1, 1, 1, 1}, {1, 0, 2, 3, 1}};
+  for (dt::testing::UpdateKind k : {dt::testing::UpdateKind::adamw, dt::testing::UpdateKind::sgd})
+    for (int64_t n : {int64_t(1), int64_t(3), int64_t(1003), int64_t(1000003)})
+      for (const auto& off : offsets)
+        for (DType cdt : {DType::bf16, DType::f16, DType::f32}) {
+          if (n > 1003 && cdt != DType::bf16) continue;  // the large size with the copy the trainer keeps
+          SCOPED_TRACE(fmt::format("{} n {} offsets {} {} {} {} {} compute {}", dt::testing::kind_name(k), n, off[0],
+                                   off[1], off[2], off[3], off[4], dtype_name(cdt)));
+          dt::testing::UpdateCase fused = dt::testing::make_update_case(n, cdt, off);
+          dt::testing::UpdateCase sep = dt::testing::clone_to(fused, Device::cpu());
+          dt::testing::apply_update(k, fused, true);
+          dt::testing::apply_update(k, sep, false);
+          // Whole buffers: the views agree, and nothing outside them was written.
+          for (size_t j = 0; j < 5; ++j)
+            EXPECT_TRUE(dt::testing::same_bits(fused.buf[j], sep.buf[j])) << "buffer of operand " << j;
+          for (int64_t i = 0; i < n; ++i) ASSERT_EQ(fused.g().ptr<float>()[i], 0.f) << "g[" << i << "]";
+        }
+}
+
+TEST(Optimizer, FusedWritesChecks) {
+  const int64_t n = 8;
+  Tensor p = Tensor::zeros(Shape{n}, DType::f32), m = Tensor::zeros(Shape{n}, DType::f32);
+  Tensor v = Tensor::zeros(Shape{n}, DType::f32), g = Tensor::zeros(Shape{n}, DType::f32);
+  Tensor c = Tensor::zeros(Shape{n - 1}, DType::bf16), ci = Tensor::zeros(Shape{n}, DType::i32);
+  const ops::AdamWArgs a{1e-3f, 0.9f, 0.95f, 1e-8f, 0.f, 1, 1.f};
+  EXPECT_DEATH(ops::adamw_update(p, m, v, g, a, ops::UpdateWrites{c, true}), "adamw_update: compute must have p's shape");
+  EXPECT_DEATH(ops::sgd_update(p, g, ops::SgdArgs{}, ops::UpdateWrites{ci, false}),
+               "sgd_update: compute must be bf16, f16 or f32");
+  EXPECT_DEATH(ops::adamw_update(p, m, v, g, a, ops::UpdateWrites{g.view().as_dtype(DType::f32), true}),
+               "adamw_update: compute must not overlap p, m, v or g");
+  Tensor v7 = Tensor::zeros(Shape{n - 1}, DType::f32);
+  EXPECT_DEATH(ops::adamw_update(p, m, v7, g, a), "adamw_update v: shapes differ");
 }
 
 TEST(Optimizer, GradNormAndClipSerial) {

@@ -2,16 +2,28 @@
 // the device of its views to the CPU reference (src/ops/cpu/optim.cpp) or the CUDA kernels
 // (src/ops/cuda/optim.cu). Every view is f32 and contiguous, of one shape and one device:
 // the fp32 master weights, the fp32 gradient and the fp32 optimizer state (mixed precision
-// keeps all of these in fp32; the bf16 compute copy is refreshed afterwards by the caller).
+// keeps all of these in fp32).
 // Deterministic: elementwise, no reductions; CPU and CUDA run the same fp32 operations in the
 // same order without FMA contraction, so they agree to the last bit or nearly so.
-// `p`, `m`, `v` are updated in place (=); `g` is read only.
+// `p`, `m`, `v` are updated in place (=); `g` is read only, unless `zero_grad` is set.
+//
+// The rest of the optimizer phase can ride in the same pass (UpdateWrites): the compute copy
+// of the weights (compute = cast(updated p), round to nearest even, the bits ops::copy gives)
+// and the gradient reset (g = 0 after it is read, ready for the next accumulation). One pass
+// moves each byte once instead of three launches re-reading p and g.
 #pragma once
 #include <cstdint>
 
 #include "deltatron/core/tensor.h"
 
 namespace dt::ops {
+
+// Optional writes of the update ops, beyond p (and m, v).
+struct UpdateWrites {
+  TensorView compute;      // none when data is null; else bf16, f16 or f32, p's shape, contiguous, same
+                           // device, not overlapping p, m, v or g: = cast(updated p)
+  bool zero_grad = false;  // g = 0 after it is read (g is then written, no longer read only)
+};
 
 struct AdamWArgs {
   float lr = 0.f;
@@ -26,6 +38,9 @@ struct AdamWArgs {
 // The bias-correction factors are computed once on the host in double.
 void adamw_update(const TensorView& p, const TensorView& m, const TensorView& v, const TensorView& g,
                   const AdamWArgs& a, Stream s = {});
+// The same update, plus the writes `w` in the same pass (p, m, v get the same bits).
+void adamw_update(const TensorView& p, const TensorView& m, const TensorView& v, const TensorView& g,
+                  const AdamWArgs& a, const UpdateWrites& w, Stream s = {});
 
 struct SgdArgs {
   float lr = 0.f;
@@ -34,5 +49,6 @@ struct SgdArgs {
 };
 // p = p - lr * (grad_scale * g + weight_decay * p)
 void sgd_update(const TensorView& p, const TensorView& g, const SgdArgs& a, Stream s = {});
+void sgd_update(const TensorView& p, const TensorView& g, const SgdArgs& a, const UpdateWrites& w, Stream s = {});
 
 }  // namespace dt::ops

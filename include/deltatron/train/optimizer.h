@@ -5,7 +5,7 @@
 //   norm = global_grad_norm(params, pg)          // identical on every rank
 //   verdict = guard.check(step, loss, norm)      // NaN/Inf: skip (counted, logged); K in a row: error
 //   if (verdict.apply) opt.step(params, schedule.lr(step), clip_coefficient(norm, clip_grad))
-//   zero_grads(params)
+//   else zero_grads(params)                      // step() already zeroed them in its pass
 //
 // Weight decay rule (ParamSpec-driven, `decays`): a parameter is decayed iff its GLOBAL shape
 // has ndim >= 2. Decayed: every projection / embedding matrix and the depthwise conv1d weight
@@ -14,8 +14,10 @@
 // AdamW decays decoupled (p *= 1 - lr * wd); SGD decays as L2 (g += wd * p); both use the rule.
 //
 // Mixed precision: Param::master, Param::grad and the optimizer state (AdamW m, v) are fp32 on
-// the parameter's device; after each update the bf16 compute copy is refreshed from the master
-// (model::refresh_compute). Deterministic: per-element updates, fixed-order reductions.
+// the parameter's device; each update also refreshes the bf16 compute copy from the master (the
+// bits model::refresh_compute gives) and zeroes the gradient, in the same pass over the
+// parameter (ops::UpdateWrites: one launch per parameter). Deterministic: per-element updates,
+// fixed-order reductions.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -61,8 +63,9 @@ class Optimizer {
   Optimizer(const io::OptimizerConfig& cfg, const std::vector<model::Param*>& params, Stream s = {});
 
   // One update of every parameter with learning rate `lr`, gradients scaled by `clip_coef`
-  // first; then refreshes each compute copy. `params` must be the constructor's list. The
-  // update count (AdamW bias correction t) advances by one.
+  // first; in the same pass it refreshes each compute copy and sets each gradient to 0 (no
+  // zero_grads needed after it). `params` must be the constructor's list. The update count
+  // (AdamW bias correction t) advances by one.
   void step(const std::vector<model::Param*>& params, float lr, float clip_coef, Stream s = {});
 
   Kind kind() const { return kind_; }
