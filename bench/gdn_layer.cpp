@@ -5,6 +5,8 @@
 //   1 GPU:           gdn_layer
 //   2 GPUs, TP = 2:  mpirun -np 2 gdn_layer --tp 2 [--sp]
 //   2 GPUs, CP = 2:  mpirun -np 2 gdn_layer --cp 2 [--cp-comm all_to_all | all_gather]
+//   --keep-elementwise: gdn.recompute_elementwise=false (the forward keeps conv output, l2norm(q, k)
+//                       and z instead of the backward recomputing them), for the time it costs
 // Prints median fwd and fwd+bwd ms (CUDA events, 3 warm-ups, 20 reps), tokens/s per GPU,
 // and for cp > 1 the time of the scheme's CP data movement alone (fwd and bwd, same shapes)
 // as a share of fwd+bwd: cp2hp + hp2cp (all_to_all), or the all-gathers, reduce-scatters and
@@ -29,13 +31,14 @@ using namespace dt;
 int main(int argc, char** argv) {
   dist::init(&argc, &argv);
   int tp = 1, cp = 1;
-  bool sp = false;
+  bool sp = false, recompute = true;
   layers::GdnCpComm cp_comm = layers::GdnCpComm::all_to_all;
   int64_t tokens_per_gpu = 32768;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--tp") && i + 1 < argc) tp = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--cp") && i + 1 < argc) cp = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--sp")) sp = true;
+    else if (!std::strcmp(argv[i], "--keep-elementwise")) recompute = false;
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_per_gpu = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--cp-comm") && i + 1 < argc) {
       const std::string v = argv[++i];
@@ -64,6 +67,7 @@ int main(int argc, char** argv) {
   ctx.stream = s;
   ctx.seed = 1234;
   ctx.gdn_cp_comm = cp_comm;
+  ctx.gdn_recompute = recompute;
   layers::GatedDeltaNet layer(cfg, "model.layers.0", ctx);
 
   // Packed lengths in [256, 8192], each a multiple of 2*cp; T_global = tokens_per_gpu * cp * (tp if SP).
@@ -114,8 +118,9 @@ int main(int argc, char** argv) {
     }, st);
   }
   if (dist::world_rank() == 0) {
-    std::printf("gdn_layer tp %d sp %d cp %d: %lld tokens/GPU (global T %lld, %zu seqs), bf16\n", tp, int(sp), cp,
-                static_cast<long long>(T / (int64_t(cp) * tp)), static_cast<long long>(T), cu.size() - 1);
+    std::printf("gdn_layer tp %d sp %d cp %d: %lld tokens/GPU (global T %lld, %zu seqs), bf16, recompute %d\n", tp,
+                int(sp), cp, static_cast<long long>(T / (int64_t(cp) * tp)), static_cast<long long>(T), cu.size() - 1,
+                int(recompute));
     std::printf("  fwd %.2f ms | fwd+bwd %.2f ms | %.0f tokens/s per GPU (fwd+bwd)", fwd, fb,
                 double(T) / (cp * tp) / (fb * 1e-3));
     if (cp > 1 && gather)

@@ -73,6 +73,7 @@ const std::vector<Field>& fields() {
       DT_FIELD(gdn, cp_a2a, str, "CP all-to-all of the GDN layers: fused (the packed batch in one all-to-all each way) | per_sequence (one per sequence: the plain reference); bitwise equal"),
       DT_FIELD(gdn, cp_comm, str, "CP communication of the GDN layers: auto (all_gather when it moves fewer bytes: in_proj + out_proj widths per TP rank > 2*cp*hidden; else all_to_all) | all_to_all (cp2hp/hp2cp of the projections; implementation gdn.cp_a2a) | all_gather (all-gather x, reduce-scatter the out_proj partials; fewer bytes when the in_proj + out_proj widths per TP rank exceed 2*cp*hidden, see docs/parallelism.md); equal up to fp32 summation order (under bf16 the cp partials are rounded before their sum, as for TP)"),
       DT_FIELD(gdn, save_chunk_intermediates, boolean, "CUDA: the chunk kernel's forward keeps W, U, Tm and the chunk states for its backward (~20% faster, ~5x the bytes of v per GDN layer); false recomputes them"),
+      DT_FIELD(gdn, recompute_elementwise, boolean, "the backward recomputes the conv output, l2norm(q, k) and z from the kept projections instead of keeping them (~200 MB less per GDN layer of the bench model at 8192 tokens for an estimated ~1 ms per step); bitwise equal"),
       DT_FIELD(train, steps, i64, "optimizer steps"),
       DT_FIELD(train, seed, i64, "seed of init, data order and every RNG"),
       DT_FIELD(train, device, str, "auto | cpu | cuda"),

@@ -28,6 +28,9 @@ TensorView rows(const TensorView& v, int64_t r0, int64_t n) { return v.slice(0, 
 // input in natural order [T, H], kYo the normed output yn [T, v_l] and kWp this rank's head rows
 // of the input projection weights packed in hp's column order [C_l, H].
 enum S { kXg, kHp, kQc, kKc, kQn, kKn, kRq, kRk, kV, kG, kBeta, kO, kZc, kRn, kYo, kWp, kNumSaved };
+// What conv_norm makes from hp alone; under gdn.recompute_elementwise the forward drops them
+// and the backward makes them again (~200 MB per layer of the bench model at 8192 tokens).
+constexpr S kConvNorm[] = {kQc, kKc, kV, kQn, kKn, kRq, kRk, kZc};
 
 std::vector<model::ParamSpec> GatedDeltaNet::param_specs(const GdnConfig& c, const std::string& prefix) {
   const int64_t H = c.hidden, qk = c.num_k_heads * c.head_k_dim, v = c.num_v_heads * c.head_v_dim;
@@ -134,9 +137,9 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
   const Device dev = ctx_.device;
   const bool sp = ctx_.sp && tp_ > 1;
   const Dims d = dims(psp);
-  const int64_t H = c.hidden, dk = c.head_k_dim, dv = c.head_v_dim;
+  const int64_t H = c.hidden, dv = c.head_v_dim;
   const int64_t T = d.T, T_cp = d.T_cp, T_in = d.T_in, qk_t = d.qk_t, v_t = d.v_t, h_t = d.h_t, C_tp = d.C_tp;
-  const int64_t qk_l = d.qk_l, v_l = d.v_l, conv_l = d.conv_l, C_l = d.C_l;
+  const int64_t v_l = d.v_l, C_l = d.C_l;
   DT_CHECK(psp.cp() == cp_ && psp.sp() == (sp ? tp_ : 1),
            "GatedDeltaNet {}: packed params built for cp {} sp {}, layer runs cp {} sp {}", prefix_, psp.cp(), psp.sp(),
            cp_, sp ? tp_ : 1);
@@ -191,31 +194,12 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
     }
   }
   const ops::VarlenMeta& meta = psp.varlen_meta();  // GLOBAL padded boundaries
-
-  // Causal conv + SiLU over [q | k | v] with this CP rank's channel slices.  c [T, conv_l]
-  Tensor wc = conv_weight_slice();
-  Tensor c_out = Tensor::empty(Shape{T, conv_l}, A, dev);
-  ops::causal_conv1d_fwd(c_out, cols(hp, 0, conv_l), wc, TensorView{}, true, meta, s);
-
-  // L2-normalised q, k per head.                  qn, kn [T, Hk_l, dk]; rstd [T * Hk_l]
-  auto contiguous = [&](const TensorView& v, Shape shape) {
-    Tensor t = Tensor::empty(shape, v.dtype, dev);
-    ops::copy(t.view().reshape(v.shape), v, s);
-    return t;
-  };
-  saved_[kQc] = contiguous(cols(c_out, 0, qk_l), Shape{T * hk_l_, dk});
-  saved_[kKc] = contiguous(cols(c_out, qk_l, qk_l), Shape{T * hk_l_, dk});
-  saved_[kV] = contiguous(cols(c_out, 2 * qk_l, v_l), Shape{T, hv_l_, dv});
-  for (int i = 0; i < 2; ++i) {
-    saved_[kQn + i] = Tensor::empty(Shape{T, hk_l_, dk}, A, dev);
-    saved_[kRq + i] = Tensor::empty(Shape{T * hk_l_}, DType::f32, dev);
-    ops::l2norm_fwd(saved_[kQn + i].view().reshape(Shape{T * hk_l_, dk}), saved_[kRq + i], saved_[kQc + i], 1e-6f, s);
-  }
+  conv_norm(d, conv_weight_slice(), meta);
 
   // Gates in fp32 from fp32 A_log and dt_bias (this CP rank's heads).   g, beta [T, Hv_l]
   saved_[kG] = Tensor::empty(Shape{T, hv_l_}, DType::f32, dev);
   saved_[kBeta] = Tensor::empty(Shape{T, hv_l_}, DType::f32, dev);
-  const int64_t off_z = d.off_z, off_b = d.off_b, off_a = d.off_a;
+  const int64_t off_b = d.off_b, off_a = d.off_a;
   ops::gdn_gate_fwd(saved_[kG], saved_[kBeta], cols(hp, off_a, hv_l_), cols(hp, off_b, hv_l_), head_slice(kALog),
                     head_slice(kDtBias), s);
 
@@ -231,12 +215,13 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
                      TensorView{}, chunk_args, meta, s);
 
   // Gated RMSNorm with z, per v-head over dv.                            yn [T, Hv_l * dv]
-  saved_[kZc] = contiguous(cols(hp, off_z, v_l), Shape{T * hv_l_, dv});
   saved_[kRn] = Tensor::empty(Shape{T * hv_l_}, DType::f32, dev);
   Tensor yn = Tensor::empty(Shape{T, v_l}, A, dev);
   ops::gated_rmsnorm_fwd(yn.view().reshape(Shape{T * hv_l_, dv}), saved_[kRn],
                          saved_[kO].view().reshape(Shape{T * hv_l_, dv}), saved_[kZc], params_[kNorm].w(), c.norm_eps,
                          s);
+  if (ctx_.gdn_recompute)
+    for (S i : kConvNorm) saved_[i] = Tensor();
 
   if (gather_) {
     // CP all_gather: out_proj on this rank's head columns is a partial sum over cp for every
@@ -328,11 +313,20 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
     }
   }
 
+  // gdn.recompute_elementwise: the forward's conv, l2norm and z again, bitwise; each of them is
+  // released after its last use below, so this layer's backward holds them only while needed.
+  Tensor wc = conv_weight_slice();
+  if (ctx_.gdn_recompute) conv_norm(d, wc, meta);
+  auto release = [&](std::initializer_list<S> which) {
+    for (S i : which) saved_[i] = Tensor();
+  };
+
   // Gated RMSNorm backward.                                          do, dz [T * Hv_l, dv]
   Tensor d_o = Tensor::empty(Shape{T, hv_l_, dv}, A, dev), dz = Tensor::empty(Shape{T * hv_l_, dv}, A, dev);
   ops::gated_rmsnorm_bwd(d_o.view().reshape(Shape{T * hv_l_, dv}), dz, params_[kNorm].grad,
                          dyn.view().reshape(Shape{T * hv_l_, dv}), saved_[kO].view().reshape(Shape{T * hv_l_, dv}),
                          saved_[kZc], params_[kNorm].w(), saved_[kRn], s);
+  release({kZc});
 
   // Core backward.
   Tensor dq = Tensor::empty(Shape{T, hk_l_, dk}, A, dev), dkk = Tensor::empty(Shape{T, hk_l_, dk}, A, dev);
@@ -343,6 +337,7 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   ops::gdn_chunk_bwd(dq, dkk, dvv, dg, dbeta, TensorView{}, d_o, TensorView{}, saved_[kQn], saved_[kKn], saved_[kV],
                      saved_[kG], saved_[kBeta], TensorView{}, chunk_args, meta, s);
   chunk_saved_.clear();
+  release({kQn, kKn, kV});
 
   // Gradient of the (post-cp2hp) projection output, section by section.  dhp [T, C_l]
   Tensor dhp = Tensor::empty(Shape{T, C_l}, A, dev);
@@ -362,10 +357,10 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
     ops::l2norm_bwd(dpre, grads[i]->view().reshape(Shape{T * hk_l_, dk}), saved_[kQc + i], saved_[kRq + i], s);
     ops::copy(cols(dc, i * qk_l, qk_l), dpre.view().reshape(Shape{T, qk_l}), s);
   }
+  release({kQc, kKc, kRq, kRk});
   ops::copy(cols(dc, 2 * qk_l, v_l), dvv.view().reshape(Shape{T, v_l}), s);
 
   // Conv backward: d(qkv pre-conv) into dhp; dw for this CP rank's channels.
-  Tensor wc = conv_weight_slice();
   Tensor dwc = Tensor::zeros(wc.shape(), DType::f32, dev, s);
   ops::causal_conv1d_bwd(cols(dhp, 0, conv_l), dwc, TensorView{}, dc, cols(saved_[kHp], 0, conv_l), wc, TensorView{},
                          true, meta, s);
@@ -419,6 +414,38 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   if (sp) ctx_.pg->tp->reduce_scatter(dx, dxg, dist::ReduceOp::sum, s);
   else if (tp_ > 1) ctx_.pg->tp->all_reduce(dx, dist::ReduceOp::sum, s);
   saved_.clear();
+}
+
+// The element-wise steps from hp to the chunk kernel's inputs and the gated norm's z, into
+// saved_: the forward's, and the backward's recomputation of them (same ops on the same hp
+// and conv weight, so the same bits). wc: conv_weight_slice().
+void GatedDeltaNet::conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta) {
+  const Stream s = ctx_.stream;
+  const DType A = ctx_.act_dtype;
+  const Device dev = ctx_.device;
+  const int64_t T = d.T, qk_l = d.qk_l, v_l = d.v_l, dk = cfg_.head_k_dim, dv = cfg_.head_v_dim;
+  const TensorView hp = saved_[kHp];  // [T, C_l]
+
+  // Causal conv + SiLU over [q | k | v] with this CP rank's channel slices.  c [T, conv_l]
+  Tensor c_out = Tensor::empty(Shape{T, d.conv_l}, A, dev);
+  ops::causal_conv1d_fwd(c_out, cols(hp, 0, d.conv_l), wc, TensorView{}, true, meta, s);
+
+  // L2-normalised q, k per head.                  qn, kn [T, Hk_l, dk]; rstd [T * Hk_l]
+  auto contiguous = [&](const TensorView& v, Shape shape) {
+    Tensor t = Tensor::empty(shape, v.dtype, dev);
+    ops::copy(t.view().reshape(v.shape), v, s);
+    return t;
+  };
+  saved_[kQc] = contiguous(cols(c_out, 0, qk_l), Shape{T * hk_l_, dk});
+  saved_[kKc] = contiguous(cols(c_out, qk_l, qk_l), Shape{T * hk_l_, dk});
+  saved_[kV] = contiguous(cols(c_out, 2 * qk_l, v_l), Shape{T, hv_l_, dv});
+  for (int i = 0; i < 2; ++i) {
+    saved_[kQn + i] = Tensor::empty(Shape{T, hk_l_, dk}, A, dev);
+    saved_[kRq + i] = Tensor::empty(Shape{T * hk_l_}, DType::f32, dev);
+    ops::l2norm_fwd(saved_[kQn + i].view().reshape(Shape{T * hk_l_, dk}), saved_[kRq + i], saved_[kQc + i], 1e-6f, s);
+  }
+  // z for the gated RMSNorm, per v-head.                                 zc [T * Hv_l, dv]
+  saved_[kZc] = contiguous(cols(hp, d.off_z, v_l), Shape{T * hv_l_, dv});
 }
 
 // Rows of the TP-local conv weight [conv_t, 1, W] used by this CP rank: its slice of each of

@@ -7,7 +7,9 @@
 // and per-sequence all-to-alls bitwise, and gdn.cp_comm = all_gather against the serial
 // reference (same tol) and against all_to_all (CPU: rel. L2 < 5e-6 for y and dX, < 1e-5 for
 // the gradients, only the fp32 summation order differs; CUDA: tol, as bf16 rounds the partial
-// sums of out_proj and dX over cp before they are added).
+// sums of out_proj and dX over cp before they are added). Each scheme also runs with
+// gdn.recompute_elementwise off (the forward keeps conv output, l2norm(q, k) and z) and must
+// give the default's (recomputing) bits: same ops on the same inputs, deterministic kernels.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -104,6 +106,17 @@ LayerRun run_layer(Layer& layer, const TensorView& x, const TensorView& dy, cons
     r.specs.push_back(p.spec);
   }
   return r;
+}
+
+// y, dX and every gradient of two runs bitwise equal.
+inline void expect_bitwise_equal(const LayerRun& a, const LayerRun& b, const std::vector<model::ParamSpec>& specs,
+                                 const std::string& what) {
+  EXPECT_EQ(std::memcmp(a.y.data(), b.y.data(), a.y.nbytes()), 0) << "y " << what;
+  EXPECT_EQ(std::memcmp(a.dx.data(), b.dx.data(), a.dx.nbytes()), 0) << "dx " << what;
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  for (size_t k = 0; k < a.grads.size(); ++k)
+    EXPECT_EQ(std::memcmp(a.grads[k].data(), b.grads[k].data(), a.grads[k].nbytes()), 0)
+        << specs[k].name << " " << what;
 }
 
 inline GdnRun run_gdn(layers::GatedDeltaNet& layer, const TensorView& x, const TensorView& dy,
@@ -266,6 +279,19 @@ inline void check_gdn_layout(const GdnLayout& L, const layers::GdnConfig& cfg, c
   const GdnRun& o = outs[0];
   expect_matches_serial(o.y, o.dx, o.grads, y_want, dx_want, R.out.grads, R.specs, mask, L.tp, pg.coord.tp, tol,
                         dev.is_cpu());
+  // The current ctx with the element-wise activations kept instead of recomputed.
+  auto expect_keeping_equal = [&](const GdnRun& recomputed) {
+    layers::RunCtx keep = ctx;
+    keep.gdn_recompute = false;
+    layers::GatedDeltaNet layer(cfg, "model.layers.0", keep);
+    expect_bitwise_equal(run_gdn(layer, x_loc, dy_loc, psp, &pg), recomputed, R.specs,
+                         "gdn.recompute_elementwise false vs true");
+  };
+  {
+    SCOPED_TRACE("gdn.cp_comm = all_to_all");
+    ctx.cp_a2a = ops::CpA2aImpl::fused;
+    expect_keeping_equal(o);
+  }
   if (cp > 1) {
     SCOPED_TRACE("gdn.cp_comm = all_gather");
     ctx.cp_a2a = ops::CpA2aImpl::fused;
@@ -274,6 +300,7 @@ inline void check_gdn_layout(const GdnLayout& L, const layers::GdnConfig& cfg, c
     const GdnRun g = run_gdn(layer, x_loc, dy_loc, psp, &pg);
     expect_matches_serial(g.y, g.dx, g.grads, y_want, dx_want, R.out.grads, R.specs, mask, L.tp, pg.coord.tp, tol,
                           dev.is_cpu());
+    expect_keeping_equal(g);
     // The two schemes on the same rows (pads included: both compute the same function there).
     // CPU bounds, from ~100 seeded runs over the layouts of np 2, 4, 8: y measured <= 2.7e-7 and dX
     // <= 1.7e-6 (bound 5e-6), the gradients <= 3.6e-6 (bound 1e-5; the worst are the per-head
@@ -292,13 +319,7 @@ inline void check_gdn_layout(const GdnLayout& L, const layers::GdnConfig& cfg, c
       std::printf("tp %d sp %d cp %d %s %s: all_gather vs all_to_all rel. L2: y %.2g, dx %.2g, worst grad %.2g\n",
                   L.tp, int(L.sp), cp, dev.str().c_str(), dtype_name(act), y_err, dx_err, grad_err);
   }
-  if (outs.size() == 2) {
-    EXPECT_EQ(std::memcmp(outs[0].y.data(), outs[1].y.data(), outs[0].y.nbytes()), 0) << "y fused vs per_sequence";
-    EXPECT_EQ(std::memcmp(outs[0].dx.data(), outs[1].dx.data(), outs[0].dx.nbytes()), 0) << "dx fused vs per_sequence";
-    for (size_t k = 0; k < outs[0].grads.size(); ++k)
-      EXPECT_EQ(std::memcmp(outs[0].grads[k].data(), outs[1].grads[k].data(), outs[0].grads[k].nbytes()), 0)
-          << R.specs[k].name << " fused vs per_sequence";
-  }
+  if (outs.size() == 2) expect_bitwise_equal(outs[0], outs[1], R.specs, "fused vs per_sequence");
 }
 
 }  // namespace dt::testing

@@ -1,9 +1,12 @@
 // GatedDeltaNet layer on the CPU backend: parallel vs serial under every (tp, sp, cp) layout
 // of the world size (mpirun -np 1, 2, 4, 8), packed with unequal lengths and alignment padding
 // (fp32, rel. L2 < 1e-5 for y, dX and every weight gradient), each CP layout under both
-// gdn.cp_comm schemes (all_to_all, all_gather; compared with each other too); packed vs
-// per-sequence; layout validation messages. See gdn_layer_harness.h.
+// gdn.cp_comm schemes (all_to_all, all_gather; compared with each other too), each bitwise
+// equal with gdn.recompute_elementwise on and off; packed vs per-sequence; what the forward
+// keeps under recompute_elementwise; layout validation messages. See gdn_layer_harness.h.
 #include "gdn_layer_harness.h"
+
+#include "deltatron/core/allocator.h"
 
 using namespace dt;
 using namespace dt::testing;
@@ -55,6 +58,35 @@ TEST(GdnLayerPacked, PackedEqualsPerSequence) {
   EXPECT_TRUE(close_rel(R.out.dx, dx, 1e-5));
   for (size_t k = 0; k < R.specs.size(); ++k)
     EXPECT_TRUE(close_rel(R.out.grads[k], last.grads[k], 1e-5)) << R.specs[k].name;
+}
+
+// Bytes the layer holds after its forward (saved for the backward): recompute_elementwise drops
+// exactly the conv output copies q, k, v, l2norm(q, k), their rstd and z (64-byte host blocks).
+TEST(GdnLayerMemory, RecomputeKeepsLessAfterForward) {
+  if (dist::world_size() != 1) GTEST_SKIP() << "single-process test";
+  const layers::GdnConfig c = gdn_small_config();
+  dist::ParallelDims dims{1, 1, 1};
+  ASSERT_EQ(dims.resolve(1), "");
+  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::mpi);
+  Tensor x, dy;
+  std::vector<int64_t> cu;
+  serial_inputs(c.hidden, test_seed(), 101, &x, &dy, &cu);
+  const int64_t T = cu.back();
+  data::PackedSeqParams psp = data::PackedSeqParams::build({cu, cu, 1, T, 1, 1, 0});
+  Tensor y = Tensor::empty(x.shape(), DType::f32);
+  auto kept_after_forward = [&](bool recompute) {
+    layers::RunCtx ctx;
+    ctx.pg = &pg;
+    ctx.gdn_recompute = recompute;
+    layers::GatedDeltaNet layer(c, "model.layers.0", ctx);
+    const int64_t before = host_allocator().stats().allocated_bytes;
+    layer.forward(y, x, psp);
+    return host_allocator().stats().allocated_bytes - before;
+  };
+  auto block = [](int64_t n) { return (n * 4 + 63) / 64 * 64; };  // f32 elements -> host block bytes
+  const int64_t qk = c.num_k_heads * c.head_k_dim, v = c.num_v_heads * c.head_v_dim;
+  const int64_t dropped = 4 * block(T * qk) + 2 * block(T * v) + 2 * block(T * c.num_k_heads);
+  EXPECT_EQ(kept_after_forward(false) - kept_after_forward(true), dropped);
 }
 
 TEST(GdnLayerConfig, LayoutRulesNameTheValues) {

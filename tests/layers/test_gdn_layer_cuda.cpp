@@ -7,6 +7,8 @@
 //    config (HF init std 0.02, dk = dv = 32), rel. L2 < 3e-2 for y, dX and every gradient. The
 //    large-magnitude test config above (init std 0.2) amplifies bf16 storage errors through the
 //    l2norm and dbeta backward (4-10e-2 measured on an H200), so it only bounds bf16 vs bf16.
+//  * every layout and scheme with gdn.recompute_elementwise off vs on (the default): bitwise
+//    equal y, dX and gradients (the same deterministic kernels on the same inputs; harness).
 // 1 GPU: (1,F,1). 2 GPUs (mpirun -np 2): (2,F,1), (2,T,1), (1,F,2). 4 GPUs (mpirun -np 4):
 // (2,T,2), (4,T,1), (1,F,4). 8 GPUs: (2,T,2) with dp 2.
 #include <cuda_runtime.h>

@@ -26,6 +26,7 @@ struct RunCtx {
   ops::CpA2aImpl cp_a2a = ops::CpA2aImpl::fused;
   GdnCpComm gdn_cp_comm = GdnCpComm::all_to_all;  // gdn.cp_comm; cp_a2a picks the all-to-all's implementation
   bool gdn_save_chunk = true;  // CUDA: GDN chunk forward intermediates kept for the backward (GdnChunkSaved)
+  bool gdn_recompute = true;   // GDN backward recomputes the element-wise activations (conv, l2norm, z) from hp
   ops::AttnBackend attn_backend = ops::AttnBackend::native;  // gated attention kernels on CUDA
   uint64_t seed = 0;
 };

@@ -77,6 +77,8 @@ class GatedDeltaNet {
   std::array<HeadRows, 6> head_rows(const Dims& d) const;
   TensorView out_proj_cols(const TensorView& w) const;  // this CP rank's head columns of out_proj
   Tensor conv_weight_slice() const;
+  // hp -> conv output (q, k, v copies), l2norm(q, k) with their rstd, and z, into saved_.
+  void conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta);
   void add_conv_weight_grad(const TensorView& dwc);
   TensorView head_slice(int which) const;
   TensorView head_slice_grad(int which);
