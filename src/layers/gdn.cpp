@@ -313,8 +313,8 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
     }
   }
 
-  // gdn.recompute_elementwise: the forward's conv, l2norm and z again, bitwise; each of them is
-  // released after its last use below, so this layer's backward holds them only while needed.
+  // gdn.recompute_elementwise: the forward's conv, l2norm and z again (bitwise). Kept or rebuilt,
+  // each is released after its last use below rather than at the end of the backward.
   Tensor wc = conv_weight_slice();
   if (ctx_.gdn_recompute) conv_norm(d, wc, meta);
   auto release = [&](std::initializer_list<S> which) {
