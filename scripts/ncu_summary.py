@@ -22,7 +22,7 @@ def rows(path):
     units = next(r)  # the second row holds the units
     name_col = header.index("Kernel Name")
     t_col = header.index("gpu__time_duration.sum")
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}.get(units[t_col], 1.0)
+    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6, "second": 1e6}[units[t_col]]
     for row in r:
         if len(row) <= max(name_col, t_col):
             continue

@@ -69,7 +69,7 @@ const std::vector<Field>& fields() {
       DT_FIELD(schedule, name, str, "constant | cosine"),
       DT_FIELD(schedule, warmup_steps, i64, "linear warm-up steps"),
       DT_FIELD(schedule, min_lr_ratio, f64, "cosine floor as a fraction of optimizer.lr"),
-      DT_FIELD(attention, backend, str, "gated attention kernels on CUDA: auto | native | cudnn | cudnn_fwd (cuDNN forward, native backward; both deterministic). cudnn and cudnn_fwd need cuDNN >= 9.19; auto picks cudnn_fwd when that holds, else native"),
+      DT_FIELD(attention, backend, str, "gated attention kernels on CUDA: auto | native | cudnn | cudnn_fwd (cuDNN forward, native backward; both deterministic). cudnn and cudnn_fwd need cuDNN >= 9.19 and train.precision bf16; auto picks native"),
       DT_FIELD(gdn, cp_a2a, str, "CP all-to-all of the GDN layers: fused (the packed batch in one all-to-all each way) | per_sequence (one per sequence: the plain reference); bitwise equal"),
       DT_FIELD(gdn, cp_comm, str, "CP communication of the GDN layers: auto (all_gather when it moves fewer bytes: in_proj + out_proj widths per TP rank > 2*cp*hidden; else all_to_all) | all_to_all (cp2hp/hp2cp of the projections; implementation gdn.cp_a2a) | all_gather (all-gather x, reduce-scatter the out_proj partials; fewer bytes when the in_proj + out_proj widths per TP rank exceed 2*cp*hidden, see docs/parallelism.md); equal up to fp32 summation order (under bf16 the cp partials are rounded before their sum, as for TP)"),
       DT_FIELD(gdn, save_chunk_intermediates, boolean, "CUDA: the chunk kernel's forward keeps W, U, Tm and the chunk states for its backward (~20% faster, ~5x the bytes of v per GDN layer); false recomputes them"),

@@ -174,7 +174,7 @@ AttnBackendChoice choose_attention_backend(const std::string& requested, Device 
   if (requested != "auto" && requested != "native" && requested != "cudnn" && requested != "cudnn_fwd")
     return {AttnBackend::native,
             fmt::format("config: attention.backend = '{}' is not one of: auto, native, cudnn, cudnn_fwd", requested)};
-  if (requested == "native" || dev.is_cpu()) return {AttnBackend::native, ""};
+  if (requested == "native" || requested == "auto" || dev.is_cpu()) return {AttnBackend::native, ""};
   const AttnBackend want = requested == "cudnn" ? AttnBackend::cudnn : AttnBackend::cudnn_fwd;
 #if DELTATRON_HAVE_CUDA
   std::string why = cuda::cudnn_attention_unavailable();
@@ -182,7 +182,6 @@ AttnBackendChoice choose_attention_backend(const std::string& requested, Device 
 #else
   std::string why = "needs a CUDA build";
 #endif
-  if (requested == "auto") return {AttnBackend::native, ""};
   return {AttnBackend::native, fmt::format("config: attention.backend = '{}': {} ---> hint: "
                                            "attention.backend=native (or auto)", requested, why)};
 }

@@ -130,6 +130,10 @@ Trainer::Trainer(const io::Config& cfg) : cfg_(cfg), guard_(cfg.train.max_nonfin
   // The gated attention kernels: a backend that cannot run is refused here, before any work.
   const ops::AttnBackendChoice attn = ops::choose_attention_backend(cfg_.attention.backend, dev);
   if (!attn.error.empty()) user_error(attn.error);
+  if (attn.backend != ops::AttnBackend::native && ctx_.act_dtype != DType::bf16)
+    user_error(fmt::format("config: attention.backend = '{}' runs cuDNN's SDPA, which takes bf16, but "
+                           "train.precision = '{}' ---> hint: attention.backend=native (or auto) for fp32",
+                           cfg_.attention.backend, cfg_.train.precision));
   ctx_.attn_backend = attn.backend;  // every GatedAttention layer runs it
   ctx_.cp_a2a = cfg_.gdn.cp_a2a == "per_sequence" ? ops::CpA2aImpl::per_sequence : ops::CpA2aImpl::fused;
   ctx_.gdn_cp_comm = gdn_cp_comm(cfg_.gdn.cp_comm, cfg_.model, dims_.tp, dims_.cp);

@@ -64,8 +64,9 @@ struct AttnVarlen {
 // The backend for the config value `attention.backend` (auto | native | cudnn | cudnn_fwd) on
 // `dev`, or a user error naming the value and the rule: cudnn and cudnn_fwd need a CUDA build with
 // cudnn_frontend and a cuDNN runtime >= 9.19 (earlier releases give NaN gradients for THD
-// attention on Hopper); auto picks cudnn_fwd where that holds (cuDNN's forward is 2.5x the native
-// one; its backward is no faster and uses atomics), else native. The CPU is always native.
+// attention on Hopper), and bf16 (the caller checks). auto picks native: cuDNN's graph cache is
+// keyed by the token total, so packs of varying size rebuild graphs in training (docs/perf.md
+// v0.4.0). The CPU is always native.
 struct AttnBackendChoice {
   AttnBackend backend = AttnBackend::native;
   std::string error;  // "" when usable
