@@ -1,6 +1,8 @@
 #include "deltatron/ops/varlen.h"
 
+#include <algorithm>
 #include <climits>
+#include <numeric>
 
 #include "deltatron/ops/basic.h"
 
@@ -34,6 +36,11 @@ VarlenBatch::VarlenBatch(const std::vector<int32_t>& cu, Device device, Stream s
     }
     for (int32_t t = cu_[n]; t < cu_[n + 1]; ++t) seq_idx_[t] = int32_t(n);
   }
+  seq_order_.resize(size_t(N));
+  std::iota(seq_order_.begin(), seq_order_.end(), 0);
+  std::stable_sort(seq_order_.begin(), seq_order_.end(), [&](int32_t a, int32_t b) {
+    return chunk_offsets_[a + 1] - chunk_offsets_[a] > chunk_offsets_[b + 1] - chunk_offsets_[b];
+  });
   meta_.num_seqs = N;
   meta_.total = T;
   meta_.num_chunks = int64_t(chunk_seq_.size());
@@ -43,14 +50,15 @@ VarlenBatch::VarlenBatch(const std::vector<int32_t>& cu, Device device, Stream s
   meta_.chunk_start_host = chunk_start_.data();
   meta_.chunk_offsets_host = chunk_offsets_.data();
   meta_.seq_idx_host = seq_idx_.data();
+  meta_.seq_order_host = seq_order_.data();
   meta_.device = device;
   if (device.is_cpu()) return;
-  // One upload of the five arrays, packed back to back.
-  int64_t NT = meta_.num_chunks, total = (N + 1) + NT + NT + (N + 1) + T;
+  // One upload of the six arrays, packed back to back.
+  int64_t NT = meta_.num_chunks, total = (N + 1) + NT + NT + (N + 1) + T + N;
   Tensor host = Tensor::empty(Shape{total}, DType::i32);
   int32_t* h = host.ptr<int32_t>();
   int64_t off = 0;
-  for (const auto* v : {&cu_, &chunk_seq_, &chunk_start_, &chunk_offsets_, &seq_idx_}) {
+  for (const auto* v : {&cu_, &chunk_seq_, &chunk_start_, &chunk_offsets_, &seq_idx_, &seq_order_}) {
     std::copy(v->begin(), v->end(), h + off);
     off += int64_t(v->size());
   }
@@ -62,6 +70,7 @@ VarlenBatch::VarlenBatch(const std::vector<int32_t>& cu, Device device, Stream s
   meta_.chunk_start_dev = d + (N + 1) + NT;
   meta_.chunk_offsets_dev = d + (N + 1) + 2 * NT;
   meta_.seq_idx_dev = d + (N + 1) + 2 * NT + (N + 1);
+  meta_.seq_order_dev = meta_.seq_idx_dev + T;
   host_staging_ = host;  // the async upload reads `host`; keep it alive with the batch
 }
 

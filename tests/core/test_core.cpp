@@ -169,6 +169,8 @@ TEST(Varlen, ChunkTableAndValidation) {
   EXPECT_EQ(m.chunk_seq_host[3], 3);
   EXPECT_EQ(m.seq_idx_host[64], 1);
   EXPECT_EQ(m.seq_idx_host[65], 3);
+  // Longest first by chunk count (2, 1, 1, 0), ties in index order.
+  EXPECT_EQ(std::vector<int32_t>(m.seq_order_host, m.seq_order_host + 4), (std::vector<int32_t>{3, 0, 1, 2}));
   EXPECT_EQ(ops::validate_cu_seqlens({1, 4}), "cu_seqlens[0] = 1, but the boundaries must start at 0");
   EXPECT_EQ(ops::validate_cu_seqlens({0, 4, 3}),
             "cu_seqlens[2] = 3 < cu_seqlens[1] = 4: the boundaries must be non-decreasing");

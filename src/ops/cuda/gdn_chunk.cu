@@ -11,7 +11,8 @@
 // at most 128.
 //
 // Kernels (one CTA per (chunk, v-head) unless "serial": one CTA per (sequence, v-head, 64-wide V
-// tile) walking the sequence's chunks in order; the token/chunk axis is always on gridDim.x):
+// tile) walking the sequence's chunks in order, launched longest sequence first (seq_cta); the
+// token/chunk axis is always on gridDim.x):
 //   forward : prep (K1+K2+K3: gamma cumsum, A = KK^T masked, Tm = (I+A)^-1 in fp32, W, U)
 //             -> state (K4, serial: chunk-start states h, Delta, ht) -> out (K5: o)
 //   backward: prep (+ Tm saved) -> state (h, Delta recomputed) -> dvl (B3: dDelta_local)
@@ -79,7 +80,19 @@ struct Params {
   const int32_t* chunk_seq;    // [NT]
   const int32_t* chunk_start;  // [NT]
   const int32_t* chunk_off;    // [N+1]
+  const int32_t* seq_order;    // [N] sequences by chunk count, longest first
 };
+
+// Serial kernels: one CTA per (sequence, v-head, V tile) on gridDim.x, sequence slowest and
+// longest first, so the CTAs that start first carry the longest chains and a partial last wave
+// holds short ones (with the head on y, every wave held the longest sequence: ~2x the chain).
+struct SeqCta {
+  int n, h, vt;
+};
+__device__ __forceinline__ SeqCta seq_cta(const Params& p) {
+  const int per_seq = p.Hv * p.nvt, r = blockIdx.x / per_seq, rem = blockIdx.x - r * per_seq;
+  return {p.seq_order[r], rem / p.nvt, rem % p.nvt};
+}
 
 // Row sums of a warp tile: rsum[i][h2] = sum over the warp tile's columns of (acc * X(row, col))
 // where X comes from xf(row, col) -> float2; reduced over the 4 lanes of a quad.
@@ -382,7 +395,8 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Pa
   extern __shared__ __align__(16) unsigned char smem[];
   using S = StateSmem<T>;
   T* s_s = reinterpret_cast<T*>(smem + S::s);
-  const int n = blockIdx.x / p.nvt, vt = blockIdx.x - n * p.nvt, h = blockIdx.y, hk = h / p.G;
+  const SeqCta cta = seq_cta(p);
+  const int n = cta.n, h = cta.h, vt = cta.vt, hk = h / p.G;
   const int v0 = vt * BV, nv = min(BV, p.dv - v0);
   const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1];
   const int eos = p.cu[n + 1];
@@ -633,7 +647,8 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void rev_kernel(Para
   T* s_s = reinterpret_cast<T*>(smem + S::s);
   T* s_x = s_ddl;  // -dDelta overwrites dDelta_local in place (same thread, same element)
   float* s_gam = reinterpret_cast<float*>(smem + S::gam);
-  const int n = blockIdx.x / p.nvt, vt = blockIdx.x - n * p.nvt, h = blockIdx.y, hk = h / p.G;
+  const SeqCta cta = seq_cta(p);
+  const int n = cta.n, h = cta.h, vt = cta.vt, hk = h / p.G;
   const int v0 = vt * BV, nv = min(BV, p.dv - v0);
   const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1];
   const int eos = p.cu[n + 1];
@@ -1206,7 +1221,7 @@ Dims check_common(const TensorView& q, const TensorView& k, const TensorView& v,
            "cuda::{}: head dims dk = {}, dv = {} must be multiples of 16 in [16, {}]", op, d.dk, d.dv, D);
   DT_CHECK(d.Hk > 0 && d.Hv % d.Hk == 0, "cuda::{}: Hv = {} must be a multiple of Hk = {}", op, d.Hv, d.Hk);
   DT_CHECK(m.total == d.T, "cuda::{}: cu_seqlens ends at {} but q has {} tokens ({})", op, m.total, d.T, q.str());
-  DT_CHECK(d.N == 0 || (m.cu_dev && m.chunk_seq_dev && m.chunk_start_dev && m.chunk_offsets_dev),
+  DT_CHECK(d.N == 0 || (m.cu_dev && m.chunk_seq_dev && m.chunk_start_dev && m.chunk_offsets_dev && m.seq_order_dev),
            "cuda::{}: the VarlenMeta has no device arrays (build the VarlenBatch on the CUDA device)", op);
   DT_CHECK(d.T < (int64_t(1) << 31), "cuda::{}: T = {} exceeds int32 cu_seqlens", op, d.T);
   check_act(k, q.shape, q.dtype, q.device, op, "k");
@@ -1233,7 +1248,16 @@ Params make_params(const Dims& d, const GdnArgs& args, const VarlenMeta& m) {
   p.chunk_seq = m.chunk_seq_dev;
   p.chunk_start = m.chunk_start_dev;
   p.chunk_off = m.chunk_offsets_dev;
+  p.seq_order = m.seq_order_dev;
   return p;
+}
+
+// Grid of the serial kernels (seq_cta): N * Hv * nvt CTAs on x.
+unsigned seq_ctas(const Params& p) {
+  const int64_t n = int64_t(p.N) * p.Hv * p.nvt;
+  DT_CHECK(n < (int64_t(1) << 31), "gdn_chunk: {} sequences x {} v-heads x {} V tiles exceed the grid", p.N, p.Hv,
+           p.nvt);
+  return unsigned(n);
 }
 
 template <class T>
@@ -1254,7 +1278,7 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
   }
   if (p.N > 0 && (p.NT > 0 || ht)) {
     set_smem(state_kernel<T>, StateSmem<T>::bytes);
-    state_kernel<T><<<dim3(p.N * p.nvt, p.Hv), kSeqThreads, StateSmem<T>::bytes, st>>>(
+    state_kernel<T><<<seq_ctas(p), kSeqThreads, StateSmem<T>::bytes, st>>>(
         p, tptr<T>(k), W, U, gam, tptr<float>(h0), h, Dl, ht);
     DT_CUDA_LAUNCH_CHECK();
   }
@@ -1324,7 +1348,7 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   }
   if (p.N > 0) {
     set_smem(rev_kernel<T>, RevSmem<T>::bytes);
-    rev_kernel<T><<<dim3(p.N * p.nvt, p.Hv), kSeqThreads, RevSmem<T>::bytes, st>>>(
+    rev_kernel<T><<<seq_ctas(p), kSeqThreads, RevSmem<T>::bytes, st>>>(
         p, tptr<T>(q), tptr<T>(k), W.ptr<T>(), gam.ptr<float>(), tptr<T>(do_), dDl.ptr<T>(), tptr<float>(dht),
         dS1.ptr<T>(), dD.ptr<T>(), tptr<float>(dh0));
     DT_CUDA_LAUNCH_CHECK();
