@@ -36,9 +36,11 @@ for n in "${names[@]}"; do
     gdn_layer)
       run "gdn_layer 1 GPU" "$B/gdn_layer"
       two "gdn_layer TP=2 SP" "$B/gdn_layer" --tp 2 --sp
-      two "gdn_layer CP=2" "$B/gdn_layer" --cp 2
-      four "gdn_layer CP=4" "$B/gdn_layer" --cp 4
-      four "gdn_layer TP=2 SP x CP=2" "$B/gdn_layer" --tp 2 --sp --cp 2 ;;
+      for comm in all_to_all all_gather; do  # the trainer's gdn.cp_comm=auto picks all_gather in all three
+        two "gdn_layer CP=2 $comm" "$B/gdn_layer" --cp 2 --cp-comm $comm
+        four "gdn_layer CP=4 $comm" "$B/gdn_layer" --cp 4 --cp-comm $comm
+        four "gdn_layer TP=2 SP x CP=2 $comm" "$B/gdn_layer" --tp 2 --sp --cp 2 --cp-comm $comm
+      done ;;
     train_step)  # from the repo root: configs/ are found relative to the source tree either way
       run "train_step 1 GPU" "$B/train_step" --phases 5
       two "train_step CP=2" "$B/train_step" --set parallel.cp=2 --set data.max_tokens=16384
