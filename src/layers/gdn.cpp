@@ -225,20 +225,11 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
 
   if (gather_) {
     // CP all_gather: out_proj on this rank's head columns is a partial sum over cp for every
-    // token; in rank-major row order the reduce-scatter hands each rank its zig-zag rows.
+    // token, summed into this rank's zig-zag rows.
     saved_[kYo] = yn;
-    Tensor partial = Tensor::empty(Shape{T, H}, A, dev), rank_major = Tensor::empty(Shape{T, H}, A, dev);
+    Tensor partial = Tensor::empty(Shape{T, H}, A, dev);
     ops::gemm(partial, yn, out_proj_cols(params_[kOut].w()), {false, true}, s);
-    ops::gather_rows(rank_major, partial, psp.cp_inv_dev(), s);  // rank_major[q] = partial[cp_inv[q]]
-    // Then the TP reduction (reduce-scatter under SP).                    y [T/(cp*sp), H]
-    if (sp) {
-      Tensor yc = Tensor::empty(Shape{T_cp, H}, A, dev);
-      ctx_.pg->cp->reduce_scatter(yc, rank_major, dist::ReduceOp::sum, s);
-      ctx_.pg->tp->reduce_scatter(y, yc, dist::ReduceOp::sum, s);
-    } else {
-      ctx_.pg->cp->reduce_scatter(y, rank_major, dist::ReduceOp::sum, s);
-      if (tp_ > 1) ctx_.pg->tp->all_reduce(y, dist::ReduceOp::sum, s);
-    }
+    reduce_partial_to_zigzag(y, partial, psp, sp);  // y [T/(cp*sp), H]
     return;
   }
 
@@ -374,17 +365,9 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
     ops::gemm(dwp, dhp, saved_[kXg], {true, false}, s);
     for (const HeadRows& h : head_rows(d))
       ops::axpy(rows(params_[h.param].grad, h.row, h.n), 1.f, rows(dwp, h.col, h.n), s);
-    Tensor dxn = Tensor::empty(Shape{T, H}, A, dev), rank_major = Tensor::empty(Shape{T, H}, A, dev);
+    Tensor dxn = Tensor::empty(Shape{T, H}, A, dev);
     ops::gemm(dxn, dhp, saved_[kWp], {}, s);
-    ops::gather_rows(rank_major, dxn, psp.cp_inv_dev(), s);
-    if (sp) {
-      Tensor dxc = Tensor::empty(Shape{T_cp, H}, A, dev);
-      ctx_.pg->cp->reduce_scatter(dxc, rank_major, dist::ReduceOp::sum, s);
-      ctx_.pg->tp->reduce_scatter(dx, dxc, dist::ReduceOp::sum, s);
-    } else {
-      ctx_.pg->cp->reduce_scatter(dx, rank_major, dist::ReduceOp::sum, s);
-      if (tp_ > 1) ctx_.pg->tp->all_reduce(dx, dist::ReduceOp::sum, s);
-    }
+    reduce_partial_to_zigzag(dx, dxn, psp, sp);
     saved_.clear();
     return;
   }
@@ -446,6 +429,24 @@ void GatedDeltaNet::conv_norm(const Dims& d, const TensorView& wc, const ops::Va
   }
   // z for the gated RMSNorm, per v-head.                                 zc [T * Hv_l, dv]
   saved_[kZc] = contiguous(cols(hp, d.off_z, v_l), Shape{T * hv_l_, dv});
+}
+
+void GatedDeltaNet::reduce_partial_to_zigzag(const TensorView& out, const TensorView& partial,
+                                             const data::PackedSeqParams& psp, bool sp) {
+  const Stream s = ctx_.stream;
+  const int64_t T = partial.shape[0], H = partial.shape[1];
+  // Rank-major rows (row r*T/cp + l: row l of CP rank r), so the reduce-scatter hands each
+  // rank its zig-zag rows.                                   rank_major[q] = partial[cp_inv[q]]
+  Tensor rank_major = Tensor::empty(Shape{T, H}, partial.dtype, ctx_.device);
+  ops::gather_rows(rank_major, partial, psp.cp_inv_dev(), s);
+  if (sp) {
+    Tensor yc = Tensor::empty(Shape{psp.tokens_cp(), H}, partial.dtype, ctx_.device);
+    ctx_.pg->cp->reduce_scatter(yc, rank_major, dist::ReduceOp::sum, s);
+    ctx_.pg->tp->reduce_scatter(out, yc, dist::ReduceOp::sum, s);
+  } else {
+    ctx_.pg->cp->reduce_scatter(out, rank_major, dist::ReduceOp::sum, s);
+    if (tp_ > 1) ctx_.pg->tp->all_reduce(out, dist::ReduceOp::sum, s);
+  }
 }
 
 // Rows of the TP-local conv weight [conv_t, 1, W] used by this CP rank: its slice of each of
