@@ -51,6 +51,17 @@ std::vector<double> losses(bool gdn_only, std::vector<std::string> sets) {
   return train::run_training(quickstart(gdn_only, std::move(sets))).losses;
 }
 
+// 50 bf16 steps under one layout, `micro` micro-batches per step (grad_accum = micro / dp), so
+// every layout of a comparison sees the same global batch.
+std::vector<double> layout_losses(bool gdn_only, const std::string& device, int micro, int tp, int cp, int dp,
+                                  bool sp, const char* comm = "auto") {
+  return losses(gdn_only, {"train.device=" + device, "train.precision=bf16", "train.steps=50",
+                           "parallel.tp=" + std::to_string(tp), "parallel.cp=" + std::to_string(cp),
+                           "parallel.dp=" + std::to_string(dp), std::string("parallel.sp=") + (sp ? "true" : "false"),
+                           "train.grad_accum=" + std::to_string(micro / dp), "data.pad_multiple=8",
+                           std::string("gdn.cp_comm=") + comm});
+}
+
 void expect_curves_close(const std::vector<double>& got, const std::vector<double>& ref, double rel,
                          const char* what) {
   ASSERT_EQ(got.size(), ref.size()) << what;
@@ -99,11 +110,7 @@ TEST_P(TrainerCuda, TwoGpuLayoutsMatchOneGpuPerMicroBatch) {
   if (dist::world_size() != 2) GTEST_SKIP() << "runs under mpirun -np 2 (2 GPUs)";
   const bool gdn_only = GetParam();
   auto run = [&](const std::string& device, int tp, int cp, int dp, bool sp, const char* comm = "auto") {
-    return losses(gdn_only, {"train.device=" + device, "train.precision=bf16", "train.steps=50",
-                             "parallel.tp=" + std::to_string(tp), "parallel.cp=" + std::to_string(cp),
-                             "parallel.dp=" + std::to_string(dp), std::string("parallel.sp=") + (sp ? "true" : "false"),
-                             "train.grad_accum=" + std::to_string(2 / dp), "data.pad_multiple=8",
-                             std::string("gdn.cp_comm=") + comm});
+    return layout_losses(gdn_only, device, 2, tp, cp, dp, sp, comm);
   };
   const std::vector<double> cpu = run("cpu", 1, 1, 2, false);
   const std::vector<double> one = run("cuda", 1, 1, 2, false);
@@ -127,12 +134,7 @@ TEST_P(TrainerCuda, FourAndEightGpuLayoutsMatchOneGpuPerMicroBatch) {
   const int world = dist::world_size();
   if (world != 4 && world != 8) GTEST_SKIP() << "runs under mpirun -np 4 or -np 8 (one GPU per rank)";
   const bool gdn_only = GetParam();
-  auto run = [&](int tp, int cp, int dp, bool sp) {
-    return losses(gdn_only, {"train.device=cuda", "train.precision=bf16", "train.steps=50",
-                             "parallel.tp=" + std::to_string(tp), "parallel.cp=" + std::to_string(cp),
-                             "parallel.dp=" + std::to_string(dp), std::string("parallel.sp=") + (sp ? "true" : "false"),
-                             "train.grad_accum=" + std::to_string(world / dp), "data.pad_multiple=8"});
-  };
+  auto run = [&](int tp, int cp, int dp, bool sp) { return layout_losses(gdn_only, "cuda", world, tp, cp, dp, sp); };
   const std::vector<double> one = run(1, 1, world, false);
   struct L {
     int tp, cp, dp;
