@@ -11,12 +11,13 @@
 // warp before its reductions, the backward 2 or 1 (bytes in flight). 16-byte accesses when the
 // base and row stride are 16-byte aligned, element accesses otherwise (and for a ragged last
 // slot). Wider rows: one block of 256 threads per row (the generic kernels below).
-// Determinism: the row backward's grid is G = min(ceil(rows / rows per block), max(512,
-// 2 MiB / 4D)) blocks, fixed by the shape; warp w of block b owns the row groups b * 8 + w,
-// + 8G, ... in order and keeps its dw partials in registers (fixed columns per lane); the block
-// adds its 8 warps' partials in warp order into its scratch row of [G, D]; ew::colsum_add then
-// sums the G rows of every column in a fixed order and adds to dw. The generic backward (G =
-// min(rows, 512), one block per row) accumulates its rows in order into the same scratch.
+// Determinism: the row backward's grid is G = min(ceil(rows / rows per block), 512) blocks,
+// fixed by the shape (on an H200: one wave at 4 blocks per SM for D = 256, two at 2 for 1024).
+// Warp w of block b owns the row groups b * 8 + w, + 8G, ... in order and keeps its dw partials
+// in registers (fixed columns per lane); the block adds its 8 warps' partials in warp order into
+// its scratch row of [G, D]; ew::colsum_add then sums the G rows of every column in a fixed
+// order and adds to dw. The generic backward (G = min(rows, 512), one block per row)
+// accumulates its rows in order into the same scratch.
 #include <algorithm>
 
 #include "deltatron/core/allocator.h"
@@ -28,10 +29,6 @@ namespace dt::ops::cuda {
 namespace {
 
 constexpr int kMaxBwdBlocks = 512;
-// The row kernels' backward may use more blocks for narrow rows, as long as the dw partials stay
-// within 2 MiB (D = 256: 2048 blocks, about four waves at four blocks per SM, so that the last
-// wave is not a third full).
-constexpr int64_t kBwdPartBytes = int64_t(2) << 20;
 constexpr int kWarps = lc::kThreads / 32;  // warps per block of the row kernels
 constexpr int kMaxSlots = 8;               // 16-byte slots per lane of a row kernel
 
@@ -282,8 +279,7 @@ void rmsnorm1p_bwd(const TensorView& dx, const TensorView& dw, const TensorView&
     DT_RMS_SLOTS(ns, 2, {
       const int64_t rows_per_block = int64_t(kWarps) * RW;
       const int64_t need = (R + rows_per_block - 1) / rows_per_block;
-      const int64_t gmax = std::max<int64_t>(kMaxBwdBlocks, kBwdPartBytes / (4 * D));
-      const int G = int(std::min(need, gmax));  // fixed by the shape
+      const int G = int(std::min<int64_t>(need, kMaxBwdBlocks));  // fixed by the shape
       Tensor part = Tensor::empty(Shape{int64_t(G), D}, DType::f32, x.device);  // [G, D] dw partials
       DT_LC_DISPATCH(x.dtype, rmsnorm1p_bwd_kernel<E, NS, RW><<<G, lc::kThreads, 0, st>>>(
                                   dx.ptr<E>(), dx.stride[0], part.ptr<float>(), dy.ptr<E>(), dy.stride[0],
