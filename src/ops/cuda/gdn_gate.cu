@@ -1,9 +1,9 @@
 // CUDA GDN gates, gdn-math.md section 1.1 (forward), 4.2 B9 and B10 (backward).
-//   forward:  x = a + dt_bias[h];  sp = softplus(x) = (x > 20 ? x : log1pf(expf(x)))
+//   forward:  x = a + dt_bias[h];  e = exp(x);  sp = softplus(x) = (x > 20 ? x : log1p(e))
 //             g = -exp(A_log[h]) * sp        (natural-log decay, always <= 0)
-//             beta = sigmoid(b) = 1 / (1 + expf(-b))
+//             beta = sigmoid(b) = 1 / (1 + exp(-b))
 //   backward: da = dg * -exp(A_log[h]) * softplus'(x)   (softplus'(x) = 1 for x > 20, else
-//                  sigmoid(x) = e / (1 + e) with the same e = expf(x) as the softplus)
+//                  sigmoid(x) = e / (1 + e) with the same e as the softplus)
 //                                                                         da OVERWRITTEN (=)
 //             db = dbeta * beta * (1 - beta)                              db OVERWRITTEN (=)
 //             dA_log[h]   += sum_t dg * g                                 ACCUMULATES (+=)
@@ -11,21 +11,34 @@
 // Layouts: a, b, da, db: [T, Hv] (row stride arbitrary, unit inner stride; typically slices of
 //   the in_proj output); g, beta, dg, dbeta: [T, Hv] f32 (row stride arbitrary, unit inner
 //   stride); A_log, dt_bias, dA_log, ddt_bias: [Hv] f32 contiguous. Hv <= 256.
-// Dtypes: a, b, da, db one of bf16 | f32 (one dtype per call); all math fp32 with the accurate
-//   expf / log1pf (A_log is never exponentiated in bf16, gdn-math.md section 10 item 4); the
-//   reciprocal of 1 + expf(-b) is IEEE (__frcp_rn), e / (1 + e) (e <= e^20) is __fdividef.
+// Dtypes: a, b, da, db one of bf16 | f32 (one dtype per call); all math fp32 (A_log is never
+//   exponentiated in bf16, gdn-math.md section 10 item 4; exp(A_log) is the accurate expf).
+// Accuracy: the per-element math uses the single-instruction MUFU forms (ex2, lg2, rcp with
+//   flush-to-zero): the libm expf / log1pf / IEEE reciprocal cost ~106 instructions per element
+//   and made the kernel instruction-bound (docs/perf.md v0.3.0). log1p(e) is a degree-10 series
+//   for e < 1/4 (truncation < e^11/11, relative < 1e-7) and lg2(1 + e) above (absolute error
+//   2^-22.6 on [1, 2], 2 ulp beyond: relative < 6e-7 since log1p(e) >= 0.22 there); e = 2^(x
+//   log2 e) carries the rounding of the product, relative ~|x| * 6e-8 <= 1.2e-6 at the threshold
+//   x = 20. So g, beta and the gradients are within ~2e-6 relative of the libm forms, far below
+//   the 1e-4 fp32 test tolerance and the bf16 rounding of a, b.
 // Mapping: the problem is a few MB, so it is latency-bound: every thread owns 4 heads of one
 //   token row (an 8-byte bf16 or 16-byte f32 access of each tensor) and the grid is about one
-//   wave with every load issued up front (kBwdRows row chunks per thread in the backward). At
-//   T = 32k, Hv = 32 the forward issues ~106 instructions per element (accurate expf, log1pf,
-//   IEEE reciprocal), so math and launch latency, not bytes, set its time (docs/perf.md).
-// Determinism: dA_log and ddt_bias are reduced without atomics: a shape-fixed grid of at most
-//   kMaxBwdBlocks blocks writes one fp32 partial row [2*Hv] per block (thread partials summed
-//   in shared memory in index order), then colsum_add adds the rows in a fixed order (a
-//   programmatic dependent launch, overlapping the main kernel's tail). Scratch from the
+//   wave with every load issued up front (kBwdRows row chunks per thread in the backward).
+// Determinism: dA_log and ddt_bias are reduced in a fixed order inside the backward kernel (one
+//   launch): a shape-fixed grid of at most kMaxBwdBlocks blocks writes one fp32 partial row
+//   [2*Hv] per block (thread partials summed in shared memory in index order); the last block
+//   of each group of kGroup blocks to finish (an atomic ticket decides only WHO sums, never the
+//   order) sums the group's rows in index order into a group row, and the last group finisher
+//   sums the group rows in order and adds them to dA_log / ddt_bias. The tickets live in a
+//   device array of kTicketSlots launch slots, handed out round-robin by the launcher; each
+//   finisher resets its ticket to 0, so a slot is clean once its previous launch has finished;
+//   a slot comes back after kTicketSlots more launches, so launches in flight at once on
+//   different streams never share one unless that many are. Scratch rows from the
 //   caching allocator, released on return (stream-ordered reuse on the compute stream).
 #include "ops/cuda/gdn_elementwise_common.cuh"
 #include "ops/gdn_backends.h"
+
+#include <atomic>
 
 namespace dt::ops::cuda {
 namespace {
@@ -49,6 +62,12 @@ constexpr int kBwdThreads = DT_GATE_BWD_THREADS;
 #endif
 constexpr int kBwdRows = DT_GATE_ROWS;
 constexpr int kMaxBwdBlocks = 1024; // backward grid cap (= number of partial rows)
+constexpr int kGroup = 32;          // partial rows summed per group finisher (<= 32 groups)
+constexpr int kTicketSlots = 64;    // launch slots of the finish tickets
+constexpr int kTickets = 1 + kMaxBwdBlocks / kGroup;  // per slot: [all groups | group 0 .. 31]
+
+// Finish tickets [slot][kTickets]: zero at module load, reset by each finisher.
+__device__ unsigned g_gate_tickets[kTicketSlots][kTickets];
 
 enum : unsigned { kVecA = 1, kVecB = 2, kVecG = 4, kVecBeta = 8, kVecDa = 16, kVecDb = 32, kVecDg = 64, kVecDbeta = 128,
                   kVecP = 256 };
@@ -94,7 +113,22 @@ __device__ __forceinline__ void load_head_consts(const float* g_A_log, const flo
   for (int k = 0; k < kE; ++k) r_nA[k] = -expf(r_nA[k]);
 }
 
-__device__ __forceinline__ float sigmoid_acc(float x) { return __frcp_rn(1.f + expf(-x)); }
+__device__ __forceinline__ float lg2_ftz(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// e = exp(x) for x <= 20 (MUFU ex2; 0 for x below ~-87, where softplus(x) = e underflows anyway).
+__device__ __forceinline__ float exp_f(float x) { return ew::ex2_ftz(x * 1.4426950408889634f); }
+// log(1 + e) for e >= 0 (accuracy in the header): series below 1/4, lg2 above.
+__device__ __forceinline__ float log1p_f(float e) {
+  float s = -1.f / 10;  // e (1 - e/2 + e^2/3 - ... - e^9/10), Horner from the inside
+#pragma unroll
+  for (int k = 9; k >= 1; --k) s = fmaf(s, e, (k & 1 ? 1.f : -1.f) / float(k));
+  const float series = s * e;
+  const float lg = lg2_ftz(1.f + e) * 0.6931471805599453f;
+  return e < 0.25f ? series : lg;
+}
 
 // ============================================================================== kernels
 // grid.x = ceil(T / (kFwdThreads / cpr)); block = kFwdThreads; thread = (row, 4-head chunk),
@@ -115,22 +149,37 @@ __global__ __launch_bounds__(kFwdThreads) void gdn_gate_fwd_kernel(
 #pragma unroll
   for (int k = 0; k < kE; ++k) {
     const float x = r_a[k] + r_dtb[k];
-    r_g[k] = r_nA[k] * (x > 20.f ? x : log1pf(expf(x)));
-    r_be[k] = sigmoid_acc(r_b[k]);
+    r_g[k] = r_nA[k] * (x > 20.f ? x : log1p_f(exp_f(x)));
+    r_be[k] = ew::sigmoid_f(r_b[k]);
   }
   store4<float>(g_g + t * gs, h0, H, vec & kVecG, r_g);
   store4<float>(g_beta + t * betas, h0, H, vec & kVecBeta, r_be);
 }
 
+// True in every thread of the block that takes the last of `n` tickets of *ticket. The block's
+// global writes are fenced before its ticket, and the winner fences again before it reads the
+// others' (threadFenceReduction pattern); reads then go through L2 (__ldcg), not L1.
+__device__ __forceinline__ bool last_to_finish(unsigned* ticket, int n) {
+  __shared__ bool s_last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) s_last = atomicAdd(ticket, 1u) == unsigned(n - 1);
+  __syncthreads();
+  if (s_last) __threadfence();
+  return s_last;
+}
+
 // grid.x = nblocks <= kMaxBwdBlocks (fixed by the shape); block b handles the row tiles b,
 // b + nblocks, ... of (kBwdThreads / cpr) * kBwdRows tokens and writes g_part[b, 0:2H] =
-// [dA_log partial (H) | ddt_bias partial (H)].
+// [dA_log partial (H) | ddt_bias partial (H)]; the finishers (header) add the total to
+// dA_log / ddt_bias. g_part: [nblocks + ceil(nblocks / kGroup), 2H] f32 scratch.
 template <typename T>
 __global__ __launch_bounds__(kBwdThreads, DT_GATE_MINB) void gdn_gate_bwd_kernel(
     T* __restrict__ g_da, int64_t das, T* __restrict__ g_db, int64_t dbs, const float* __restrict__ g_dg, int64_t dgs,
     const float* __restrict__ g_dbeta, int64_t dbetas, const T* __restrict__ g_a, int64_t as,
     const T* __restrict__ g_b, int64_t bs, const float* __restrict__ g_A_log, const float* __restrict__ g_dt_bias,
-    float* __restrict__ g_part, int64_t T_, int H, int cpr, unsigned vec) {
+    float* __restrict__ g_dA_log, float* __restrict__ g_ddt_bias, float* __restrict__ g_part, int slot, int64_t T_,
+    int H, int cpr, unsigned vec) {
   constexpr int R = kBwdRows;
   __shared__ float s_red[2][kBwdThreads * kE];  // [dA_log | ddt_bias][thread, head of chunk] partials
   const int lane = threadIdx.x & (cpr - 1);
@@ -170,13 +219,13 @@ __global__ __launch_bounds__(kBwdThreads, DT_GATE_MINB) void gdn_gate_bwd_kernel
             const float x = r_a[i][k] + r_dtb[k];
             const float dg = r_dg[i][k];
             const bool lin = x > 20.f;
-            const float e = expf(lin ? 0.f : x);  // one exp for the softplus and its slope
-            const float sp = lin ? x : log1pf(e);
-            const float sp_grad = lin ? 1.f : __fdividef(e, 1.f + e);
+            const float e = exp_f(lin ? 0.f : x);  // one exp for the softplus and its slope
+            const float sp = lin ? x : log1p_f(e);
+            const float sp_grad = lin ? 1.f : e * ew::rcp_ftz(1.f + e);
             r_da[k] = dg * r_nA[k] * sp_grad;
             r_sA[k] = fmaf(dg, r_nA[k] * sp, r_sA[k]);
             r_sdt[k] += r_da[k];
-            const float sb = sigmoid_acc(r_b[i][k]);
+            const float sb = ew::sigmoid_f(r_b[i][k]);
             r_db[k] = r_dbe[i][k] * sb * (1.f - sb);
           }
           store4<T>(g_da + t * das, h0, H, vec & kVecDa, r_da);
@@ -188,7 +237,6 @@ __global__ __launch_bounds__(kBwdThreads, DT_GATE_MINB) void gdn_gate_bwd_kernel
   // Thread partials -> shared [thread, head of chunk] (idle lanes hold zeros, never read).
 #pragma unroll
   for (int k = 0; k < kE; ++k) s_red[0][threadIdx.x * kE + k] = r_sA[k], s_red[1][threadIdx.x * kE + k] = r_sdt[k];
-  ew::pdl_trigger();  // the partials reduction may start launching (it waits for our writes)
   __syncthreads();
   for (int c = threadIdx.x; c < 2 * H; c += kBwdThreads) {
     const int which = c >= H, h = c - which * H;
@@ -197,6 +245,27 @@ __global__ __launch_bounds__(kBwdThreads, DT_GATE_MINB) void gdn_gate_bwd_kernel
     for (int g = 0; g < gpb; ++g) r_sum += s_col[g * cpr * kE];
     g_part[int64_t(blockIdx.x) * 2 * H + c] = r_sum;
   }
+  // Two-level finish (header): rows [0, nblocks) are the block partials, rows nblocks + grp the
+  // group sums.
+  unsigned* tickets = g_gate_tickets[slot];
+  const int nblocks = int(gridDim.x), ngroups = (nblocks + kGroup - 1) / kGroup;
+  const int grp = int(blockIdx.x) / kGroup, grp0 = grp * kGroup, grp_n = min(kGroup, nblocks - grp0);
+  if (!last_to_finish(&tickets[1 + grp], grp_n)) return;
+  float* g_grow = g_part + (int64_t(nblocks) + grp) * 2 * H;
+  for (int c = threadIdx.x; c < 2 * H; c += kBwdThreads) {
+    float r_sum = 0.f;
+    for (int r = 0; r < grp_n; ++r) r_sum += __ldcg(&g_part[int64_t(grp0 + r) * 2 * H + c]);
+    g_grow[c] = r_sum;
+  }
+  if (threadIdx.x == 0) tickets[1 + grp] = 0;
+  if (!last_to_finish(&tickets[0], ngroups)) return;
+  for (int c = threadIdx.x; c < 2 * H; c += kBwdThreads) {
+    float r_sum = 0.f;
+    for (int r = 0; r < ngroups; ++r) r_sum += __ldcg(&g_part[(int64_t(nblocks) + r) * 2 * H + c]);
+    if (c < H) g_dA_log[c] += r_sum;
+    else g_ddt_bias[c - H] += r_sum;
+  }
+  if (threadIdx.x == 0) tickets[0] = 0;
 }
 
 // ============================================================================== launchers
@@ -295,13 +364,15 @@ void gdn_gate_bwd(const TensorView& da, const TensorView& db, const TensorView& 
     const int cpr = chunks_per_row(H);
     const int64_t per_tile = int64_t(kBwdThreads / cpr) * kBwdRows;
     const int64_t nblocks = std::min<int64_t>((T_ + per_tile - 1) / per_tile, kMaxBwdBlocks);
-    Tensor part = Tensor::empty(Shape{nblocks, 2 * H}, DType::f32, a.device);  // [nblocks, 2*Hv] f32 scratch
+    const int64_t ngroups = (nblocks + kGroup - 1) / kGroup;
+    Tensor part = Tensor::empty(Shape{nblocks + ngroups, 2 * H}, DType::f32, a.device);  // [rows, 2*Hv] f32 scratch
+    static std::atomic<unsigned> next_slot{0};
+    const int slot = int(next_slot.fetch_add(1, std::memory_order_relaxed) % kTicketSlots);
     gdn_gate_bwd_kernel<T><<<unsigned(nblocks), kBwdThreads, 0, st>>>(
         da.ptr<T>(), dar.stride, db.ptr<T>(), dbr.stride, dg.ptr<float>(), dgr.stride, dbeta.ptr<float>(), dber.stride,
-        a.ptr<T>(), ar.stride, b.ptr<T>(), br.stride, A_log.ptr<float>(), dt_bias.ptr<float>(), part.ptr<float>(), T_,
-        int(H), cpr, vec);
+        a.ptr<T>(), ar.stride, b.ptr<T>(), br.stride, A_log.ptr<float>(), dt_bias.ptr<float>(), dA_log.ptr<float>(),
+        ddt_bias.ptr<float>(), part.ptr<float>(), slot, T_, int(H), cpr, vec);
     DT_CUDA_LAUNCH_CHECK();
-    ew::colsum_add(dA_log.ptr<float>(), ddt_bias.ptr<float>(), part.ptr<float>(), nblocks, 2 * H, H, st);
   };
   if (a.dtype == DType::bf16) launch(__nv_bfloat16{});
   else launch(float{});
