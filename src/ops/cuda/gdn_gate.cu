@@ -14,8 +14,8 @@
 // Dtypes: a, b, da, db one of bf16 | f32 (one dtype per call); all math fp32 (A_log is never
 //   exponentiated in bf16, gdn-math.md section 10 item 4; exp(A_log) is the accurate expf).
 // Accuracy: the per-element math uses the single-instruction MUFU forms (ex2, lg2, rcp with
-//   flush-to-zero): the libm expf / log1pf / IEEE reciprocal cost ~106 instructions per element
-//   and made the kernel instruction-bound (docs/perf.md v0.3.0). log1p(e) is a degree-10 series
+//   flush-to-zero) instead of libm expf / log1pf / the IEEE reciprocal (~106 instructions per
+//   element; measured: the forward 13% faster back to back, the backward the same). log1p(e) is a degree-10 series
 //   for e < 1/4 (truncation < e^11/11, relative < 1e-7) and lg2(1 + e) above (absolute error
 //   2^-22.6 on [1, 2], 2 ulp beyond: relative < 6e-7 since log1p(e) >= 0.22 there); e = 2^(x
 //   log2 e) carries the rounding of the product, relative ~|x| * 6e-8 <= 1.2e-6 at the threshold
@@ -23,22 +23,16 @@
 //   the 1e-4 fp32 test tolerance and the bf16 rounding of a, b.
 // Mapping: the problem is a few MB, so it is latency-bound: every thread owns 4 heads of one
 //   token row (an 8-byte bf16 or 16-byte f32 access of each tensor) and the grid is about one
-//   wave with every load issued up front (kBwdRows row chunks per thread in the backward).
-// Determinism: dA_log and ddt_bias are reduced in a fixed order inside the backward kernel (one
-//   launch): a shape-fixed grid of at most kMaxBwdBlocks blocks writes one fp32 partial row
-//   [2*Hv] per block (thread partials summed in shared memory in index order); the last block
-//   of each group of kGroup blocks to finish (an atomic ticket decides only WHO sums, never the
-//   order) sums the group's rows in index order into a group row, and the last group finisher
-//   sums the group rows in order and adds them to dA_log / ddt_bias. The tickets live in a
-//   device array of kTicketSlots launch slots, handed out round-robin by the launcher; each
-//   finisher resets its ticket to 0, so a slot is clean once its previous launch has finished;
-//   a slot comes back after kTicketSlots more launches, so launches in flight at once on
-//   different streams never share one unless that many are. Scratch rows from the
+//   wave with every load issued up front (kBwdRows row chunks per thread in the backward). At
+//   T = 32k, Hv = 32 the bytes (12.6 MB forward) need 2.9 us: the launch and one DRAM round trip
+//   are as long, so fusing into the chunk kernel is what removes the cost (docs/perf.md).
+// Determinism: dA_log and ddt_bias are reduced without atomics: a shape-fixed grid of at most
+//   kMaxBwdBlocks blocks writes one fp32 partial row [2*Hv] per block (thread partials summed
+//   in shared memory in index order), then colsum_add adds the rows in a fixed order (a
+//   programmatic dependent launch, overlapping the main kernel's tail). Scratch from the
 //   caching allocator, released on return (stream-ordered reuse on the compute stream).
 #include "ops/cuda/gdn_elementwise_common.cuh"
 #include "ops/gdn_backends.h"
-
-#include <atomic>
 
 namespace dt::ops::cuda {
 namespace {
@@ -62,12 +56,6 @@ constexpr int kBwdThreads = DT_GATE_BWD_THREADS;
 #endif
 constexpr int kBwdRows = DT_GATE_ROWS;
 constexpr int kMaxBwdBlocks = 1024; // backward grid cap (= number of partial rows)
-constexpr int kGroup = 32;          // partial rows summed per group finisher (<= 32 groups)
-constexpr int kTicketSlots = 64;    // launch slots of the finish tickets
-constexpr int kTickets = 1 + kMaxBwdBlocks / kGroup;  // per slot: [all groups | group 0 .. 31]
-
-// Finish tickets [slot][kTickets]: zero at module load, reset by each finisher.
-__device__ unsigned g_gate_tickets[kTicketSlots][kTickets];
 
 enum : unsigned { kVecA = 1, kVecB = 2, kVecG = 4, kVecBeta = 8, kVecDa = 16, kVecDb = 32, kVecDg = 64, kVecDbeta = 128,
                   kVecP = 256 };
@@ -156,30 +144,15 @@ __global__ __launch_bounds__(kFwdThreads) void gdn_gate_fwd_kernel(
   store4<float>(g_beta + t * betas, h0, H, vec & kVecBeta, r_be);
 }
 
-// True in every thread of the block that takes the last of `n` tickets of *ticket. The block's
-// global writes are fenced before its ticket, and the winner fences again before it reads the
-// others' (threadFenceReduction pattern); reads then go through L2 (__ldcg), not L1.
-__device__ __forceinline__ bool last_to_finish(unsigned* ticket, int n) {
-  __shared__ bool s_last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) s_last = atomicAdd(ticket, 1u) == unsigned(n - 1);
-  __syncthreads();
-  if (s_last) __threadfence();
-  return s_last;
-}
-
 // grid.x = nblocks <= kMaxBwdBlocks (fixed by the shape); block b handles the row tiles b,
 // b + nblocks, ... of (kBwdThreads / cpr) * kBwdRows tokens and writes g_part[b, 0:2H] =
-// [dA_log partial (H) | ddt_bias partial (H)]; the finishers (header) add the total to
-// dA_log / ddt_bias. g_part: [nblocks + ceil(nblocks / kGroup), 2H] f32 scratch.
+// [dA_log partial (H) | ddt_bias partial (H)].
 template <typename T>
 __global__ __launch_bounds__(kBwdThreads, DT_GATE_MINB) void gdn_gate_bwd_kernel(
     T* __restrict__ g_da, int64_t das, T* __restrict__ g_db, int64_t dbs, const float* __restrict__ g_dg, int64_t dgs,
     const float* __restrict__ g_dbeta, int64_t dbetas, const T* __restrict__ g_a, int64_t as,
     const T* __restrict__ g_b, int64_t bs, const float* __restrict__ g_A_log, const float* __restrict__ g_dt_bias,
-    float* __restrict__ g_dA_log, float* __restrict__ g_ddt_bias, float* __restrict__ g_part, int slot, int64_t T_,
-    int H, int cpr, unsigned vec) {
+    float* __restrict__ g_part, int64_t T_, int H, int cpr, unsigned vec) {
   constexpr int R = kBwdRows;
   __shared__ float s_red[2][kBwdThreads * kE];  // [dA_log | ddt_bias][thread, head of chunk] partials
   const int lane = threadIdx.x & (cpr - 1);
@@ -237,6 +210,7 @@ __global__ __launch_bounds__(kBwdThreads, DT_GATE_MINB) void gdn_gate_bwd_kernel
   // Thread partials -> shared [thread, head of chunk] (idle lanes hold zeros, never read).
 #pragma unroll
   for (int k = 0; k < kE; ++k) s_red[0][threadIdx.x * kE + k] = r_sA[k], s_red[1][threadIdx.x * kE + k] = r_sdt[k];
+  ew::pdl_trigger();  // the partials reduction may start launching (it waits for our writes)
   __syncthreads();
   for (int c = threadIdx.x; c < 2 * H; c += kBwdThreads) {
     const int which = c >= H, h = c - which * H;
@@ -245,27 +219,6 @@ __global__ __launch_bounds__(kBwdThreads, DT_GATE_MINB) void gdn_gate_bwd_kernel
     for (int g = 0; g < gpb; ++g) r_sum += s_col[g * cpr * kE];
     g_part[int64_t(blockIdx.x) * 2 * H + c] = r_sum;
   }
-  // Two-level finish (header): rows [0, nblocks) are the block partials, rows nblocks + grp the
-  // group sums.
-  unsigned* tickets = g_gate_tickets[slot];
-  const int nblocks = int(gridDim.x), ngroups = (nblocks + kGroup - 1) / kGroup;
-  const int grp = int(blockIdx.x) / kGroup, grp0 = grp * kGroup, grp_n = min(kGroup, nblocks - grp0);
-  if (!last_to_finish(&tickets[1 + grp], grp_n)) return;
-  float* g_grow = g_part + (int64_t(nblocks) + grp) * 2 * H;
-  for (int c = threadIdx.x; c < 2 * H; c += kBwdThreads) {
-    float r_sum = 0.f;
-    for (int r = 0; r < grp_n; ++r) r_sum += __ldcg(&g_part[int64_t(grp0 + r) * 2 * H + c]);
-    g_grow[c] = r_sum;
-  }
-  if (threadIdx.x == 0) tickets[1 + grp] = 0;
-  if (!last_to_finish(&tickets[0], ngroups)) return;
-  for (int c = threadIdx.x; c < 2 * H; c += kBwdThreads) {
-    float r_sum = 0.f;
-    for (int r = 0; r < ngroups; ++r) r_sum += __ldcg(&g_part[(int64_t(nblocks) + r) * 2 * H + c]);
-    if (c < H) g_dA_log[c] += r_sum;
-    else g_ddt_bias[c - H] += r_sum;
-  }
-  if (threadIdx.x == 0) tickets[0] = 0;
 }
 
 // ============================================================================== launchers
@@ -364,15 +317,13 @@ void gdn_gate_bwd(const TensorView& da, const TensorView& db, const TensorView& 
     const int cpr = chunks_per_row(H);
     const int64_t per_tile = int64_t(kBwdThreads / cpr) * kBwdRows;
     const int64_t nblocks = std::min<int64_t>((T_ + per_tile - 1) / per_tile, kMaxBwdBlocks);
-    const int64_t ngroups = (nblocks + kGroup - 1) / kGroup;
-    Tensor part = Tensor::empty(Shape{nblocks + ngroups, 2 * H}, DType::f32, a.device);  // [rows, 2*Hv] f32 scratch
-    static std::atomic<unsigned> next_slot{0};
-    const int slot = int(next_slot.fetch_add(1, std::memory_order_relaxed) % kTicketSlots);
+    Tensor part = Tensor::empty(Shape{nblocks, 2 * H}, DType::f32, a.device);  // [nblocks, 2*Hv] f32 scratch
     gdn_gate_bwd_kernel<T><<<unsigned(nblocks), kBwdThreads, 0, st>>>(
         da.ptr<T>(), dar.stride, db.ptr<T>(), dbr.stride, dg.ptr<float>(), dgr.stride, dbeta.ptr<float>(), dber.stride,
-        a.ptr<T>(), ar.stride, b.ptr<T>(), br.stride, A_log.ptr<float>(), dt_bias.ptr<float>(), dA_log.ptr<float>(),
-        ddt_bias.ptr<float>(), part.ptr<float>(), slot, T_, int(H), cpr, vec);
+        a.ptr<T>(), ar.stride, b.ptr<T>(), br.stride, A_log.ptr<float>(), dt_bias.ptr<float>(), part.ptr<float>(), T_,
+        int(H), cpr, vec);
     DT_CUDA_LAUNCH_CHECK();
+    ew::colsum_add(dA_log.ptr<float>(), ddt_bias.ptr<float>(), part.ptr<float>(), nblocks, 2 * H, H, st);
   };
   if (a.dtype == DType::bf16) launch(__nv_bfloat16{});
   else launch(float{});
