@@ -34,6 +34,7 @@
 #include "deltatron/ops/basic.h"
 #include "deltatron/ops/gdn.h"
 #include "deltatron/ops/varlen.h"
+#include "bytes_bench.h"
 
 namespace {
 
@@ -43,33 +44,10 @@ using dt::Shape;
 using dt::Stream;
 using dt::Tensor;
 using dt::TensorView;
-
-constexpr double kCopyBytesPerS = 4.3e12;
-constexpr double kL2Bytes = 60.0 * (1 << 20);
-constexpr double kTarget = 1.5;
+using namespace dt::bench;
 
 constexpr int64_t T = 32768, Hk = 16, Hv = 32, dk = 128, dv = 128, W = 4;
 constexpr int64_t D = 2 * Hk * dk + Hv * dv;  // 8192
-
-const Device kGpu = Device::cuda(0);
-int g_reps = 30;
-
-struct Result {
-  std::string name;
-  double med_ms = 0, min_ms = 0, bytes = 0;
-  double b2b_ms = 0;  // mean per call, back to back
-  int sets = 0;
-};
-std::vector<Result> g_results;
-
-// Enough input sets that the previous call's data has left the L2 (at least 2).
-int sets_for(double bytes_per_set) {
-  return int(std::clamp(std::ceil(3.0 * kL2Bytes / bytes_per_set), 2.0, 32.0));
-}
-
-void rand_fill(const TensorView& x, uint64_t stream, float lo, float hi, cudaStream_t st) {
-  dt::ops::rng_uniform(x, 1234, stream, lo, hi, dt::ops::RngSlice::whole(x), Stream{st});
-}
 
 // 3D view [A, B, C] over a 2D buffer's rows: row stride rs, B heads of C elements from column c0.
 TensorView view3(const Tensor& buf, int64_t A, int64_t B, int64_t C, int64_t c0) {
@@ -80,78 +58,6 @@ TensorView view3(const Tensor& buf, int64_t A, int64_t B, int64_t C, int64_t c0)
   v.stride[1] = C;
   v.stride[2] = 1;
   return v;
-}
-TensorView cols(const Tensor& buf, int64_t c0, int64_t n) { return buf.view().slice(1, c0, c0 + n); }
-
-// Times launch(set) over g_reps calls, rotating sets; median and min in ms.
-void time_kernel(const std::string& name, double bytes, int nsets, cudaStream_t st, const Tensor& busy,
-                 const std::function<void(int)>& launch) {
-  for (int i = 0; i < 3; ++i) launch(i % nsets);
-  dt::ops::fill(busy, 0.0, Stream{st});  // queue the timed calls behind ~0.5 ms of GPU work
-  std::vector<cudaEvent_t> ev(size_t(2 * g_reps));
-  for (auto& e : ev) DT_CUDA_CHECK(cudaEventCreate(&e));
-  for (int r = 0; r < g_reps; ++r) {
-    DT_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * r)], st));
-    launch(r % nsets);
-    DT_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * r + 1)], st));
-  }
-  DT_CUDA_CHECK(cudaStreamSynchronize(st));
-  std::vector<float> ms;
-  for (int r = 0; r < g_reps; ++r) {
-    float x = 0.f;
-    DT_CUDA_CHECK(cudaEventElapsedTime(&x, ev[size_t(2 * r)], ev[size_t(2 * r + 1)]));
-    ms.push_back(x);
-  }
-  // Back to back: all calls between one pair of events.
-  dt::ops::fill(busy, 0.0, Stream{st});
-  DT_CUDA_CHECK(cudaEventRecord(ev[0], st));
-  for (int r = 0; r < g_reps; ++r) launch(r % nsets);
-  DT_CUDA_CHECK(cudaEventRecord(ev[1], st));
-  // The fill must still be running when the last call is queued, else the GPU waited on the host.
-  const bool covered = cudaEventQuery(ev[0]) == cudaErrorNotReady;
-  (void)cudaGetLastError();  // "not ready" is an answer, not a fault: clear it for the launch checks
-  DT_CUDA_CHECK(cudaEventSynchronize(ev[1]));
-  if (!covered)
-    std::printf("!! %s: the GPU drained before the back-to-back calls were queued (host-bound; fewer reps)\n",
-                name.c_str());
-  float all = 0.f;
-  DT_CUDA_CHECK(cudaEventElapsedTime(&all, ev[0], ev[1]));
-  for (auto& e : ev) DT_CUDA_CHECK(cudaEventDestroy(e));
-  std::sort(ms.begin(), ms.end());
-  Result res{name, ms[ms.size() / 2], ms.front(), bytes, double(all) / g_reps, nsets};
-  const double ideal_ms = bytes / kCopyBytesPerS * 1e3;
-  if (bytes < 1024) {  // the floor: no bytes to speak of
-    std::printf("%-22s median %8.4f ms  min %8.4f ms  back to back %8.4f ms  (launch + event floor of a timed call)\n",
-                name.c_str(), res.med_ms, res.min_ms, res.b2b_ms);
-    g_results.push_back(res);
-    return;
-  }
-  std::printf("%-22s median %8.4f ms  min %8.4f ms  %9.2f MB  %7.0f GB/s  ideal %8.4f ms  ratio %5.2f  (%d sets)"
-              "  back to back %8.4f ms ratio %5.2f\n",
-              name.c_str(), res.med_ms, res.min_ms, bytes / 1e6, bytes / (res.med_ms * 1e-3) / 1e9, ideal_ms,
-              res.med_ms / ideal_ms, nsets, res.b2b_ms, res.b2b_ms / ideal_ms);
-  std::fflush(stdout);
-  g_results.push_back(res);
-}
-
-// Sanity: a broken kernel must not print a plausible time. Sum of squares must be finite.
-void check_finite(const char* what, const TensorView& x, cudaStream_t st) {
-  Tensor s = Tensor::empty(Shape{1}, DType::f32, kGpu);
-  Tensor c = Tensor::empty(x.shape, x.dtype, kGpu);
-  dt::ops::copy(c, x, Stream{st});
-  dt::ops::sum_squares(s, c, Stream{st});
-  const float v = dt::ops::item(s, Stream{st});
-  if (!std::isfinite(v)) {
-    std::printf("!! %s is not finite (sum of squares %g): the timing above is meaningless\n", what, double(v));
-    std::fflush(stdout);
-  }
-}
-
-// Median time of a one-element fill in the same harness (not a table row).
-void bench_floor(cudaStream_t st, const Tensor& busy) {
-  Tensor one = Tensor::empty(Shape{1}, DType::f32, kGpu);
-  time_kernel("floor (1-elem fill)", 4, 2, st, busy, [&](int) { dt::ops::fill(one, 0.0, Stream{st}); });
-  g_results.pop_back();
 }
 
 void bench_conv(const dt::ops::VarlenMeta& m, cudaStream_t st, const Tensor& busy) {
@@ -302,15 +208,7 @@ int main(int argc, char** argv) {
   if (want("gate")) bench_gate(st, busy);
   if (want("gated_rmsnorm")) bench_gated_rmsnorm(st, busy);
 
-  std::printf("\n| kernel | median ms | min ms | MB moved | GB/s | ideal ms @4.3TB/s | ratio | <= %.1f | back to back ms | ratio |\n",
-              kTarget);
-  std::printf("|---|---:|---:|---:|---:|---:|---:|:---:|---:|---:|\n");
-  for (const Result& r : g_results) {
-    const double ideal = r.bytes / kCopyBytesPerS * 1e3;
-    std::printf("| %s | %.4f | %.4f | %.2f | %.0f | %.4f | %.2f | %s | %.4f | %.2f |\n", r.name.c_str(), r.med_ms,
-                r.min_ms, r.bytes / 1e6, r.bytes / (r.med_ms * 1e-3) / 1e9, ideal, r.med_ms / ideal,
-                r.med_ms / ideal <= kTarget ? "yes" : "NO", r.b2b_ms, r.b2b_ms / ideal);
-  }
+  dt::bench::print_table();
   DT_CUDA_CHECK(cudaStreamSynchronize(st));
   DT_CUDA_CHECK(cudaStreamDestroy(st));
   return 0;

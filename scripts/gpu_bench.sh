@@ -6,7 +6,7 @@
 # with 4 (issue 8's scaling runs, per-GPU tokens held fixed): gdn_layer CP=4 and TP=2+SP x CP=2,
 # train_step CP=4 (32768 tokens) and TP=2+SP x CP=2 (16384 tokens: 8192 per CP rank).
 #   BUILD_DIR=build-gpu [CUDNN_LIB_DIR=dir with libcudnn >= 9.19] bash scripts/gpu_bench.sh [name ...]
-# names: gdn_kernels gdn_elementwise gdn_layer attention optim_step train_step (default: all)
+# names: gdn_kernels gdn_elementwise dense_elementwise gdn_layer attention optim_step train_step (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -19,7 +19,7 @@ ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') || ngpu=0
 mpi=(mpirun --oversubscribe -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH)
 [ "$(id -u)" = 0 ] && mpi=(mpirun --allow-run-as-root --oversubscribe -x NCCL_NVLS_ENABLE=0 -x LD_LIBRARY_PATH)
 names=("$@")
-[ ${#names[@]} -eq 0 ] && names=(gdn_kernels gdn_elementwise gdn_layer attention optim_step train_step)
+[ ${#names[@]} -eq 0 ] && names=(gdn_kernels gdn_elementwise dense_elementwise gdn_layer attention optim_step train_step)
 : > "$LOG"
 run() {  # label, command...
   echo "== $1: ${*:2}" | tee -a "$LOG"
@@ -32,13 +32,15 @@ two() { on 2 "$@"; }
 four() { on 4 "$@"; }
 for n in "${names[@]}"; do
   case $n in
-    gdn_kernels | gdn_elementwise | attention | optim_step) run "$n" "$B/$n" ;;
+    gdn_kernels | gdn_elementwise | dense_elementwise | attention | optim_step) run "$n" "$B/$n" ;;
     gdn_layer)
       run "gdn_layer 1 GPU" "$B/gdn_layer"
       two "gdn_layer TP=2 SP" "$B/gdn_layer" --tp 2 --sp
-      two "gdn_layer CP=2" "$B/gdn_layer" --cp 2
-      four "gdn_layer CP=4" "$B/gdn_layer" --cp 4
-      four "gdn_layer TP=2 SP x CP=2" "$B/gdn_layer" --tp 2 --sp --cp 2 ;;
+      for comm in all_to_all all_gather; do  # the trainer's gdn.cp_comm=auto picks all_gather in all three
+        two "gdn_layer CP=2 $comm" "$B/gdn_layer" --cp 2 --cp-comm $comm
+        four "gdn_layer CP=4 $comm" "$B/gdn_layer" --cp 4 --cp-comm $comm
+        four "gdn_layer TP=2 SP x CP=2 $comm" "$B/gdn_layer" --tp 2 --sp --cp 2 --cp-comm $comm
+      done ;;
     train_step)  # from the repo root: configs/ are found relative to the source tree either way
       run "train_step 1 GPU" "$B/train_step" --phases 5
       two "train_step CP=2" "$B/train_step" --set parallel.cp=2 --set data.max_tokens=16384

@@ -5,6 +5,8 @@
 #   BUILD_DIR=build-gpu  CTEST_ARGS=...  CUDNN_LIB_DIR=dir  BENCH=1  bash scripts/gpu_test.sh
 # CUDNN_LIB_DIR: a libcudnn >= 9.19 to run the cuDNN attention path with (older ones are refused);
 # BENCH=1: then scripts/gpu_bench.sh (every benchmark of docs/perf.md into bench.log).
+# The whole gpu label takes ~10 min on 2 H200s: CTEST_ARGS="-I 1,,2" and "-I 2,,2" run every
+# other entry, so two calls of a time-limited device tool cover it (the build is ~90 s each).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)

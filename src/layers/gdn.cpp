@@ -26,11 +26,13 @@ TensorView rows(const TensorView& v, int64_t r0, int64_t n) { return v.slice(0, 
 
 // Forward activations kept for backward, by index into saved_. Under all_gather, kXg is the
 // input in natural order [T, H], kYo the normed output yn [T, v_l] and kWp this rank's head rows
-// of the input projection weights packed in hp's column order [C_l, H].
-enum S { kXg, kHp, kQc, kKc, kQn, kKn, kRq, kRk, kV, kG, kBeta, kO, kZc, kRn, kYo, kWp, kNumSaved };
+// of the input projection weights packed in hp's column order [C_l, H]. kC is the conv output
+// [T, conv_l]: the l2norm reads q and k in place as its head rows [T, Hk_l, dk], and the gated
+// RMSNorm reads z in place from hp (no contiguous copies of q, k, z).
+enum S { kXg, kHp, kC, kQn, kKn, kRq, kRk, kV, kG, kBeta, kO, kRn, kYo, kWp, kNumSaved };
 // What conv_norm makes from hp alone; under gdn.recompute_elementwise the forward drops them
 // and the backward makes them again (~200 MB per layer of the bench model at 8192 tokens).
-constexpr S kConvNorm[] = {kQc, kKc, kV, kQn, kKn, kRq, kRk, kZc};
+constexpr S kConvNorm[] = {kC, kV, kQn, kKn, kRq, kRk};
 
 std::vector<model::ParamSpec> GatedDeltaNet::param_specs(const GdnConfig& c, const std::string& prefix) {
   const int64_t H = c.hidden, qk = c.num_k_heads * c.head_k_dim, v = c.num_v_heads * c.head_v_dim;
@@ -217,28 +219,18 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
   // Gated RMSNorm with z, per v-head over dv.                            yn [T, Hv_l * dv]
   saved_[kRn] = Tensor::empty(Shape{T * hv_l_}, DType::f32, dev);
   Tensor yn = Tensor::empty(Shape{T, v_l}, A, dev);
-  ops::gated_rmsnorm_fwd(yn.view().reshape(Shape{T * hv_l_, dv}), saved_[kRn],
-                         saved_[kO].view().reshape(Shape{T * hv_l_, dv}), saved_[kZc], params_[kNorm].w(), c.norm_eps,
-                         s);
+  ops::gated_rmsnorm_fwd(yn.view().reshape(Shape{T, hv_l_, dv}), saved_[kRn], saved_[kO],
+                         heads(cols(hp, d.off_z, v_l), hv_l_, dv), params_[kNorm].w(), c.norm_eps, s);
   if (ctx_.gdn_recompute)
     for (S i : kConvNorm) saved_[i] = Tensor();
 
   if (gather_) {
     // CP all_gather: out_proj on this rank's head columns is a partial sum over cp for every
-    // token; in rank-major row order the reduce-scatter hands each rank its zig-zag rows.
+    // token, summed into this rank's zig-zag rows.
     saved_[kYo] = yn;
-    Tensor partial = Tensor::empty(Shape{T, H}, A, dev), rank_major = Tensor::empty(Shape{T, H}, A, dev);
+    Tensor partial = Tensor::empty(Shape{T, H}, A, dev);
     ops::gemm(partial, yn, out_proj_cols(params_[kOut].w()), {false, true}, s);
-    ops::gather_rows(rank_major, partial, psp.cp_inv_dev(), s);  // rank_major[q] = partial[cp_inv[q]]
-    // Then the TP reduction (reduce-scatter under SP).                    y [T/(cp*sp), H]
-    if (sp) {
-      Tensor yc = Tensor::empty(Shape{T_cp, H}, A, dev);
-      ctx_.pg->cp->reduce_scatter(yc, rank_major, dist::ReduceOp::sum, s);
-      ctx_.pg->tp->reduce_scatter(y, yc, dist::ReduceOp::sum, s);
-    } else {
-      ctx_.pg->cp->reduce_scatter(y, rank_major, dist::ReduceOp::sum, s);
-      if (tp_ > 1) ctx_.pg->tp->all_reduce(y, dist::ReduceOp::sum, s);
-    }
+    reduce_partial_to_zigzag(y, partial, psp, sp);  // y [T/(cp*sp), H]
     return;
   }
 
@@ -321,12 +313,12 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
     for (S i : which) saved_[i] = Tensor();
   };
 
-  // Gated RMSNorm backward.                                          do, dz [T * Hv_l, dv]
-  Tensor d_o = Tensor::empty(Shape{T, hv_l_, dv}, A, dev), dz = Tensor::empty(Shape{T * hv_l_, dv}, A, dev);
-  ops::gated_rmsnorm_bwd(d_o.view().reshape(Shape{T * hv_l_, dv}), dz, params_[kNorm].grad,
-                         dyn.view().reshape(Shape{T * hv_l_, dv}), saved_[kO].view().reshape(Shape{T * hv_l_, dv}),
-                         saved_[kZc], params_[kNorm].w(), saved_[kRn], s);
-  release({kZc});
+  // Gated RMSNorm backward; dz straight into its columns of dhp.   do [T, Hv_l, dv]; dhp [T, C_l]
+  Tensor dhp = Tensor::empty(Shape{T, C_l}, A, dev);
+  Tensor d_o = Tensor::empty(Shape{T, hv_l_, dv}, A, dev);
+  ops::gated_rmsnorm_bwd(d_o, heads(cols(dhp, off_z, v_l), hv_l_, dv), params_[kNorm].grad,
+                         dyn.view().reshape(Shape{T, hv_l_, dv}), saved_[kO],
+                         heads(cols(saved_[kHp], off_z, v_l), hv_l_, dv), params_[kNorm].w(), saved_[kRn], s);
 
   // Core backward.
   Tensor dq = Tensor::empty(Shape{T, hk_l_, dk}, A, dev), dkk = Tensor::empty(Shape{T, hk_l_, dk}, A, dev);
@@ -340,24 +332,20 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   release({kQn, kKn, kV});
 
   // Gradient of the (post-cp2hp) projection output, section by section.  dhp [T, C_l]
-  Tensor dhp = Tensor::empty(Shape{T, C_l}, A, dev);
   Tensor dA_log = Tensor::zeros(Shape{hv_l_}, DType::f32, dev, s), ddt = Tensor::zeros(Shape{hv_l_}, DType::f32, dev, s);
   ops::gdn_gate_bwd(cols(dhp, off_a, hv_l_), cols(dhp, off_b, hv_l_), dA_log, ddt, dg, dbeta,
                     cols(saved_[kHp], off_a, hv_l_), cols(saved_[kHp], off_b, hv_l_), head_slice(kALog),
                     head_slice(kDtBias), s);
   ops::axpy(head_slice_grad(kALog), 1.f, dA_log, s);
   ops::axpy(head_slice_grad(kDtBias), 1.f, ddt, s);
-  ops::copy(cols(dhp, off_z, v_l), dz.view().reshape(Shape{T, v_l}), s);
 
-  // L2-norm backward into dc = d(conv output) [T, conv_l].
+  // L2-norm backward straight into dc = d(conv output) [T, conv_l], head rows read in place.
   Tensor dc = Tensor::empty(Shape{T, conv_l}, A, dev);
-  Tensor dpre = Tensor::empty(Shape{T * hk_l_, dk}, A, dev);
   const Tensor* grads[2] = {&dq, &dkk};
-  for (int i = 0; i < 2; ++i) {
-    ops::l2norm_bwd(dpre, grads[i]->view().reshape(Shape{T * hk_l_, dk}), saved_[kQc + i], saved_[kRq + i], s);
-    ops::copy(cols(dc, i * qk_l, qk_l), dpre.view().reshape(Shape{T, qk_l}), s);
-  }
-  release({kQc, kKc, kRq, kRk});
+  for (int i = 0; i < 2; ++i)
+    ops::l2norm_bwd(heads(cols(dc, i * qk_l, qk_l), hk_l_, dk), *grads[i],
+                    heads(cols(saved_[kC], i * qk_l, qk_l), hk_l_, dk), saved_[kRq + i], s);
+  release({kC, kRq, kRk});
   ops::copy(cols(dc, 2 * qk_l, v_l), dvv.view().reshape(Shape{T, v_l}), s);
 
   // Conv backward: d(qkv pre-conv) into dhp; dw for this CP rank's channels.
@@ -374,17 +362,9 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
     ops::gemm(dwp, dhp, saved_[kXg], {true, false}, s);
     for (const HeadRows& h : head_rows(d))
       ops::axpy(rows(params_[h.param].grad, h.row, h.n), 1.f, rows(dwp, h.col, h.n), s);
-    Tensor dxn = Tensor::empty(Shape{T, H}, A, dev), rank_major = Tensor::empty(Shape{T, H}, A, dev);
+    Tensor dxn = Tensor::empty(Shape{T, H}, A, dev);
     ops::gemm(dxn, dhp, saved_[kWp], {}, s);
-    ops::gather_rows(rank_major, dxn, psp.cp_inv_dev(), s);
-    if (sp) {
-      Tensor dxc = Tensor::empty(Shape{T_cp, H}, A, dev);
-      ctx_.pg->cp->reduce_scatter(dxc, rank_major, dist::ReduceOp::sum, s);
-      ctx_.pg->tp->reduce_scatter(dx, dxc, dist::ReduceOp::sum, s);
-    } else {
-      ctx_.pg->cp->reduce_scatter(dx, rank_major, dist::ReduceOp::sum, s);
-      if (tp_ > 1) ctx_.pg->tp->all_reduce(dx, dist::ReduceOp::sum, s);
-    }
+    reduce_partial_to_zigzag(dx, dxn, psp, sp);
     saved_.clear();
     return;
   }
@@ -416,8 +396,8 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   saved_.clear();
 }
 
-// The element-wise steps from hp to the chunk kernel's inputs and the gated norm's z, into
-// saved_: the forward's, and the backward's recomputation of them (same ops on the same hp
+// The element-wise steps from hp to the chunk kernel's inputs (conv output, packed v, l2norm of
+// q and k read in place from it), into saved_: the forward's, and the backward's recomputation of them (same ops on the same hp
 // and conv weight, so the same bits). wc: conv_weight_slice().
 void GatedDeltaNet::conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta) {
   const Stream s = ctx_.stream;
@@ -427,25 +407,37 @@ void GatedDeltaNet::conv_norm(const Dims& d, const TensorView& wc, const ops::Va
   const TensorView hp = saved_[kHp];  // [T, C_l]
 
   // Causal conv + SiLU over [q | k | v] with this CP rank's channel slices.  c [T, conv_l]
-  Tensor c_out = Tensor::empty(Shape{T, d.conv_l}, A, dev);
+  Tensor& c_out = saved_[kC];
+  c_out = Tensor::empty(Shape{T, d.conv_l}, A, dev);
   ops::causal_conv1d_fwd(c_out, cols(hp, 0, d.conv_l), wc, TensorView{}, true, meta, s);
 
-  // L2-normalised q, k per head.                  qn, kn [T, Hk_l, dk]; rstd [T * Hk_l]
-  auto contiguous = [&](const TensorView& v, Shape shape) {
-    Tensor t = Tensor::empty(shape, v.dtype, dev);
-    ops::copy(t.view().reshape(v.shape), v, s);
-    return t;
-  };
-  saved_[kQc] = contiguous(cols(c_out, 0, qk_l), Shape{T * hk_l_, dk});
-  saved_[kKc] = contiguous(cols(c_out, qk_l, qk_l), Shape{T * hk_l_, dk});
-  saved_[kV] = contiguous(cols(c_out, 2 * qk_l, v_l), Shape{T, hv_l_, dv});
+  // v packed for the chunk kernel (it takes contiguous [T, Hv_l, dv]).
+  saved_[kV] = Tensor::empty(Shape{T, hv_l_, dv}, A, dev);
+  ops::copy(saved_[kV].view().reshape(Shape{T, v_l}), cols(c_out, 2 * qk_l, v_l), s);
+  // L2-normalised q, k per head, read in place.   qn, kn [T, Hk_l, dk]; rstd [T * Hk_l]
   for (int i = 0; i < 2; ++i) {
     saved_[kQn + i] = Tensor::empty(Shape{T, hk_l_, dk}, A, dev);
     saved_[kRq + i] = Tensor::empty(Shape{T * hk_l_}, DType::f32, dev);
-    ops::l2norm_fwd(saved_[kQn + i].view().reshape(Shape{T * hk_l_, dk}), saved_[kRq + i], saved_[kQc + i], 1e-6f, s);
+    ops::l2norm_fwd(saved_[kQn + i], saved_[kRq + i], heads(cols(c_out, i * qk_l, qk_l), hk_l_, dk), 1e-6f, s);
   }
-  // z for the gated RMSNorm, per v-head.                                 zc [T * Hv_l, dv]
-  saved_[kZc] = contiguous(cols(hp, d.off_z, v_l), Shape{T * hv_l_, dv});
+}
+
+void GatedDeltaNet::reduce_partial_to_zigzag(const TensorView& out, const TensorView& partial,
+                                             const data::PackedSeqParams& psp, bool sp) {
+  const Stream s = ctx_.stream;
+  const int64_t T = partial.shape[0], H = partial.shape[1];
+  // Rank-major rows (row r*T/cp + l: row l of CP rank r), so the reduce-scatter hands each
+  // rank its zig-zag rows.                                   rank_major[q] = partial[cp_inv[q]]
+  Tensor rank_major = Tensor::empty(Shape{T, H}, partial.dtype, ctx_.device);
+  ops::gather_rows(rank_major, partial, psp.cp_inv_dev(), s);
+  if (sp) {
+    Tensor yc = Tensor::empty(Shape{psp.tokens_cp(), H}, partial.dtype, ctx_.device);
+    ctx_.pg->cp->reduce_scatter(yc, rank_major, dist::ReduceOp::sum, s);
+    ctx_.pg->tp->reduce_scatter(out, yc, dist::ReduceOp::sum, s);
+  } else {
+    ctx_.pg->cp->reduce_scatter(out, rank_major, dist::ReduceOp::sum, s);
+    if (tp_ > 1) ctx_.pg->tp->all_reduce(out, dist::ReduceOp::sum, s);
+  }
 }
 
 // Rows of the TP-local conv weight [conv_t, 1, W] used by this CP rank: its slice of each of

@@ -62,9 +62,9 @@ LmHeadLoss::LmHeadLoss(const LmHeadConfig& cfg, const RunCtx& ctx, model::Param*
   }
 }
 
-int64_t LmHeadConfig::chunk_rows(int tp) const {
+int64_t LmHeadConfig::chunk_rows(int tp, int64_t elem_bytes) const {
   if (chunk_tokens > 0) return chunk_tokens;
-  const int64_t fit = (int64_t(1) << 30) / (4 * std::max<int64_t>(vocab / std::max(tp, 1), 1));
+  const int64_t fit = (int64_t(1) << 30) / (elem_bytes * std::max<int64_t>(vocab / std::max(tp, 1), 1));
   return std::clamp<int64_t>(fit / 64 * 64, 64, 4096);
 }
 
@@ -89,11 +89,13 @@ void LmHeadLoss::chunk_stats(const TensorView& lg, int64_t c0, const TensorView&
   ops::ce_loss(loss.slice(0, c0, c0 + n), mc, sec, tlc, tg, s);
 }
 
-void LmHeadLoss::chunk_grad(const TensorView& dl, const TensorView& lg, int64_t c0, const TensorView& hc,
-                            const TensorView& dhc, float scale) {
+// lg: the chunk's logits, overwritten by its dlogits (ce_bwd reads and writes each element once).
+void LmHeadLoss::chunk_grad(const TensorView& lg, int64_t c0, const TensorView& hc, const TensorView& dhc,
+                            float scale) {
   const Stream s = ctx_.stream;
   const int64_t n = lg.shape[0];
   model::Param& w = weight();
+  const TensorView& dl = lg;
   ops::ce_bwd(dl, lg, m_.view().slice(0, c0, c0 + n), se_.view().slice(0, c0, c0 + n),
               labels_.view().slice(0, c0, c0 + n), vocab_begin_, scale, s);
   ops::gemm(w.grad, dl, hc, {true, false, 1.f, 1.f}, s);  // dW_t += dl^T hg
@@ -115,21 +117,16 @@ LmHeadLoss::Result LmHeadLoss::forward(const TensorView& h, const LmTargets& tar
   m_ = Tensor::empty(Shape{T_cp}, DType::f32, dev);
   se_ = Tensor::empty(Shape{T_cp}, DType::f32, dev);
   Tensor loss = Tensor::empty(Shape{T_cp}, DType::f32, dev);  // [T_cp] per-token losses
-  const int64_t C = std::min(cfg_.chunk_rows(tp_), std::max<int64_t>(T_cp, 1));
-  Tensor logits = Tensor::empty(Shape{C, V_t}, DType::f32, dev);  // [C, V_t]
-  Tensor dlogits;                                                 // [C, V_t] act (fused)
-  if (backward_scale) {
-    dlogits = Tensor::empty(Shape{C, V_t}, h.dtype, dev);
-    dhg_ = Tensor::empty(Shape{T_cp, H}, h.dtype, dev);
-  }
+  const int64_t C = std::min(cfg_.chunk_rows(tp_, int64_t(dtype_size(h.dtype))), std::max<int64_t>(T_cp, 1));
+  Tensor logits = Tensor::empty(Shape{C, V_t}, h.dtype, dev);  // [C, V_t] act; dlogits in place
+  if (backward_scale) dhg_ = Tensor::empty(Shape{T_cp, H}, h.dtype, dev);
   const TensorView W = weight().w();
   for (int64_t c0 = 0; c0 < T_cp; c0 += C) {
     const int64_t n = std::min(C, T_cp - c0);
     const TensorView lg = logits.view().slice(0, 0, n), hc = hg_.view().slice(0, c0, c0 + n);
     ops::gemm(lg, hc, W, {false, true}, s);
     chunk_stats(lg, c0, loss);
-    if (backward_scale)
-      chunk_grad(dlogits.view().slice(0, 0, n), lg, c0, hc, dhg_.view().slice(0, c0, c0 + n), *backward_scale);
+    if (backward_scale) chunk_grad(lg, c0, hc, dhg_.view().slice(0, c0, c0 + n), *backward_scale);
   }
   Result r;
   r.loss_sum = Tensor::zeros(Shape{1}, DType::f32, dev, s);
@@ -173,14 +170,13 @@ void LmHeadLoss::backward(const TensorView& dh, float scale) {
     dhg_t = Tensor::empty(Shape{T_cp, H}, A, dev);
     dhg = dhg_t;
   }
-  const int64_t C = std::min(cfg_.chunk_rows(tp_), std::max<int64_t>(T_cp, 1));
-  Tensor logits = Tensor::empty(Shape{C, V_t}, DType::f32, dev);  // [C, V_t] recomputed
-  Tensor dlogits = Tensor::empty(Shape{C, V_t}, A, dev);          // [C, V_t]
+  const int64_t C = std::min(cfg_.chunk_rows(tp_, int64_t(dtype_size(A))), std::max<int64_t>(T_cp, 1));
+  Tensor logits = Tensor::empty(Shape{C, V_t}, A, dev);  // [C, V_t] recomputed; dlogits in place
   for (int64_t c0 = 0; c0 < T_cp; c0 += C) {
     const int64_t n = std::min(C, T_cp - c0);
     const TensorView lg = logits.view().slice(0, 0, n), hc = hg_.view().slice(0, c0, c0 + n);
     ops::gemm(lg, hc, weight().w(), {false, true}, s);
-    chunk_grad(dlogits.view().slice(0, 0, n), lg, c0, hc, dhg.slice(0, c0, c0 + n), scale);
+    chunk_grad(lg, c0, hc, dhg.slice(0, c0, c0 + n), scale);
   }
   if (sp_) ctx_.pg->tp->reduce_scatter(dh, dhg, dist::ReduceOp::sum, s);
   else if (tp_ > 1) ctx_.pg->tp->all_reduce(dh, dist::ReduceOp::sum, s);

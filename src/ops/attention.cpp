@@ -175,10 +175,9 @@ AttnBackendChoice choose_attention_backend(const std::string& requested, Device 
     return {AttnBackend::native,
             fmt::format("config: attention.backend = '{}' is not one of: auto, native, cudnn, cudnn_fwd", requested)};
   if (requested == "native" || requested == "auto" || dev.is_cpu()) return {AttnBackend::native, ""};
-  const AttnBackend want = requested == "cudnn" ? AttnBackend::cudnn : AttnBackend::cudnn_fwd;
 #if DELTATRON_HAVE_CUDA
   std::string why = cuda::cudnn_attention_unavailable();
-  if (why.empty()) return {want, ""};
+  if (why.empty()) return {requested == "cudnn" ? AttnBackend::cudnn : AttnBackend::cudnn_fwd, ""};
 #else
   std::string why = "needs a CUDA build";
 #endif

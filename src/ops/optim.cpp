@@ -22,7 +22,14 @@ bool overlap(const TensorView& a, const TensorView& b) {
 
 // The optional compute copy: a cast target of p's shape that no input aliases (the kernels read
 // p, m, v, g and write compute in one pass, so an overlap would read half-written values).
+// ins: p first, g last.
 void check_writes(const UpdateWrites& w, std::initializer_list<const TensorView*> ins, const char* op) {
+  if (w.zero_grad) {  // g is written too: it must not share bytes with what the update writes
+    const TensorView& g = **(ins.end() - 1);
+    for (const TensorView* x : ins)
+      DT_CHECK(x == &g || !overlap(g, *x), "{}: with zero_grad, g must not overlap p, m or v: g {} at {} overlaps {} at {}",
+               op, g.str(), g.data, x->str(), x->data);
+  }
   const TensorView& c = w.compute;
   if (!c.data) return;
   const TensorView& p = **ins.begin();

@@ -255,16 +255,19 @@ TEST(LmHeadLayer, PackedEqualsPerSequence) {
   EXPECT_LT(std::abs(packed - sum) / std::abs(sum), 1e-6);
 }
 
-// The automatic chunk: as many rows of f32 logits as fit 1 GiB, a multiple of 64 in [64, 4096].
+// The automatic chunk: as many rows of logits (f32: 4 bytes, bf16: 2) as fit 1 GiB, a multiple of
+// 64 in [64, 4096].
 TEST(LmHeadLayer, AutomaticChunkRows) {
   layers::LmHeadConfig c;
   c.vocab = 248320;
-  EXPECT_EQ(c.chunk_rows(1), 1024);  // 2^30 / (4 * 248320) = 1081
-  EXPECT_EQ(c.chunk_rows(2), 2112);  // V/tp = 124160: 2162
+  EXPECT_EQ(c.chunk_rows(1, 4), 1024);  // 2^30 / (4 * 248320) = 1081
+  EXPECT_EQ(c.chunk_rows(2, 4), 2112);  // V/tp = 124160: 2162
+  EXPECT_EQ(c.chunk_rows(1, 2), 2112);  // bf16 logits: 2^30 / (2 * 248320) = 2162
+  EXPECT_EQ(c.chunk_rows(2, 2), 4096);  // 4324, capped
   c.vocab = 64;
-  EXPECT_EQ(c.chunk_rows(1), 4096);
+  EXPECT_EQ(c.chunk_rows(1, 4), 4096);
   c.vocab = 1 << 24;
-  EXPECT_EQ(c.chunk_rows(1), 64);
+  EXPECT_EQ(c.chunk_rows(1, 4), 64);
   c.chunk_tokens = 7;
-  EXPECT_EQ(c.chunk_rows(4), 7);
+  EXPECT_EQ(c.chunk_rows(4, 2), 7);
 }

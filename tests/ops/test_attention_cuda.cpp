@@ -7,10 +7,12 @@
 //    of one [T, 2 Hkv D] buffer as the layer passes them;
 //  * CP zig-zag query rows (q_div = 2) against the CPU on the same rows;
 //  * two runs give the same bits (no atomics);
-//  * rope (in place on a strided view), sigmoid gate, gather_rows, f32 and bf16.
+//  * rope (in place on a strided view; out of place, with the pass-through copy), sigmoid gate
+//    (16-byte path and element fallback), gather_rows, f32 and bf16.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "attention_cuda_harness.h"
@@ -132,5 +134,58 @@ TEST(AttentionCuda, RopeGateGather) {
       same &= std::memcmp(static_cast<char*>(ho.data()) + size_t(t * H * D) * es,
                           static_cast<char*>(hs.data()) + size_t(idx[size_t(t)] * 2 * H * D) * es, size_t(H * D) * es) == 0;
     EXPECT_TRUE(same) << "gather_rows";
+  }
+}
+
+// RoPE out of place (the pass-through dims copied in 16-byte words or, for 24-byte offsets, in
+// elements), more heads than one thread rotates at once (10 > 8), rd = D and rd = 0; the sigmoid
+// gate's element fallback (D = 37: not a whole number of 16-byte vectors; a view one column off).
+TEST(AttentionCuda, RopeOutOfPlaceAndGateFallbacks) {
+  struct Case {
+    int64_t H, D, rd;
+  };
+  const int64_t T = 97;
+  std::vector<int32_t> posv(T);
+  for (int64_t t = 0; t < T; ++t) posv[size_t(t)] = int32_t((t * 7919 + 11) % 100000);
+  Tensor pos = i32(posv), gpos = i32(posv, kGpu);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    for (const Case c : {Case{10, 64, 16}, Case{3, 36, 12}, Case{2, 32, 32}, Case{2, 24, 0}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " H " + std::to_string(c.H) + " D " + std::to_string(c.D) +
+                   " rd " + std::to_string(c.rd));
+      const int64_t H = c.H, D = c.D;
+      Tensor buf = rounded(rand_host(Shape{T, 2 * H * D}), dt);
+      Tensor gbuf = dev(buf, dt);
+      const TensorView cx = heads(buf, H * D, H, D), gx = heads(gbuf, H * D, H, D);
+      Tensor cy = Tensor::empty(Shape{T, H, D}, DType::f32), gy = Tensor::empty(Shape{T, H, D}, dt, kGpu);
+      poison(gy);
+      ops::rope_fwd(cy, cx, pos, c.rd, 1e6);
+      ops::rope_fwd(gy, gx, gpos, c.rd, 1e6);
+      EXPECT_TRUE(close_rel(host32(gy), cy, dt == DType::bf16 ? 5e-3 : 1e-6)) << "rope_fwd";
+      Tensor cdx = Tensor::empty(Shape{T, H, D}, DType::f32), gdx = Tensor::empty(Shape{T, H, D}, dt, kGpu);
+      poison(gdx);
+      ops::rope_bwd(cdx, cx, pos, c.rd, 1e6);
+      ops::rope_bwd(gdx, gx, gpos, c.rd, 1e6);
+      EXPECT_TRUE(close_rel(host32(gdx), cdx, dt == DType::bf16 ? 5e-3 : 1e-6)) << "rope_bwd";
+    }
+    for (const int64_t off : {int64_t(0), int64_t(1)}) {
+      const int64_t R = 301, D = off ? 64 : 37;
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " gate D " + std::to_string(D) + " off " + std::to_string(off));
+      Tensor og = rounded(rand_host(Shape{R, 2 * D + 1}, -4.f, 4.f), dt), dy = rounded(rand_host(Shape{R, D}), dt);
+      auto o_of = [&](const TensorView& v) { return v.slice(1, off, off + D); };
+      auto g_of = [&](const TensorView& v) { return v.slice(1, off + D, off + 2 * D); };
+      Tensor y = Tensor::empty(Shape{R, D}, DType::f32), d_o = Tensor::empty(Shape{R, D}, DType::f32),
+             dg = Tensor::empty(Shape{R, D}, DType::f32);
+      ops::sigmoid_gate_fwd(y, o_of(og), g_of(og));
+      ops::sigmoid_gate_bwd(d_o, dg, dy, o_of(og), g_of(og));
+      Tensor gog = dev(og, dt), gdy = dev(dy, dt);
+      Tensor gy = Tensor::empty(Shape{R, D}, dt, kGpu), gdo = Tensor::empty(Shape{R, D}, dt, kGpu),
+             gdg = Tensor::empty(Shape{R, D}, dt, kGpu);
+      for (Tensor* t : {&gy, &gdo, &gdg}) poison(*t);
+      ops::sigmoid_gate_fwd(gy, o_of(gog), g_of(gog));
+      ops::sigmoid_gate_bwd(gdo, gdg, gdy, o_of(gog), g_of(gog));
+      EXPECT_TRUE(close_rel(host32(gy), y, tol(dt))) << "gate y";
+      EXPECT_TRUE(close_rel(host32(gdo), d_o, tol(dt))) << "gate do";
+      EXPECT_TRUE(close_rel(host32(gdg), dg, tol(dt))) << "gate dg";
+    }
   }
 }

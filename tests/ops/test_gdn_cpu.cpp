@@ -739,6 +739,69 @@ TEST(GdnCpuOps, ConvPackedEqualsSeparate) {
 
 // Activation gradients overwrite (=), parameter gradients accumulate (+=), for every f32 op;
 // row-strided activation views are accepted.
+// Head rows read in place: l2norm and the gated RMSNorm on [T, H, d] views with a wide row
+// stride (the layer's q, k columns of the conv output, z of the projections; outputs into
+// columns of a wider buffer) give the bits of the same ops on packed [T * H, d] copies, and
+// leave the buffer's other columns alone.
+TEST(GdnCpuOps, HeadRowViewsMatchPackedBitwise) {
+  Rand r(21);
+  const int64_t T = 9, H = 3, D = 8, W = H * D + 7;  // 7 other columns per row
+  auto wide = [&](uint64_t) {
+    Tensor t = Tensor::empty({T, W}, DType::f32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = float(r.normal(1)[0]);
+    return t;
+  };
+  auto heads_of = [&](const Tensor& t) {  // columns [2, 2 + H D) as [T, H, D]
+    TensorView v = t.view().slice(1, 2, 2 + H * D);
+    v.shape = Shape{T, H, D};
+    v.stride = {W, D, 1};
+    return v;
+  };
+  auto packed = [&](const TensorView& v) {
+    Tensor p = Tensor::empty({T, H, D}, DType::f32);
+    dt::ops::copy(p, v);
+    return p;
+  };
+  auto same = [&](const TensorView& a, const Tensor& b) {
+    Tensor pa = packed(a);
+    return std::memcmp(pa.ptr<float>(), b.ptr<float>(), size_t(b.numel()) * 4) == 0;
+  };
+  Tensor xb = wide(1), dyb = wide(2), zb = wide(3), ob = wide(4);
+  const TensorView x = heads_of(xb), z = heads_of(zb);
+  Tensor xp = packed(x), zp = packed(z), dy = packed(heads_of(dyb)), o = packed(heads_of(ob));
+  Tensor w = tensor_of(r.uniform(size_t(D), 0.5, 1.5), {D});
+  // l2norm: x read in place, dx written in place.
+  Tensor y = Tensor::empty({T, H, D}, DType::f32), rs = Tensor::empty({T * H}, DType::f32);
+  Tensor yp = Tensor::empty({T * H, D}, DType::f32), rsp = Tensor::empty({T * H}, DType::f32);
+  dt::ops::l2norm_fwd(y, rs, x);
+  dt::ops::l2norm_fwd(yp, rsp, xp.view().reshape(Shape{T * H, D}));
+  EXPECT_EQ(std::memcmp(y.ptr<float>(), yp.ptr<float>(), size_t(y.numel()) * 4), 0) << "l2norm y";
+  Tensor dxb = wide(5), before = Tensor::empty({T, W}, DType::f32);
+  dt::ops::copy(before, dxb);
+  Tensor dxp = Tensor::empty({T * H, D}, DType::f32);
+  dt::ops::l2norm_bwd(heads_of(dxb), dy, x, rs);
+  dt::ops::l2norm_bwd(dxp, dy.view().reshape(Shape{T * H, D}), xp.view().reshape(Shape{T * H, D}), rsp);
+  EXPECT_TRUE(same(heads_of(dxb), dxp)) << "l2norm dx";
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j : {int64_t(0), int64_t(1), W - 1})
+      EXPECT_EQ(dxb.ptr<float>()[i * W + j], before.ptr<float>()[i * W + j]) << "row " << i << " column " << j;
+  // gated RMSNorm: z read in place, dz written in place.
+  Tensor g = Tensor::empty({T, H, D}, DType::f32), gr = Tensor::empty({T * H}, DType::f32);
+  Tensor gp = Tensor::empty({T * H, D}, DType::f32), grp = Tensor::empty({T * H}, DType::f32);
+  dt::ops::gated_rmsnorm_fwd(g, gr, o, z, w, 1e-6f);
+  dt::ops::gated_rmsnorm_fwd(gp, grp, o.view().reshape(Shape{T * H, D}), zp.view().reshape(Shape{T * H, D}), w, 1e-6f);
+  EXPECT_EQ(std::memcmp(g.ptr<float>(), gp.ptr<float>(), size_t(g.numel()) * 4), 0) << "gated rmsnorm y";
+  Tensor dzb = wide(6), d_o = Tensor::empty({T, H, D}, DType::f32), dzp = Tensor::empty({T * H, D}, DType::f32);
+  Tensor dop = Tensor::empty({T * H, D}, DType::f32);
+  Tensor dw = Tensor::zeros({D}, DType::f32), dwp = Tensor::zeros({D}, DType::f32);
+  dt::ops::gated_rmsnorm_bwd(d_o, heads_of(dzb), dw, dy, o, z, w, gr);
+  dt::ops::gated_rmsnorm_bwd(dop, dzp, dwp, dy.view().reshape(Shape{T * H, D}), o.view().reshape(Shape{T * H, D}),
+                             zp.view().reshape(Shape{T * H, D}), w, grp);
+  EXPECT_TRUE(same(heads_of(dzb), dzp)) << "gated rmsnorm dz";
+  EXPECT_EQ(std::memcmp(d_o.ptr<float>(), dop.ptr<float>(), size_t(d_o.numel()) * 4), 0) << "gated rmsnorm do";
+  EXPECT_EQ(std::memcmp(dw.ptr<float>(), dwp.ptr<float>(), size_t(D) * 4), 0) << "gated rmsnorm dw";
+}
+
 TEST(GdnCpuOps, GradientContractsAndStridedRows) {
   Rand r(12);
   const int64_t T = 11, H = 3, D = 6;

@@ -2,11 +2,13 @@
 // bf16 (< 1e-2; inputs rounded to bf16 first, so both sides see the same values), outputs
 // NaN-poisoned; strided views (the halves of one [T, 2F] buffer, vocab slices of the logits,
 // aligned and not: the cross entropy's grouped loads, their head and tail);
-// rmsnorm1p dw and embedding dW accumulate (+=) and are bitwise repeatable.
+// rmsnorm1p dw and embedding dW accumulate (+=) and are bitwise repeatable; rmsnorm1p's
+// warp-per-row kernels and swiglu's 16-byte path each next to their element fallbacks.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "cuda_test_util.h"
 #include "deltatron/ops/layers_ops.h"
@@ -60,6 +62,74 @@ TEST(LayersOpsCuda, SwigluOnHalvesOfOneBuffer) {
     ops::swiglu_bwd(gdg, gdu, gdy, gg, gu2);
     EXPECT_TRUE(close_rel(host32(gy), y, tol(t))) << dtype_name(t);
     EXPECT_TRUE(close_rel(host32(gdgu), dgu, tol(t))) << dtype_name(t);
+  }
+}
+
+// The row kernels (one warp per row, 16-byte slots) and their fallbacks: rows of 256 as the
+// strided half of a [R, 512] buffer (the attention's q heads), 1024 (the hidden size, a row
+// count that leaves the last warp's rows partly past the end), a misaligned ragged row (element
+// accesses inside the row kernel), a row too wide for it (the generic block kernel), and a
+// tiny D; dw (+=) repeatable in bits on each.
+TEST(LayersOpsCuda, Rmsnorm1pRowKernelsAndFallbacks) {
+  struct Case {
+    int64_t R, D, pitch, off;  // x, dy, dx, y: columns [off, off + D) of [R, pitch] buffers
+  };
+  for (const Case c : {Case{333, 256, 512, 0}, Case{129, 1024, 1024, 0}, Case{77, 100, 101, 1},
+                       Case{5, 3000, 3000, 0}, Case{9, 6, 6, 0}}) {
+    for (DType t : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " R " + std::to_string(c.R) + " D " + std::to_string(c.D));
+      const int64_t R = c.R, D = c.D;
+      auto cols = [&](const TensorView& v) { return v.slice(1, c.off, c.off + D); };
+      Tensor xb = rounded(rand_host(Shape{R, c.pitch}, -3.f, 3.f), t), dyb = rounded(rand_host(Shape{R, c.pitch}), t);
+      Tensor w = rand_host(Shape{D}, -0.5f, 0.5f), dw0 = rand_host(Shape{D});
+      Tensor y = Tensor::empty(Shape{R, D}, DType::f32), rs = Tensor::empty(Shape{R}, DType::f32);
+      Tensor dx = Tensor::empty(Shape{R, D}, DType::f32), dw = as(dw0, DType::f32);
+      ops::rmsnorm1p_fwd(y, rs, cols(xb), w, 1e-6f);
+      ops::rmsnorm1p_bwd(dx, dw, cols(dyb), cols(xb), w, rs);
+      Tensor gxb = dev(xb, t), gdyb = dev(dyb, t), gw = dev(w, DType::f32), gdw = dev(dw0, DType::f32);
+      Tensor gyb = Tensor::empty(Shape{R, c.pitch}, t, kGpu), gdxb = Tensor::empty(Shape{R, c.pitch}, t, kGpu);
+      Tensor grs = Tensor::empty(Shape{R}, DType::f32, kGpu);
+      poison(gyb);
+      poison(gdxb);
+      poison(grs);
+      ops::rmsnorm1p_fwd(cols(gyb), grs, cols(gxb), gw, 1e-6f);
+      ops::rmsnorm1p_bwd(cols(gdxb), gdw, cols(gdyb), cols(gxb), gw, grs);
+      EXPECT_TRUE(close_rel(host32(cols(gyb)), y, tol(t))) << "y";
+      EXPECT_TRUE(close_rel(host32(grs), rs, 1e-5)) << "rstd";
+      EXPECT_TRUE(close_rel(host32(cols(gdxb)), dx, tol(t))) << "dx";
+      EXPECT_TRUE(close_rel(host32(gdw), dw, 1e-4)) << "dw (+=)";
+      Tensor gdw2 = dev(dw0, DType::f32);
+      ops::rmsnorm1p_bwd(cols(gdxb), gdw2, cols(gdyb), cols(gxb), gw, grs);
+      EXPECT_EQ(std::memcmp(host32(gdw).data(), host32(gdw2).data(), size_t(D) * 4), 0) << "dw not repeatable";
+    }
+  }
+}
+
+// SwiGLU's 16-byte path (F a whole number of vectors, aligned halves; the bench's F = 3584 at a
+// few rows) and its element fallback (odd F; F = 132, whose bf16 u half starts 8 bytes off 16).
+TEST(LayersOpsCuda, SwigluVectorAndFallbackPaths) {
+  for (const int64_t F : {int64_t(135), int64_t(132), int64_t(3584)}) {
+    for (DType t : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " F " + std::to_string(F));
+      const int64_t T = 37;
+      Tensor gu = rounded(rand_host(Shape{T, 2 * F}, -8.f, 8.f), t), dy = rounded(rand_host(Shape{T, F}), t);
+      Tensor y = Tensor::empty(Shape{T, F}, DType::f32), dgu = Tensor::empty(Shape{T, 2 * F}, DType::f32);
+      auto halves = [F](const TensorView& v) { return std::pair{v.slice(1, 0, F), v.slice(1, F, 2 * F)}; };
+      auto [g, u] = halves(gu);
+      auto [dg, du] = halves(dgu);
+      ops::swiglu_fwd(y, g, u);
+      ops::swiglu_bwd(dg, du, dy, g, u);
+      Tensor ggu = dev(gu, t), gdy = dev(dy, t), gy = Tensor::empty(Shape{T, F}, t, kGpu),
+             gdgu = Tensor::empty(Shape{T, 2 * F}, t, kGpu);
+      poison(gy);
+      poison(gdgu);
+      auto [gg, gu2] = halves(ggu);
+      auto [gdg, gdu] = halves(gdgu);
+      ops::swiglu_fwd(gy, gg, gu2);
+      ops::swiglu_bwd(gdg, gdu, gdy, gg, gu2);
+      EXPECT_TRUE(close_rel(host32(gy), y, tol(t))) << "y";
+      EXPECT_TRUE(close_rel(host32(gdgu), dgu, tol(t))) << "dg|du";
+    }
   }
 }
 

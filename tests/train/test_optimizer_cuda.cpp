@@ -65,10 +65,12 @@ TEST(OptimizerCuda, SgdUpdateMatchesCpu) {
 // The fused update (compute copy + gradient reset in the same pass) on the GPU against the CPU
 // reference, bit for bit, over the whole buffers: sizes with n % 4 tails, a single element and
 // past a grid's worth of vectors (the grid-stride loop wraps); views at offset 0 (vector path),
-// all at 1 or all at 3 (a scalar head of 3 or 1 up to the 16-byte boundary, then vectors) and
-// at mixed offsets (all scalar).
+// all at 1, 2 or 3 (a scalar head of 3, 2 or 1 up to the 16-byte boundary, then vectors), at
+// mixed offsets (all scalar), and with only the compute copy off its boundary (1 or 2: scalar,
+// as its 8-byte vector stores would be misaligned; 4: a 16-bit copy's vectors line up again).
 TEST(OptimizerCuda, FusedUpdateMatchesCpuBits) {
-  const std::array<int64_t, 5> offsets[] = {{0, 0, 0, 0, 0}, {1, 1, 1, 1, 1}, {3, 3, 3, 3, 3}, {1, 0, 2, 3, 1}};
+  const std::array<int64_t, 5> offsets[] = {{0, 0, 0, 0, 0}, {1, 1, 1, 1, 1}, {2, 2, 2, 2, 2}, {3, 3, 3, 3, 3},
+                                            {1, 0, 2, 3, 1}, {0, 0, 0, 0, 1}, {0, 0, 0, 0, 2}, {0, 0, 0, 0, 4}};
   for (dt::testing::UpdateKind k : {dt::testing::UpdateKind::adamw, dt::testing::UpdateKind::sgd})
     for (int64_t n : {int64_t(1), int64_t(3), int64_t(5), int64_t(1000003), int64_t(65536) * 256 * 4 + 7})
       for (const auto& off : offsets)

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <cstring>
 
 #include "deltatron/data/packer.h"
 #include "deltatron/data/synthetic.h"
@@ -131,8 +132,39 @@ TEST(Trainer, GdnCpCommAutoPicksFewerBytes) {
   EXPECT_EQ(train::gdn_cp_comm("auto", bench, 2, 4), GdnCpComm::all_to_all);  // 5136 < 8192
   EXPECT_EQ(train::gdn_cp_comm("auto", layer, 1, 2), GdnCpComm::all_gather);  // 16448 > 8192 (2.0)
   EXPECT_EQ(train::gdn_cp_comm("auto", layer, 4, 2), GdnCpComm::all_to_all);  // 4112 < 8192
+  EXPECT_EQ(train::gdn_cp_comm("auto", layer, 1, 4), GdnCpComm::all_gather);  // 16448 > 16384: just over
+  io::ModelConfig tie = bench;  // Hk = Hv = 8, dk = dv = 102: 2*816 + 2*816 + 16 + 816 = 4096 = 2*2*1024
+  tie.linear_num_key_heads = tie.linear_num_value_heads = 8;
+  tie.linear_key_head_dim = tie.linear_value_head_dim = 102;
+  EXPECT_EQ(train::gdn_cp_comm("auto", tie, 1, 2), GdnCpComm::all_to_all);  // a tie keeps the smaller saved input
   EXPECT_EQ(train::gdn_cp_comm("all_to_all", bench, 1, 2), GdnCpComm::all_to_all);
   EXPECT_EQ(train::gdn_cp_comm("all_gather", bench, 2, 4), GdnCpComm::all_gather);
+}
+
+// A non-finite step is skipped: the weights (fp32 masters) stay as they were, the gradients are
+// zeroed for the next step (the fused optimizer pass that would zero them did not run), and it is
+// counted. Poisoned with a NaN weight, the loss of the next step is NaN.
+TEST(Trainer, SkippedStepLeavesWeightsAndZeroesGrads) {
+  if (dist::world_size() != 1) GTEST_SKIP() << "single-rank test";
+  io::Config c = curve_config({1, 1, 1, false});
+  c.train.steps = 3;
+  train::Trainer t(c);
+  ASSERT_TRUE(t.step().applied);
+  model::Param& p0 = *t.params()[0];
+  p0.master.ptr<float>()[0] = std::nanf("");
+  model::refresh_compute(p0, t.stream());
+  std::vector<std::vector<float>> before;
+  for (const model::Param* p : t.params())
+    before.emplace_back(p->master.ptr<float>(), p->master.ptr<float>() + p->master.numel());
+  const train::StepResult r = t.step();
+  EXPECT_FALSE(r.applied);
+  EXPECT_FALSE(std::isfinite(r.loss));
+  for (size_t i = 0; i < t.params().size(); ++i) {
+    const model::Param& p = *t.params()[i];
+    EXPECT_EQ(std::memcmp(before[i].data(), p.master.ptr<float>(), before[i].size() * 4), 0) << p.spec.name;
+    for (int64_t k = 0; k < p.grad.numel(); ++k)
+      ASSERT_EQ(p.grad.ptr<float>()[k], 0.f) << p.spec.name << " element " << k;
+  }
 }
 
 // The GDN CP settings reach the layers (RunCtx) and train alike under CP = 2: the per-sequence

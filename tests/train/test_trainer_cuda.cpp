@@ -5,9 +5,10 @@
 //    in fp32 on the GPU within 1e-3 of the CPU over 20 steps (fp32 GEMMs are true fp32: only the
 //    summation order differs); the JSONL record carries tokens/s, TFLOP/s, peak memory and, on a
 //    GPU with a known peak, MFU.
-//  * mpirun -np 2 (2 GPUs): TP = 2 (with and without SP) and CP = 2, bf16, 50 steps, within 2% of
-//    DP = 2 on the same GPUs -- each GPU running whole micro-batches exactly as one GPU does (only
-//    the fp32 gradient sum's order differs from 1 GPU with grad_accum 2) -- and of the fp32 CPU.
+//  * mpirun -np 2 (2 GPUs): TP = 2 (with and without SP) and CP = 2 (both gdn.cp_comm schemes),
+//    bf16, 50 steps, within 2% of DP = 2 on the same GPUs -- each GPU running whole micro-batches
+//    exactly as one GPU does (only the fp32 gradient sum's order differs from 1 GPU with
+//    grad_accum 2) -- and of the fp32 CPU.
 //  * mpirun -np 4 / -np 8 (issue 8): TP = 2 x CP = 2 (+ SP), TP = 4 + SP and CP = 4 on 4 GPUs,
 //    TP = 2 + SP x CP = 2 x DP = 2 on 8, bf16, 50 steps, within 2% of DP = world on the same GPUs
 //    (one GPU per micro-batch, the same global batch through grad_accum).
@@ -48,6 +49,17 @@ io::Config quickstart(bool gdn_only, std::vector<std::string> sets) {
 
 std::vector<double> losses(bool gdn_only, std::vector<std::string> sets) {
   return train::run_training(quickstart(gdn_only, std::move(sets))).losses;
+}
+
+// 50 bf16 steps under one layout, `micro` micro-batches per step (grad_accum = micro / dp), so
+// every layout of a comparison sees the same global batch.
+std::vector<double> layout_losses(bool gdn_only, const std::string& device, int micro, int tp, int cp, int dp,
+                                  bool sp, const char* comm = "auto") {
+  return losses(gdn_only, {"train.device=" + device, "train.precision=bf16", "train.steps=50",
+                           "parallel.tp=" + std::to_string(tp), "parallel.cp=" + std::to_string(cp),
+                           "parallel.dp=" + std::to_string(dp), std::string("parallel.sp=") + (sp ? "true" : "false"),
+                           "train.grad_accum=" + std::to_string(micro / dp), "data.pad_multiple=8",
+                           std::string("gdn.cp_comm=") + comm});
 }
 
 void expect_curves_close(const std::vector<double>& got, const std::vector<double>& ref, double rel,
@@ -97,11 +109,8 @@ TEST_P(TrainerCuda, Fp32MatchesCpu) {
 TEST_P(TrainerCuda, TwoGpuLayoutsMatchOneGpuPerMicroBatch) {
   if (dist::world_size() != 2) GTEST_SKIP() << "runs under mpirun -np 2 (2 GPUs)";
   const bool gdn_only = GetParam();
-  auto run = [&](const std::string& device, int tp, int cp, int dp, bool sp) {
-    return losses(gdn_only, {"train.device=" + device, "train.precision=bf16", "train.steps=50",
-                             "parallel.tp=" + std::to_string(tp), "parallel.cp=" + std::to_string(cp),
-                             "parallel.dp=" + std::to_string(dp), std::string("parallel.sp=") + (sp ? "true" : "false"),
-                             "train.grad_accum=" + std::to_string(2 / dp), "data.pad_multiple=8"});
+  auto run = [&](const std::string& device, int tp, int cp, int dp, bool sp, const char* comm = "auto") {
+    return layout_losses(gdn_only, device, 2, tp, cp, dp, sp, comm);
   };
   const std::vector<double> cpu = run("cpu", 1, 1, 2, false);
   const std::vector<double> one = run("cuda", 1, 1, 2, false);
@@ -110,10 +119,12 @@ TEST_P(TrainerCuda, TwoGpuLayoutsMatchOneGpuPerMicroBatch) {
     int tp, cp;
     bool sp;
     const char* name;
+    const char* comm = "auto";  // the quickstart's auto is all_gather under every CP layout
   };
-  for (const L& l : {L{2, 1, false, "tp 2"}, L{2, 1, true, "tp 2 + sp"}, L{1, 2, false, "cp 2"}}) {
+  for (const L& l : {L{2, 1, false, "tp 2"}, L{2, 1, true, "tp 2 + sp"}, L{1, 2, false, "cp 2"},
+                     L{1, 2, false, "cp 2 all_to_all", "all_to_all"}}) {
     SCOPED_TRACE(l.name);
-    const std::vector<double> got = run("cuda", l.tp, l.cp, 1, l.sp);
+    const std::vector<double> got = run("cuda", l.tp, l.cp, 1, l.sp, l.comm);
     expect_curves_close(got, one, 0.02, "vs one GPU per micro-batch");
     expect_curves_close(got, cpu, 0.02, "vs fp32 CPU");
   }
@@ -123,12 +134,7 @@ TEST_P(TrainerCuda, FourAndEightGpuLayoutsMatchOneGpuPerMicroBatch) {
   const int world = dist::world_size();
   if (world != 4 && world != 8) GTEST_SKIP() << "runs under mpirun -np 4 or -np 8 (one GPU per rank)";
   const bool gdn_only = GetParam();
-  auto run = [&](int tp, int cp, int dp, bool sp) {
-    return losses(gdn_only, {"train.device=cuda", "train.precision=bf16", "train.steps=50",
-                             "parallel.tp=" + std::to_string(tp), "parallel.cp=" + std::to_string(cp),
-                             "parallel.dp=" + std::to_string(dp), std::string("parallel.sp=") + (sp ? "true" : "false"),
-                             "train.grad_accum=" + std::to_string(world / dp), "data.pad_multiple=8"});
-  };
+  auto run = [&](int tp, int cp, int dp, bool sp) { return layout_losses(gdn_only, "cuda", world, tp, cp, dp, sp); };
   const std::vector<double> one = run(1, 1, world, false);
   struct L {
     int tp, cp, dp;

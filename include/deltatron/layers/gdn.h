@@ -79,6 +79,10 @@ class GatedDeltaNet {
   Tensor conv_weight_slice() const;
   // hp -> conv output (q, k, v copies), l2norm(q, k) with their rstd, and z, into saved_.
   void conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta);
+  // CP all_gather: a [T, H] partial sum over cp in natural token order -> this rank's zig-zag
+  // rows, summed over cp and then tp (reduce-scattered over tp under SP) into out.
+  void reduce_partial_to_zigzag(const TensorView& out, const TensorView& partial, const data::PackedSeqParams& psp,
+                                bool sp);
   void add_conv_weight_grad(const TensorView& dwc);
   TensorView head_slice(int which) const;
   TensorView head_slice_grad(int which);

@@ -2,10 +2,12 @@
 // model.embed_tokens.weight under tie_word_embeddings). TP rank t owns the vocab rows
 // [t V/tp, (t+1) V/tp). Per rank, with T_cp = T/cp rows and V_t = V/tp:
 //   h [T_local, H] ─all-gather(tp, SP)─▶ hg [T_cp, H]; then per chunk of <= chunk_tokens rows:
-//   logits = hg W_t^T [n, V_t] f32 ─ce_stats (one read: local max m_t, sum exp relative to it,
+//   logits = hg W_t^T [n, V_t] (activation dtype) ─ce_stats (one read: local max m_t, sum exp relative to it,
 //   target logit)─▶ all-reduce MAX(tp) -> M; se_t *= exp(m_t - M) ─▶ all-reduce SUM(tp) of [2, n]
 //   ─▶ loss_t = log(se) + M - l_target  (0 where nothing is predicted)
-// Full-vocab logits never exist on one rank; at most [chunk_tokens, V_t] f32 at a time.
+// Full-vocab logits never exist on one rank; at most [chunk_tokens, V_t] at a time, in the
+// activation dtype (bf16 on CUDA, as HF's and Megatron's logits; fp32 statistics on top of them;
+// f32 on the CPU). The gradient overwrites its chunk of logits in place (dlogits, same dtype).
 // Targets (next_token_targets): token x of a document predicts token x + 1 of the SAME document;
 // the last real token of a document and padding predict nothing (label -1). forward returns the
 // loss SUM over this CP rank's predicted tokens (identical on the TP ranks of a group) and their
@@ -16,7 +18,7 @@
 //   then ─reduce-scatter(tp, SP) | all-reduce(tp)─▶ dh. Two modes, the same operations on the same
 //   values per chunk (bitwise equal on the CPU backend, tested):
 // * two-pass: forward(h, targets) saves hg and the statistics; backward(dh, scale) recomputes
-//   each chunk's logits (a second logits GEMM and a second write and read of the f32 chunk).
+//   each chunk's logits (a second logits GEMM and a second write and read of the chunk).
 // * fused: forward(h, targets, scale), when the scale is known before the forward (the trainer
 //   knows its global count before any micro-batch runs): each chunk's gradient is computed while
 //   its logits are live, so no recompute; forward saves dhg [T_cp, H] (activation dtype) and
@@ -40,10 +42,11 @@ struct LmHeadConfig {
   int64_t hidden = 0;
   float init_std = 0.02f;
   bool tie_word_embeddings = false;
-  // Rows of logits alive at once; 0: as many as fit 1 GiB of f32 logits [rows, V/tp], at most
-  // 4096, a multiple of 64 (vocab 248320: 1024 rows; the gradient adds the act-dtype dlogits).
+  // Rows of logits alive at once; 0: as many as fit 1 GiB of logits [rows, V/tp] of elem_bytes
+  // each (the activation dtype), at most 4096, a multiple of 64 (vocab 248320: 2112 rows in
+  // bf16, 1024 in f32). Fewer, larger chunks halve the f32 dW read-modify-writes of the dW GEMMs.
   int64_t chunk_tokens = 0;
-  int64_t chunk_rows(int tp) const;
+  int64_t chunk_rows(int tp, int64_t elem_bytes) const;
 };
 
 // Next-token targets of this CP rank's rows, built on the host once per micro-batch.
@@ -96,12 +99,11 @@ class LmHeadLoss {
   Tensor dhg_;                   // fused: [T_cp, H] act, this rank's partial dh before the TP reduction
   std::optional<float> fused_scale_;
 
-  // Statistics and token losses of rows [c0, c0 + n) from their logits lg [n, V_t] f32, into
-  // m_, se_ (global over tp) and loss [T_cp]; labels_ set.
+  // Statistics and token losses of rows [c0, c0 + n) from their logits lg [n, V_t] (act dtype),
+  // into m_, se_ (global over tp) and loss [T_cp]; labels_ set.
   void chunk_stats(const TensorView& lg, int64_t c0, const TensorView& loss);
-  // Gradient of rows [c0, c0 + n): dl (=) [n, V_t] act scratch, dW += dl^T hc, dhc (=) dl W.
-  void chunk_grad(const TensorView& dl, const TensorView& lg, int64_t c0, const TensorView& hc, const TensorView& dhc,
-                  float scale);
+  // Gradient of rows [c0, c0 + n): lg [n, V_t] becomes dl in place, dW += dl^T hc, dhc (=) dl W.
+  void chunk_grad(const TensorView& lg, int64_t c0, const TensorView& hc, const TensorView& dhc, float scale);
 };
 
 }  // namespace dt::layers

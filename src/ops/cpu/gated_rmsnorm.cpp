@@ -3,8 +3,9 @@
 //   rstd = 1 / sqrt(mean(o^2) + eps) over dv;  xh = o * rstd;  y = xh * w * silu(z)
 //   dz = dy * xh * w * silu'(z);  dy0 = dy * silu(z);  dw += sum_rows dy0 * xh
 //   do = rstd * (w * dy0 - xh * mean(xh * w * dy0))
-// Layouts and dtypes (f32 only on the CPU): o, z, y, do, dz, dy [rows, dv] (rows = T * Hv; row
-// stride arbitrary, unit inner stride); w, dw [dv]; rstd [rows] contiguous.
+// Layouts and dtypes (f32 only on the CPU): o, z, y, do, dz, dy one shape, [rows, dv] or
+// [T, Hv, dv] (rows = T Hv; leading strides arbitrary, unit inner stride); w, dw [dv]; rstd
+// [rows] contiguous.
 // Gradients: do, dz overwritten (=); dw accumulates (+=), summed over rows in double in a fixed
 // order (deterministic). Math: ref::gated_rmsnorm_fwd/bwd in gdn_ref.h.
 #include "ops/gdn_backends.h"
@@ -15,11 +16,11 @@ namespace dt::ops::cpu {
 void gated_rmsnorm_fwd(const TensorView& y, const TensorView& rstd, const TensorView& o, const TensorView& z,
                        const TensorView& w, float eps, Stream) {
   constexpr const char* op = "gated_rmsnorm_fwd";
-  DT_CHECK(o.ndim() == 2, "cpu::{}: o must be [rows, dv], got {}", op, o.str());
-  const int64_t R = o.shape[0], D = o.shape[1];
-  auto orr = views::rows(o, {R, D}, op, "o");                  // [rows, dv]
-  auto zr = views::rows(z, {R, D}, op, "z");                   // [rows, dv]
-  auto yr = views::rows(y, {R, D}, op, "y");                   // [rows, dv]
+  int64_t R, D;
+  views::rows_and_d(o, &R, &D, op, "o");
+  auto orr = views::head_rows(o, o.shape, op, "o");            // [rows, dv] | [T, Hv, dv]
+  auto zr = views::head_rows(z, o.shape, op, "z");             // like o
+  auto yr = views::head_rows(y, o.shape, op, "y");             // like o
   const float* wp = views::dense(w, {D}, op, "w", false);      // [dv]
   float* rp = views::dense(rstd, {R}, op, "rstd", false);      // [rows]
   ref::gated_rmsnorm_fwd<float>(yr, rp, orr, zr, wp, R, D, double(eps));
@@ -29,13 +30,13 @@ void gated_rmsnorm_bwd(const TensorView& do_, const TensorView& dz, const Tensor
                        const TensorView& o, const TensorView& z, const TensorView& w, const TensorView& rstd,
                        Stream) {
   constexpr const char* op = "gated_rmsnorm_bwd";
-  DT_CHECK(o.ndim() == 2, "cpu::{}: o must be [rows, dv], got {}", op, o.str());
-  const int64_t R = o.shape[0], D = o.shape[1];
-  auto orr = views::rows(o, {R, D}, op, "o");                       // [rows, dv]
-  auto zr = views::rows(z, {R, D}, op, "z");                        // [rows, dv]
-  auto dyr = views::rows(dy, {R, D}, op, "dy");                     // [rows, dv]
-  auto dor = views::rows(do_, {R, D}, op, "do");                    // [rows, dv] (=)
-  auto dzr = views::rows(dz, {R, D}, op, "dz");                     // [rows, dv] (=)
+  int64_t R, D;
+  views::rows_and_d(o, &R, &D, op, "o");
+  auto orr = views::head_rows(o, o.shape, op, "o");                 // [rows, dv] | [T, Hv, dv]
+  auto zr = views::head_rows(z, o.shape, op, "z");                  // like o
+  auto dyr = views::head_rows(dy, o.shape, op, "dy");               // like o
+  auto dor = views::head_rows(do_, o.shape, op, "do");              // like o (=)
+  auto dzr = views::head_rows(dz, o.shape, op, "dz");               // like o (=)
   const float* wp = views::dense(w, {D}, op, "w", false);           // [dv]
   const float* rp = views::dense(rstd, {R}, op, "rstd", false);     // [rows]
   float* dwp = views::dense(dw, {D}, op, "dw", false);              // [dv] (+=)

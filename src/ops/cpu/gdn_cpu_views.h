@@ -37,6 +37,27 @@ inline ref::Rows<float> rows(const TensorView& v, const Shape& shape, const char
   return {v.ptr<float>(), v.ndim() >= 1 ? v.stride[0] : 0};
 }
 
+// [rows, d] or [A, B, d] (rows = A B) f32 CPU view of the given shape with a unit inner stride
+// and any strides on the leading dims, as the CUDA kernels' RowMap takes them (head rows read
+// in place from a wider buffer, e.g. q's columns of the conv output as [T, Hk, dk]).
+inline ref::Rows<float> head_rows(const TensorView& v, const Shape& shape, const char* op, const char* what) {
+  const std::string label = fmt::format("cpu::{} {}", op, what);
+  check_cpu_f32(v, label);
+  check_shape(v, shape, label.c_str());
+  const int nd = v.ndim();
+  DT_CHECK(nd == 2 || nd == 3, "{}: must be [rows, d] or [A, B, d], got {}", label, v.str());
+  DT_CHECK(v.shape[nd - 1] <= 1 || v.stride[nd - 1] == 1, "{}: the last dim must have a unit stride, got {}", label,
+           v.str());
+  if (nd == 2) return {v.ptr<float>(), v.stride[0]};
+  return {v.ptr<float>(), v.stride[0], v.shape[1], v.stride[1]};
+}
+// Rows and row length of a [rows, d] or [A, B, d] view.
+inline void rows_and_d(const TensorView& v, int64_t* rows, int64_t* d, const char* op, const char* what) {
+  DT_CHECK(v.ndim() == 2 || v.ndim() == 3, "cpu::{}: {} must be [rows, d] or [A, B, d], got {}", op, what, v.str());
+  *d = v.shape[v.ndim() - 1];
+  *rows = v.ndim() == 2 ? v.shape[0] : v.shape[0] * v.shape[1];
+}
+
 // Contiguous f32 CPU view of the given shape, or nullptr when absent and `optional`.
 inline float* dense(const TensorView& v, const Shape& shape, const char* op, const char* what, bool optional) {
   if (optional && absent(v)) return nullptr;

@@ -35,6 +35,7 @@
 #include "deltatron/core/tensor.h"
 #include "ops/attention_backends.h"
 #include "ops/cp_a2a_backends.h"
+#include "ops/cuda/gdn_elementwise_common.cuh"
 #include "ops/cuda/layers_common.cuh"
 #include "ops/cuda/mma_common.cuh"
 
@@ -536,38 +537,69 @@ Params make_params(const TensorView& q, const TensorView& k, const TensorView& v
 }
 
 // ---- rope, sigmoid gate, gather -----------------------------------------------------------------
+// RoPE: the angle of (t, j) is the same for every head, so one thread per (t, j < rd/2) computes
+// its sincos once (in double, as before: the same bits) and rotates that pair of columns in all
+// H heads, with the loads of up to kRopeHeads heads issued before the stores. inv_freq_j =
+// theta^(-2j/rd) is computed once per block into shared memory (same expression, same bits).
+// The pass-through dims d >= rd are copied by rope_pass_kernel only when y is not x (in place
+// they are already there).
+constexpr int kRopeHeads = 8;
 template <class T>
 __global__ void rope_kernel(T* y, int64_t ys, const T* x, int64_t xs, const int32_t* pos, int64_t T_, int H, int D,
                             int rd, double theta, double sign) {
-  const int half = rd / 2, per_row = half + (D - rd);  // rotated pairs, then pass-through dims
-  const int64_t n = T_ * H * per_row;
+  extern __shared__ double s_inv[];  // [rd / 2]
+  const int half = rd / 2;
+  for (int j = threadIdx.x; j < half; j += blockDim.x) s_inv[j] = pow(theta, -double(2 * j) / double(rd));
+  __syncthreads();
+  const int64_t n = T_ * half;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t th = i / per_row;
-    const int j = int(i - th * per_row);
-    const int64_t t = th / H, h = th - t * H;
-    const T* xr = x + t * xs + h * D;
-    T* yr = y + t * ys + h * D;
-    if (j < half) {  // angles in double: positions up to 2^31 keep full fp32 accuracy
-      const double a = double(pos[t]) * pow(theta, -double(2 * j) / double(rd));
-      double sn, cs;
-      sincos(a, &sn, &cs);
-      sn *= sign;
-      const double u = to_f(xr[j]), w = to_f(xr[j + half]);  // both read before either write
-      yr[j] = from_f<T>(float(u * cs - w * sn));
-      yr[j + half] = from_f<T>(float(w * cs + u * sn));
-    } else if (yr != xr) {
-      const int d = rd + (j - half);
-      yr[d] = xr[d];
+    const int64_t t = i / half;
+    const int j = int(i - t * half);
+    // angles in double: positions up to 2^31 keep full fp32 accuracy
+    const double a = double(pos[t]) * s_inv[j];
+    double sn, cs;
+    sincos(a, &sn, &cs);
+    sn *= sign;
+    const T* xr = x + t * xs + j;
+    T* yr = y + t * ys + j;
+    for (int h0 = 0; h0 < H; h0 += kRopeHeads) {
+      float u[kRopeHeads], w[kRopeHeads];
+#pragma unroll
+      for (int k = 0; k < kRopeHeads; ++k)  // both halves of every head read before any write
+        if (h0 + k < H) u[k] = to_f(xr[int64_t(h0 + k) * D]), w[k] = to_f(xr[int64_t(h0 + k) * D + half]);
+#pragma unroll
+      for (int k = 0; k < kRopeHeads; ++k)
+        if (h0 + k < H) {
+          const double du = u[k], dw = w[k];
+          yr[int64_t(h0 + k) * D] = from_f<T>(float(du * cs - dw * sn));
+          yr[int64_t(h0 + k) * D + half] = from_f<T>(float(dw * cs + du * sn));
+        }
     }
   }
 }
+// y[t, h, rd:D] = x[t, h, rd:D] in words W (16 bytes when every offset allows, else one element).
+template <class W>
+__global__ void rope_pass_kernel(char* y, int64_t ys, const char* x, int64_t xs, int64_t T_, int H, int64_t D,
+                                 int64_t rd, int64_t nw) {  // strides and D, rd in bytes; nw words per row
+  const int64_t n = T_ * H * nw;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t th = i / nw, c = i - th * nw, t = th / H, h = th - t * H;
+    const int64_t off = h * D + rd + c * int64_t(sizeof(W));
+    *reinterpret_cast<W*>(y + t * ys + off) = *reinterpret_cast<const W*>(x + t * xs + off);
+  }
+}
 
-__device__ __forceinline__ float sigm(float v) { return 1.f / (1.f + expf(-v)); }
+// Sigmoid gate y = o * sigmoid(g), backward do = dy * sg, dg = dy * o * sg * (1 - sg), on [R, D]
+// views with any row stride. sigmoid = ew::sigmoid_f (ex2.approx / rcp.approx): within
+// ~(3 + |g|) * 1e-7 relative of 1 / (1 + expf(-g)) (exactly 0 / 1 when saturated), far below
+// bf16 storage and the f32 tests' 1e-4; both paths use it and the same expressions. Fast path
+// when D is a whole number of 16-byte vectors and every base and row stride is 16-byte aligned:
+// kGateU vectors per thread, all loads before the math.
 template <class T>
 __global__ void gate_fwd_kernel(T* y, int64_t ys, const T* o, int64_t os, const T* g, int64_t gs, int64_t R, int D) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < R * D; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / D, j = i - r * D;
-    y[r * ys + j] = from_f<T>(to_f(o[r * os + j]) * sigm(to_f(g[r * gs + j])));
+    y[r * ys + j] = from_f<T>(to_f(o[r * os + j]) * ew::sigmoid_f(to_f(g[r * gs + j])));
   }
 }
 template <class T>
@@ -575,10 +607,92 @@ __global__ void gate_bwd_kernel(T* d_o, int64_t dos, T* dg, int64_t dgs, const T
                                 int64_t os, const T* g, int64_t gs, int64_t R, int D) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < R * D; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / D, j = i - r * D;
-    const float sg = sigm(to_f(g[r * gs + j])), d = to_f(dy[r * dys + j]);
+    const float sg = ew::sigmoid_f(to_f(g[r * gs + j])), d = to_f(dy[r * dys + j]);
     dg[r * dgs + j] = from_f<T>(d * to_f(o[r * os + j]) * sg * (1.f - sg));
     d_o[r * dos + j] = from_f<T>(d * sg);
   }
+}
+
+constexpr int kGateU = 2;
+// Vector k of [R, D / V] -> element offset (row * ld + column) for each of the row strides.
+__device__ __forceinline__ int64_t gate_row(int64_t k, int64_t dv, bool narrow) {
+  return narrow ? int64_t(uint32_t(k) / uint32_t(dv)) : k / dv;
+}
+template <class T>
+__global__ __launch_bounds__(256) void gate_fwd_vec_kernel(T* y, int64_t ys, const T* o, int64_t os, const T* g,
+                                                            int64_t gs, int64_t dv, int64_t nv, bool narrow) {
+  constexpr int V = ew::kVec<T>, U = kGateU;
+  const int64_t step = int64_t(gridDim.x) * U * blockDim.x;
+  for (int64_t base = int64_t(blockIdx.x) * U * blockDim.x + threadIdx.x; base < nv; base += step) {
+    uint4 r_o[U], r_g[U];
+    int64_t r[U], j[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k = base + int64_t(u) * blockDim.x;
+      if (k < nv) {
+        r[u] = gate_row(k, dv, narrow), j[u] = (k - r[u] * dv) * V;
+        r_o[u] = *reinterpret_cast<const uint4*>(o + r[u] * os + j[u]);
+        r_g[u] = *reinterpret_cast<const uint4*>(g + r[u] * gs + j[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (base + int64_t(u) * blockDim.x < nv) {
+        float fo[V], fg[V], fy[V];
+        ew::unpack16<T>(r_o[u], fo);
+        ew::unpack16<T>(r_g[u], fg);
+#pragma unroll
+        for (int e = 0; e < V; ++e) fy[e] = fo[e] * ew::sigmoid_f(fg[e]);
+        ew::store16<T>(y + r[u] * ys + j[u], fy);
+      }
+  }
+}
+template <class T>
+__global__ __launch_bounds__(256) void gate_bwd_vec_kernel(T* d_o, int64_t dos, T* dg, int64_t dgs, const T* dy,
+                                                            int64_t dys, const T* o, int64_t os, const T* g,
+                                                            int64_t gs, int64_t dv, int64_t nv, bool narrow) {
+  constexpr int V = ew::kVec<T>, U = kGateU;
+  const int64_t step = int64_t(gridDim.x) * U * blockDim.x;
+  for (int64_t base = int64_t(blockIdx.x) * U * blockDim.x + threadIdx.x; base < nv; base += step) {
+    uint4 r_d[U], r_o[U], r_g[U];
+    int64_t r[U], j[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k = base + int64_t(u) * blockDim.x;
+      if (k < nv) {
+        r[u] = gate_row(k, dv, narrow), j[u] = (k - r[u] * dv) * V;
+        r_d[u] = *reinterpret_cast<const uint4*>(dy + r[u] * dys + j[u]);
+        r_o[u] = *reinterpret_cast<const uint4*>(o + r[u] * os + j[u]);
+        r_g[u] = *reinterpret_cast<const uint4*>(g + r[u] * gs + j[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (base + int64_t(u) * blockDim.x < nv) {
+        float fd[V], fo[V], fg[V], f_do[V], f_dg[V];
+        ew::unpack16<T>(r_d[u], fd);
+        ew::unpack16<T>(r_o[u], fo);
+        ew::unpack16<T>(r_g[u], fg);
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const float sg = ew::sigmoid_f(fg[e]);
+          f_dg[e] = fd[e] * fo[e] * sg * (1.f - sg);
+          f_do[e] = fd[e] * sg;
+        }
+        ew::store16<T>(dg + r[u] * dgs + j[u], f_dg);
+        ew::store16<T>(d_o + r[u] * dos + j[u], f_do);
+      }
+  }
+}
+
+// True when D is a whole number of 16-byte vectors and every view's base and row stride are
+// 16-byte aligned.
+bool gate_vec_ok(int64_t D, std::initializer_list<const TensorView*> vs) {
+  const int64_t sz = int64_t(dtype_size(vs.begin()[0]->dtype));
+  if ((D * sz) % 16 != 0) return false;
+  for (const TensorView* v : vs)
+    if (!ew::aligned16(v->data) || (v->stride[0] * sz) % 16 != 0) return false;
+  return true;
 }
 
 unsigned blocks(int64_t n) { return lc::grid_for((n + 255) / 256, 65535 * 16); }
@@ -594,27 +708,43 @@ void by_dtype(DType dt, F&& f) {
 
 using namespace attn;
 
+// y = rope(x, sign * a): the rotation kernel, then the pass-through copy when not in place.
+void rope_launch(const TensorView& y, const TensorView& x, const TensorView& pos, int64_t rd, double theta,
+                 double sign, cudaStream_t st) {
+  const int64_t T = x.shape[0], H = x.shape[1], D = x.shape[2];
+  if (T == 0 || H == 0) return;
+  by_dtype(x.dtype, [&]<class E>() {
+    if (rd > 0)
+      rope_kernel<E><<<blocks(T * (rd / 2)), 256, size_t(rd / 2) * sizeof(double), st>>>(
+          y.ptr<E>(), y.stride[0], x.ptr<E>(), x.stride[0], pos.ptr<int32_t>(), T, int(H), int(D), int(rd), theta,
+          sign);
+  });
+  DT_CUDA_LAUNCH_CHECK();
+  if (D == rd || (y.data == x.data && y.stride[0] == x.stride[0])) return;
+  const int64_t sz = int64_t(dtype_size(x.dtype));
+  const bool v16 = ew::aligned16(x.data) && ew::aligned16(y.data) && (x.stride[0] * sz) % 16 == 0 &&
+                   (y.stride[0] * sz) % 16 == 0 && (D * sz) % 16 == 0 && (rd * sz) % 16 == 0;
+  auto pass = [&]<class W>() {
+    const int64_t nw = (D - rd) * sz / int64_t(sizeof(W));
+    rope_pass_kernel<W><<<blocks(T * H * nw), 256, 0, st>>>(static_cast<char*>(y.data), y.stride[0] * sz,
+                                                            static_cast<const char*>(x.data), x.stride[0] * sz, T,
+                                                            int(H), D * sz, rd * sz, nw);
+  };
+  if (v16) pass.template operator()<uint4>();
+  else if (sz == 2) pass.template operator()<uint16_t>();
+  else pass.template operator()<uint32_t>();
+  DT_CUDA_LAUNCH_CHECK();
+}
+
 void rope_fwd(const TensorView& y, const TensorView& x, const TensorView& pos, int64_t rotary_dim, double theta,
               Stream s) {
   lc::Nvtx nv("rope_fwd");
-  by_dtype(x.dtype, [&]<class T>() {
-    const int64_t n = x.shape[0] * x.shape[1] * (rotary_dim / 2 + x.shape[2] - rotary_dim);
-    rope_kernel<T><<<blocks(n), 256, 0, static_cast<cudaStream_t>(s.handle)>>>(
-        y.ptr<T>(), y.stride[0], x.ptr<T>(), x.stride[0], pos.ptr<int32_t>(), x.shape[0], int(x.shape[1]),
-        int(x.shape[2]), int(rotary_dim), theta, 1.0);
-  });
-  DT_CUDA_LAUNCH_CHECK();
+  rope_launch(y, x, pos, rotary_dim, theta, 1.0, static_cast<cudaStream_t>(s.handle));
 }
 void rope_bwd(const TensorView& dx, const TensorView& dy, const TensorView& pos, int64_t rotary_dim, double theta,
               Stream s) {
   lc::Nvtx nv("rope_bwd");
-  by_dtype(dy.dtype, [&]<class T>() {
-    const int64_t n = dy.shape[0] * dy.shape[1] * (rotary_dim / 2 + dy.shape[2] - rotary_dim);
-    rope_kernel<T><<<blocks(n), 256, 0, static_cast<cudaStream_t>(s.handle)>>>(
-        dx.ptr<T>(), dx.stride[0], dy.ptr<T>(), dy.stride[0], pos.ptr<int32_t>(), dy.shape[0], int(dy.shape[1]),
-        int(dy.shape[2]), int(rotary_dim), theta, -1.0);
-  });
-  DT_CUDA_LAUNCH_CHECK();
+  rope_launch(dx, dy, pos, rotary_dim, theta, -1.0, static_cast<cudaStream_t>(s.handle));
 }
 
 void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView& q, const TensorView& k,
@@ -675,9 +805,17 @@ void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
 void sigmoid_gate_fwd(const TensorView& y, const TensorView& o, const TensorView& g, Stream s) {
   lc::Nvtx nv("sigmoid_gate_fwd");
   const int64_t R = o.shape[0], D = o.shape[1];
+  if (R * D == 0) return;
+  auto st = static_cast<cudaStream_t>(s.handle);
   by_dtype(o.dtype, [&]<class T>() {
-    gate_fwd_kernel<T><<<blocks(R * D), 256, 0, static_cast<cudaStream_t>(s.handle)>>>(
-        y.ptr<T>(), y.stride[0], o.ptr<T>(), o.stride[0], g.ptr<T>(), g.stride[0], R, int(D));
+    if (gate_vec_ok(D, {&y, &o, &g})) {
+      const int64_t dv = D / ew::kVec<T>, nv = R * dv;
+      gate_fwd_vec_kernel<T><<<blocks((nv + kGateU - 1) / kGateU), 256, 0, st>>>(
+          y.ptr<T>(), y.stride[0], o.ptr<T>(), o.stride[0], g.ptr<T>(), g.stride[0], dv, nv, nv < (int64_t(1) << 32));
+    } else {
+      gate_fwd_kernel<T><<<blocks(R * D), 256, 0, st>>>(y.ptr<T>(), y.stride[0], o.ptr<T>(), o.stride[0], g.ptr<T>(),
+                                                        g.stride[0], R, int(D));
+    }
   });
   DT_CUDA_LAUNCH_CHECK();
 }
@@ -685,10 +823,19 @@ void sigmoid_gate_bwd(const TensorView& d_o, const TensorView& dg, const TensorV
                       const TensorView& g, Stream s) {
   lc::Nvtx nv("sigmoid_gate_bwd");
   const int64_t R = o.shape[0], D = o.shape[1];
+  if (R * D == 0) return;
+  auto st = static_cast<cudaStream_t>(s.handle);
   by_dtype(o.dtype, [&]<class T>() {
-    gate_bwd_kernel<T><<<blocks(R * D), 256, 0, static_cast<cudaStream_t>(s.handle)>>>(
-        d_o.ptr<T>(), d_o.stride[0], dg.ptr<T>(), dg.stride[0], dy.ptr<T>(), dy.stride[0], o.ptr<T>(), o.stride[0],
-        g.ptr<T>(), g.stride[0], R, int(D));
+    if (gate_vec_ok(D, {&d_o, &dg, &dy, &o, &g})) {
+      const int64_t dv = D / ew::kVec<T>, nv = R * dv;
+      gate_bwd_vec_kernel<T><<<blocks((nv + kGateU - 1) / kGateU), 256, 0, st>>>(
+          d_o.ptr<T>(), d_o.stride[0], dg.ptr<T>(), dg.stride[0], dy.ptr<T>(), dy.stride[0], o.ptr<T>(), o.stride[0],
+          g.ptr<T>(), g.stride[0], dv, nv, nv < (int64_t(1) << 32));
+    } else {
+      gate_bwd_kernel<T><<<blocks(R * D), 256, 0, st>>>(d_o.ptr<T>(), d_o.stride[0], dg.ptr<T>(), dg.stride[0],
+                                                        dy.ptr<T>(), dy.stride[0], o.ptr<T>(), o.stride[0],
+                                                        g.ptr<T>(), g.stride[0], R, int(D));
+    }
   });
   DT_CUDA_LAUNCH_CHECK();
 }

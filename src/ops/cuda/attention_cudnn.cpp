@@ -15,8 +15,10 @@
 // (does not accumulate) dK/dV per batch, so each chunk runs as its own call into scratch and a
 // fix-up kernel sums the two dK/dV (and picks dq rows) into the outputs.
 // Graphs: built once per (device, direction, Hq, Hkv, D, B, S_q, S_kv, Tq, Tk, row strides,
-// offset width, scale) and cached; B, S_q and S_kv are rounded up to powers of two so that packs
-// of varying sequence counts and lengths reuse a few graphs. Workspace comes from the caching
+// offset width, scale) and cached; B, S_q, S_kv and the token totals Tq, Tk (graph bounds: cuDNN's
+// max total sequence lengths) are rounded up to powers of two so that packs of varying sequence
+// counts, lengths and totals reuse a few graphs (with the exact totals in the key, a training run
+// built new graphs for nearly every micro-batch: docs/perf.md v0.4.0). Workspace comes from the caching
 // allocator. Not bitwise deterministic: cuDNN's dQ accumulates with fp32 atomics (its
 // deterministic Hopper mode needs a B H S_q S_kv workspace).
 // Runtime: cuDNN >= 9.19 (9.18 and older give NaN gradients for THD attention on Hopper) on
@@ -101,7 +103,7 @@ int64_t pow2_at_least(int64_t x) {
 // What a graph depends on. rs[t]: row stride of tensor t (0 when the graph has no such tensor).
 struct Shape7 {
   bool bwd = false;
-  int64_t Hq = 0, Hkv = 0, D = 0, B = 0, Sq = 0, Skv = 0, Tq = 0, Tk = 0;
+  int64_t Hq = 0, Hkv = 0, D = 0, B = 0, Sq = 0, Skv = 0, Tq = 0, Tk = 0;  // Tq, Tk: bounds (powers of two)
   std::array<int64_t, kNumT> rs{};
   bool i64 = false;
   float scale = 0.f;
@@ -303,8 +305,8 @@ Plan plan(const TensorView& q, const TensorView& k, const AttnVarlen& m, int64_t
   s.Hq = q.shape[1];
   s.Hkv = k.shape[1];
   s.D = q.shape[2];
-  s.Tq = q.shape[0];
-  s.Tk = k.shape[0];
+  s.Tq = pow2_at_least(q.shape[0]);
+  s.Tk = pow2_at_least(k.shape[0]);
   s.B = pow2_at_least(chunk < 0 ? int64_t(N) * nc : N);
   s.Skv = pow2_at_least(std::max<int64_t>(maxp, 1));
   s.Sq = pow2_at_least(std::max<int64_t>(maxp / (int64_t(m.q_div) * nc), 1));
@@ -317,8 +319,8 @@ Plan plan(const TensorView& q, const TensorView& k, const AttnVarlen& m, int64_t
   b.q_div = m.q_div;
   b.chunk = chunk;
   b.B = int(s.B);
-  b.Tq = s.Tq;
-  b.Tk = s.Tk;
+  b.Tq = q.shape[0];  // the actual rows (the fix-up kernels and the offsets of empty batches)
+  b.Tk = k.shape[0];
   b.max_padded = int(std::min<int64_t>(maxp, INT32_MAX));
   return p;
 }

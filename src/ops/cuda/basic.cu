@@ -3,6 +3,8 @@
 // within an ulp), and GEMM through cuBLASLt. Float element types f32, bf16, f16; fp32 math.
 // Reductions: a fixed grid derived from n only (never from the device), one partial per
 // block, then one block sums the partials in order: the same bits on every run.
+// add/mul/scale/axpy of same-dtype f32 | bf16 views with 16-byte aligned data take a 16-byte
+// vector kernel (the residual adds); it rounds exactly as the generic kernel does (same bits).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <nvtx3/nvToolsExt.h>
@@ -11,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 
 #include "core/cuda_check.h"
 #include "deltatron/core/allocator.h"
@@ -127,18 +130,99 @@ __global__ void copy_same_kernel(T* dst, StridedIndex di, const T* src, StridedI
 }
 
 enum class Bin { add, mul, axpy, scale };
+// Explicit round-to-nearest intrinsics: no FMA contraction, so results are the CPU's bits.
+// o: the current out element (axpy, scale); a, b: the inputs (add, mul; a for axpy).
+__device__ __forceinline__ float bin_op(Bin op, float o, float a, float b, float alpha) {
+  switch (op) {
+    case Bin::add: return __fadd_rn(a, b);
+    case Bin::mul: return __fmul_rn(a, b);
+    case Bin::axpy: return __fadd_rn(o, __fmul_rn(alpha, a));
+    default: return __fmul_rn(o, alpha);
+  }
+}
 __global__ void binary_kernel(Bin op, void* out, DType ot, const void* a, DType at, const void* b, DType bt,
                               float alpha, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    float r;
-    switch (op) {
-      // Explicit round-to-nearest intrinsics: no FMA contraction, so results are the CPU's bits.
-      case Bin::add: r = __fadd_rn(ld(a, at, i), ld(b, bt, i)); break;
-      case Bin::mul: r = __fmul_rn(ld(a, at, i), ld(b, bt, i)); break;
-      case Bin::axpy: r = __fadd_rn(ld(out, ot, i), __fmul_rn(alpha, ld(a, at, i))); break;
-      default: r = __fmul_rn(ld(out, ot, i), alpha); break;
+    const bool uses_out = op == Bin::axpy || op == Bin::scale, uses_ab = op != Bin::scale;
+    const float o = uses_out ? ld(out, ot, i) : 0.f;
+    const float va = uses_ab ? ld(a, at, i) : 0.f, vb = (op == Bin::add || op == Bin::mul) ? ld(b, bt, i) : 0.f;
+    st(out, ot, i, bin_op(op, o, va, vb, alpha));
+  }
+}
+
+// The same ops on same-dtype f32 | bf16 views whose data are 16-byte aligned (the residual adds,
+// gradient accumulation): kBinU 16-byte vectors per thread with every load issued before the
+// math, and only the operands the op reads; the n % V tail element by element in block 0. Same
+// intrinsics and the same bf16 rounding (f32_to_bf16_bits) as binary_kernel: the same bits.
+constexpr int kBinU = 4;
+template <typename T>
+__device__ __forceinline__ void unpack_v(const uint4& u, float (&r)[16 / sizeof(T)]) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) r[k] = __uint_as_float(w[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) r[2 * k] = __uint_as_float(w[k] << 16),
+                                r[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+}
+template <typename T>
+__device__ __forceinline__ uint4 pack_v(const float (&r)[16 / sizeof(T)]) {
+  uint32_t w[4];
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = __float_as_uint(r[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      w[k] = uint32_t(f32_to_bf16_bits(r[2 * k])) | (uint32_t(f32_to_bf16_bits(r[2 * k + 1])) << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ float ld_t(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float ld_t(const uint16_t* p, int64_t i) { return bf16_bits_to_f32(p[i]); }
+__device__ __forceinline__ void st_t(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void st_t(uint16_t* p, int64_t i, float v) { p[i] = f32_to_bf16_bits(v); }
+
+// T: float or uint16_t (bf16 bits).
+template <Bin OP, typename T>
+__global__ __launch_bounds__(256) void binary_vec_kernel(T* out, const T* a, const T* b, float alpha, int64_t n) {
+  constexpr int V = 16 / sizeof(T), U = kBinU;
+  constexpr bool kOut = OP == Bin::axpy || OP == Bin::scale;  // the operands each op reads
+  constexpr bool kA = OP != Bin::scale, kB = OP == Bin::add || OP == Bin::mul;
+  const int64_t nv = n / V, step = int64_t(gridDim.x) * U * blockDim.x;
+  auto* o4 = reinterpret_cast<uint4*>(out);
+  auto* a4 = reinterpret_cast<const uint4*>(a);
+  auto* b4 = reinterpret_cast<const uint4*>(b);
+  for (int64_t base = int64_t(blockIdx.x) * U * blockDim.x + threadIdx.x; base < nv; base += step) {
+    uint4 r_o[U], r_a[U], r_b[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k = base + int64_t(u) * blockDim.x;
+      if (k < nv) {
+        if constexpr (kOut) r_o[u] = o4[k];
+        if constexpr (kA) r_a[u] = a4[k];  // plain loads: out may alias a or b
+        if constexpr (kB) r_b[u] = b4[k];
+      }
     }
-    st(out, ot, i, r);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t k = base + int64_t(u) * blockDim.x;
+      if (k < nv) {
+        float fo[V] = {}, fa[V] = {}, fb[V] = {}, r[V];
+        if constexpr (kOut) unpack_v<T>(r_o[u], fo);
+        if constexpr (kA) unpack_v<T>(r_a[u], fa);
+        if constexpr (kB) unpack_v<T>(r_b[u], fb);
+#pragma unroll
+        for (int e = 0; e < V; ++e) r[e] = bin_op(OP, fo[e], fa[e], fb[e], alpha);
+        o4[k] = pack_v<T>(r);
+      }
+    }
+  }
+  if (blockIdx.x == 0 && threadIdx.x < n - nv * V) {
+    const int64_t i = nv * V + threadIdx.x;
+    st_t(out, i, bin_op(OP, kOut ? ld_t(out, i) : 0.f, kA ? ld_t(a, i) : 0.f, kB ? ld_t(b, i) : 0.f, alpha));
   }
 }
 
@@ -273,6 +357,30 @@ static void binary(Bin op, const TensorView& out, const TensorView& a, const Ten
   int64_t n = out.numel();
   if (!n) return;
   Range r("dt::elementwise");
+  const DType t = out.dtype;
+  const bool same = a.dtype == t && b.dtype == t && (t == DType::f32 || t == DType::bf16);
+  auto al16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (same && al16(out.data) && al16(a.data) && al16(b.data)) {
+    const int64_t V = t == DType::f32 ? 4 : 8, per_block = int64_t(kBinU) * kThreads * V;
+    const unsigned grid = blocks_for((n + per_block - 1) / per_block * kThreads);
+    auto launch = [&](auto op_tag, auto* tp) {
+      using T = std::remove_pointer_t<decltype(tp)>;
+      binary_vec_kernel<decltype(op_tag)::value, T><<<grid, kThreads, 0, cuda_stream(s)>>>(
+          static_cast<T*>(out.data), static_cast<const T*>(a.data), static_cast<const T*>(b.data), alpha, n);
+    };
+    auto by_type = [&](auto op_tag) {
+      if (t == DType::f32) launch(op_tag, static_cast<float*>(nullptr));
+      else launch(op_tag, static_cast<uint16_t*>(nullptr));
+    };
+    switch (op) {
+      case Bin::add: by_type(std::integral_constant<Bin, Bin::add>{}); break;
+      case Bin::mul: by_type(std::integral_constant<Bin, Bin::mul>{}); break;
+      case Bin::axpy: by_type(std::integral_constant<Bin, Bin::axpy>{}); break;
+      default: by_type(std::integral_constant<Bin, Bin::scale>{}); break;
+    }
+    DT_CUDA_LAUNCH_CHECK();
+    return;
+  }
   binary_kernel<<<blocks_for(n), kThreads, 0, cuda_stream(s)>>>(op, out.data, out.dtype, a.data, a.dtype, b.data,
                                                                  b.dtype, alpha, n);
   DT_CUDA_LAUNCH_CHECK();

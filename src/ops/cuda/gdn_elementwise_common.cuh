@@ -1,5 +1,6 @@
 // Internal: helpers shared by the memory-bound GDN kernel families (conv1d_varlen, l2norm,
-// gdn_gate, gated_rmsnorm): 16-byte vector access of bf16/f32 rows as fp32 registers, a row
+// gdn_gate, gated_rmsnorm) and the dense layers' element-wise kernels (rmsnorm1p, swiglu, the
+// attention's sigmoid gate): 16-byte vector access of bf16/f32 rows as fp32 registers, a row
 // map for [rows, d] / [A, B, d] views with unit inner stride, the per-thread cp.async ring of
 // the streaming row kernels, the deterministic column reduction of per-block fp32 partials,
 // and host-side view checks.
@@ -119,6 +120,18 @@ __device__ __forceinline__ void load_slot(const T* row, int64_t e0, int64_t n, b
 template <typename T>
 __device__ __forceinline__ void store_slot(T* row, int64_t e0, int64_t n, bool vec_ok, const float (&r)[kVec<T>]) {
   store_span<T, kVec<T>>(row, e0, n, vec_ok, r);
+}
+
+// One slot as it lies in memory (16 bytes, unpacked later with unpack16: half the registers of
+// fp32 for bf16 rows held across a reduction): one 16-byte load when `vec_ok` and whole, else
+// element loads packed the same way (exact: the values are already of type T); zeros past n.
+template <typename T>
+__device__ __forceinline__ uint4 load_slot_raw(const T* row, int64_t e0, int64_t n, bool vec_ok) {
+  if (vec_ok && e0 + kVec<T> <= n) return __ldg(reinterpret_cast<const uint4*>(row + e0));
+  float r[kVec<T>];
+#pragma unroll
+  for (int i = 0; i < kVec<T>; ++i) r[i] = (e0 + i < n) ? to_f32(row[e0 + i]) : 0.f;
+  return pack16<T>(r);
 }
 
 // f32 parameter vector slot (w, A_log, ...): contiguous, 16-byte loads when aligned.

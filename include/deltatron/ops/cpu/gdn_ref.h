@@ -59,14 +59,18 @@ template <typename E>
 struct Rows {
   E* data = nullptr;
   int64_t ld = 0;
+  // Rows of heads, [A, B, d] with strides (ld, ld_inner, 1): row r = (r / inner, r % inner).
+  int64_t inner = 1, ld_inner = 0;
 
   Rows() = default;
   Rows(E* d, int64_t l) : data(d), ld(l) {}
+  Rows(E* d, int64_t l, int64_t b, int64_t lb) : data(d), ld(l), inner(b), ld_inner(lb) {}
   template <typename U>
     requires std::convertible_to<U*, E*>
-  Rows(const Rows<U>& o) : data(o.data), ld(o.ld) {}  // NOLINT: Rows<T> -> Rows<const T>
+  Rows(const Rows<U>& o)  // NOLINT: Rows<T> -> Rows<const T>
+      : data(o.data), ld(o.ld), inner(o.inner), ld_inner(o.ld_inner) {}
 
-  E* row(int64_t r) const { return data + r * ld; }
+  E* row(int64_t r) const { return inner == 1 ? data + r * ld : data + (r / inner) * ld + (r % inner) * ld_inner; }
   bool present() const { return data != nullptr; }
 };
 
