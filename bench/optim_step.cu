@@ -3,8 +3,12 @@
 // cast), zeroing the gradient, and the squared-norm reduction; then the fused pass the optimizer
 // runs (AdamW + bf16 refresh + zeroing in one launch: reads p, m, v, g, writes p, m, v, the bf16
 // copy and g, 34 B per element) against the sum of the three separate rows. Reports ms and GB/s
-// against the bytes each must move (median of 20 after warm-up).
+// against the bytes each must move (median of 20 after warm-up). Last, the grad norm over g cut
+// into 220 views (the bench model's parameter count; every 4th a 1024-element norm weight): one
+// sum_squares per view (the launch-bound loop global_grad_norm ran before) against one
+// sum_squares_list.
 #include <cstdio>
+#include <vector>
 
 #include "bench_util.h"
 #include "deltatron/core/tensor.h"
@@ -53,5 +57,25 @@ int main() {
               separate, 38.0 * double(n) / (separate * 1e6));
   std::printf("fused / separate: %.2fx faster; fused at %.0f%% of the 34 B/elem byte time at 4.3 TB/s\n",
               separate / rows[4].ms, 100.0 * (34.0 * double(n) / 4.3e12 * 1e3) / rows[4].ms);
+
+  const int64_t kViews = 220, small = 1024, nsmall = kViews / 4, big = (n - nsmall * small) / (kViews - nsmall);
+  std::vector<dt::TensorView> views;
+  for (int64_t i = 0, at = 0; i < kViews; ++i) {
+    const int64_t len = i % 4 == 3 ? small : i + 1 == kViews ? n - at : big;
+    views.push_back(g.view().slice(0, at, at + len));
+    at += len;
+  }
+  Tensor partial = Tensor::empty(Shape{kViews}, DType::f32, dev);  // [kViews] f32
+  const float per_view = dt::bench::median_ms(
+      [&] {
+        for (int64_t i = 0; i < kViews; ++i) dt::ops::sum_squares(partial.view().slice(0, i, i + 1), views[size_t(i)], s);
+        dt::ops::sum(out, partial, s);
+      },
+      st);
+  const float list = dt::bench::median_ms([&] { dt::ops::sum_squares_list(out, views, s); }, st);
+  std::printf("grad norm over %lld views of g:\n", static_cast<long long>(kViews));
+  std::printf("%-36s %8.3f ms %8.0f GB/s\n", "sum_squares per view + sum", per_view, 4.0 * double(n) / (per_view * 1e6));
+  std::printf("%-36s %8.3f ms %8.0f GB/s (%.2fx)\n", "sum_squares_list", list, 4.0 * double(n) / (list * 1e6),
+              per_view / list);
   return 0;
 }

@@ -75,6 +75,18 @@ void sum_squares(const TensorView& out, const TensorView& x, Stream s) {
   check_reduce(out, x, "sum_squares");
   DT_ROUTE(sum, out, out, x, true, s);
 }
+void sum_squares_list(const TensorView& out, std::span<const TensorView> xs, Stream s) {
+  check_dtype(out, DType::f32, "sum_squares_list out");
+  DT_CHECK(out.numel() == 1, "sum_squares_list: out must hold 1 element, got {}", out.str());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const TensorView& x = xs[i];
+    DT_CHECK(x.dtype == DType::f32, "sum_squares_list: xs[{}] must be f32, got {}", i, x.str());
+    DT_CHECK(x.is_contiguous(), "sum_squares_list: xs[{}] must be contiguous, got {}", i, x.str());
+    DT_CHECK(x.device == out.device, "sum_squares_list: xs[{}] is on another device than out: {} vs {}", i, x.str(),
+             out.str());
+  }
+  DT_ROUTE(sum_squares_list, out, out, xs, s);
+}
 
 static void check_rng(const TensorView& x, const RngSlice& w, const char* what) {
   check_contiguous(x, what);

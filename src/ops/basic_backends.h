@@ -12,6 +12,7 @@
   void scale(const TensorView& x, float alpha, Stream s);                                                   \
   void axpy(const TensorView& y, float alpha, const TensorView& x, Stream s);                               \
   void sum(const TensorView& out, const TensorView& x, bool squares, Stream s);                             \
+  void sum_squares_list(const TensorView& out, std::span<const TensorView> xs, Stream s);                   \
   void rng_fill(const TensorView& x, uint64_t seed, uint64_t stream, bool normal, float p0, float p1,       \
                 const RngSlice& where, Stream s);                                                           \
   void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const GemmOpts& o, Stream s);

@@ -15,18 +15,17 @@ bool decays(const model::ParamSpec& s) { return s.shape.ndim >= 2; }
 double global_grad_norm(const std::vector<model::Param*>& params, const dist::ProcessGroups& pg, Stream s) {
   if (params.empty()) return 0.0;
   const Device dev = params[0]->grad.device();
-  const int64_t n = int64_t(params.size());
-  Tensor partial = Tensor::zeros(Shape{n}, DType::f32, dev, s);  // [n_params] f32, one sum of squares each
   const bool count_replicated = pg.coord.tp == 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const model::Param& p = *params[size_t(i)];
-    DT_CHECK(p.grad.device() == dev, "global_grad_norm: {} has its gradient on {}, the first parameter on {}",
-             p.spec.name, p.grad.view().str(), params[0]->grad.view().str());
-    if (p.grad.numel() == 0 || (p.spec.tp_dim < 0 && !count_replicated)) continue;
-    ops::sum_squares(partial.view().slice(0, i, i + 1), p.grad, s);
+  std::vector<TensorView> grads;  // the gradients this rank counts, summed in one launch
+  grads.reserve(params.size());
+  for (const model::Param* p : params) {
+    DT_CHECK(p->grad.device() == dev, "global_grad_norm: {} has its gradient on {}, the first parameter on {}",
+             p->spec.name, p->grad.view().str(), params[0]->grad.view().str());
+    if (p->grad.numel() == 0 || (p->spec.tp_dim < 0 && !count_replicated)) continue;
+    grads.push_back(p->grad.view());
   }
   Tensor total = Tensor::empty(Shape{1}, DType::f32, dev);  // [1] f32
-  ops::sum(total, partial, s);
+  ops::sum_squares_list(total, grads, s);
   if (pg.dims.tp > 1) pg.tp->all_reduce(total, dist::ReduceOp::sum, s);
   return std::sqrt(double(ops::item(total, s)));
 }

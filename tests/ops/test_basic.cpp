@@ -81,3 +81,34 @@ TEST(BasicCpu, ElementwiseReductionsAndCasts) {
   ops::copy(back, h);
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(back.ptr<float>()[i], 3.0f);
 }
+
+// sum_squares_list: one sum over views of mixed sizes (empty ones, 1, 3, a chunk plus one, a
+// 2-D view, a slice starting 4 bytes into its buffer) against a double loop; the same bits twice.
+TEST(BasicCpu, SumSquaresList) {
+  Tensor a = rand_host(Shape{200003 + 1}), b = rand_host(Shape{65537}), c = rand_host(Shape{3}), d = rand_host(Shape{1});
+  Tensor m = rand_host(Shape{7, 9}), e = Tensor::empty(Shape{0}, DType::f32);
+  const std::vector<TensorView> xs{e, d, c, b, e, m, a.view().slice(0, 1, 200004)};
+  double ref = 0;
+  for (const TensorView& x : xs)
+    for (int64_t i = 0; i < x.numel(); ++i) ref += double(x.ptr<float>()[i]) * x.ptr<float>()[i];
+  Tensor out = Tensor::empty(Shape{1}, DType::f32);
+  ops::sum_squares_list(out, xs);
+  const float got = *out.ptr<float>();
+  EXPECT_LT(std::fabs(got - ref) / ref, 1e-6) << got << " vs " << ref;
+  ops::sum_squares_list(out, xs);
+  EXPECT_EQ(float_bits(*out.ptr<float>()), float_bits(got)) << "run-to-run bits differ";
+  ops::fill(out, 7.0);
+  ops::sum_squares_list(out, {});
+  EXPECT_EQ(float_bits(*out.ptr<float>()), 0u) << "an empty list sums to +0";
+  ops::fill(out, 7.0);
+  ops::sum_squares_list(out, std::vector<TensorView>{e, e});
+  EXPECT_EQ(float_bits(*out.ptr<float>()), 0u) << "empty views sum to +0";
+
+  Tensor h = Tensor::empty(Shape{4}, DType::bf16), o16 = Tensor::empty(Shape{1}, DType::bf16);
+  EXPECT_DEATH(ops::sum_squares_list(out, std::vector<TensorView>{d, c, h}),
+               "sum_squares_list: xs\\[2\\] must be f32, got bf16\\[4\\]");
+  EXPECT_DEATH(ops::sum_squares_list(out, std::vector<TensorView>{m.view().transpose(0, 1)}),
+               "sum_squares_list: xs\\[0\\] must be contiguous, got f32\\[9, 7\\]");
+  EXPECT_DEATH(ops::sum_squares_list(o16, xs), "sum_squares_list out: expected dtype f32, got bf16\\[1\\]");
+  EXPECT_DEATH(ops::sum_squares_list(b, xs), "sum_squares_list: out must hold 1 element, got f32\\[65537\\]");
+}

@@ -156,6 +156,38 @@ TEST(BasicCuda, ReductionsMatchCpuAndAreDeterministic) {
   }
 }
 
+// sum_squares_list against the CPU over views of mixed sizes (empty, 1, 3, one 64K chunk, a chunk
+// plus one, chunks plus a tail, then 300 small views: more segments than threads in a block).
+// The same bits run to run and with every view one element off 16 bytes (the scalar path adds in
+// the vector path's order).
+TEST(BasicCuda, SumSquaresListMatchesCpuAndIgnoresAlignment) {
+  std::vector<int64_t> sizes{0, 1, 3, 65536, 65537, 200003, 0, 4 * 65536 + 5};
+  for (int i = 0; i < 300; ++i) sizes.push_back((i * 7919) % 3001);
+  std::vector<Tensor> keep;
+  std::vector<TensorView> h, d, d_off;
+  for (const int64_t n : sizes) {
+    Tensor x = rand_host(Shape{n}, -1.f, 2.f), dx = dev(x), buf = Tensor::empty(Shape{n + 1}, DType::f32, kGpu);
+    const TensorView off = buf.view().slice(0, 1, n + 1);
+    ops::copy(off, dx);
+    h.push_back(x), d.push_back(dx), d_off.push_back(off);
+    keep.insert(keep.end(), {x, dx, buf});
+  }
+  Tensor ref = Tensor::empty(Shape{1}, DType::f32), g = Tensor::empty(Shape{1}, DType::f32, kGpu);
+  ops::sum_squares_list(ref, h);
+  ops::sum_squares_list(g, d);
+  const float g1 = ops::item(g);
+  ops::sum_squares_list(g, d);
+  const float g2 = ops::item(g);
+  ops::sum_squares_list(g, d_off);
+  const float g3 = ops::item(g);
+  EXPECT_EQ(float_bits(g1), float_bits(g2)) << "run-to-run bits differ";
+  EXPECT_EQ(float_bits(g1), float_bits(g3)) << "aligned and unaligned views differ";
+  EXPECT_NEAR(g1, *ref.ptr<float>(), 2e-6 * *ref.ptr<float>());
+  ops::fill(g, 7.0);
+  ops::sum_squares_list(g, std::vector<TensorView>{d[0], d[6]});
+  EXPECT_EQ(float_bits(ops::item(g)), 0u) << "empty views sum to +0";
+}
+
 TEST(BasicCuda, RngMatchesCpu) {
   uint64_t seed = dt::testing::test_seed();
   Tensor hu = Tensor::empty(Shape{257, 33}, DType::f32), du = Tensor::empty(Shape{257, 33}, DType::f32, kGpu);

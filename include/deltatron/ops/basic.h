@@ -4,6 +4,7 @@
 // Outputs are overwritten (=) unless the name says accumulate (axpy: y += a*x).
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "deltatron/core/tensor.h"
 
@@ -28,6 +29,10 @@ void axpy(const TensorView& y, float alpha, const TensorView& x, Stream s = {});
 // (no host sync). Deterministic: fixed blocking and order, independent of launch timing.
 void sum(const TensorView& out, const TensorView& x, Stream s = {});
 void sum_squares(const TensorView& out, const TensorView& x, Stream s = {});
+// out = sum over the views of sum(x^2): contiguous f32 views of any size (0 included) in one
+// launch on CUDA, not one per view (the global grad norm over every gradient). The blocking and
+// the order depend only on the sizes of the views, in list order. An empty list gives 0.
+void sum_squares_list(const TensorView& out, std::span<const TensorView> xs, Stream s = {});
 
 // Counter-based random fill (core/rng.h). `x` is the local piece of a global tensor of
 // shape `global` starting at `offset` in every dim; element values depend only on

@@ -111,6 +111,15 @@ void sum(const TensorView& out, const TensorView& x, bool squares, Stream) {
   *out.ptr<float>() = float(acc);
 }
 
+void sum_squares_list(const TensorView& out, std::span<const TensorView> xs, Stream) {
+  double acc = 0;
+  for (const TensorView& x : xs) {
+    const float* p = x.ptr<float>();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) acc += double(p[i]) * p[i];
+  }
+  *out.ptr<float>() = float(acc);
+}
+
 void rng_fill(const TensorView& x, uint64_t seed, uint64_t stream, bool normal, float p0, float p1,
               const RngSlice& w, Stream) {
   for (int64_t i = 0, n = x.numel(); i < n; ++i) {

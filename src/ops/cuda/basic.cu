@@ -2,7 +2,8 @@
 // sum / sum of squares, counter-based RNG fill (bit-identical to the CPU for uniform; normal
 // within an ulp), and GEMM through cuBLASLt. Float element types f32, bf16, f16; fp32 math.
 // Reductions: a fixed grid derived from n only (never from the device), one partial per
-// block, then one block sums the partials in order: the same bits on every run.
+// block, then one block sums the partials in order: the same bits on every run. The sum of
+// squares over a list of views (the grad norm) cuts every view into fixed chunks, one block each.
 // add/mul/scale/axpy of same-dtype f32 | bf16 views with 16-byte aligned data take a 16-byte
 // vector kernel (the residual adds); it rounds exactly as the generic kernel does (same bits).
 #include <cuda_bf16.h>
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 #include "core/cuda_check.h"
 #include "deltatron/core/allocator.h"
@@ -255,6 +257,52 @@ __global__ void reduce_final_kernel(float* out, const float* g_partial, int npar
   if (threadIdx.x == 0) *out = acc;
 }
 
+// sum_squares_list: every non-empty view is cut into kSqChunk-element chunks (its last one may be
+// shorter); one block per chunk writes one partial, reduce_final_kernel sums them in order.
+constexpr int kSqChunk = 64 * 1024;
+struct SqSeg {  // one non-empty view: its chunks are chunk0, chunk0 + 1, ...
+  const float* p;
+  int64_t n;
+  int64_t chunk0;
+};
+// grid [nchunks], block kThreads; g_seg [nseg] by increasing chunk0; g_partial [nchunks] f32.
+// Thread t adds elements 4t..4t+3 of every 4 * kThreads elements of its chunk, in order, one fmaf
+// each: float4 loads (a full chunk of a 16-byte aligned view) and scalar loads (anything else)
+// add the same values in the same order, so the bits depend on the sizes only, not on alignment.
+__global__ __launch_bounds__(kThreads) void sum_squares_list_kernel(float* g_partial, const SqSeg* g_seg, int nseg) {
+  __shared__ float s_buf[32];
+  __shared__ int s_seg;
+  const int64_t c = blockIdx.x;
+  for (int i = threadIdx.x; i < nseg; i += blockDim.x)  // the one segment holding chunk c
+    if (g_seg[i].chunk0 <= c && (i + 1 == nseg || g_seg[i + 1].chunk0 > c)) s_seg = i;
+  __syncthreads();
+  const SqSeg sg = g_seg[s_seg];
+  const int64_t begin = (c - sg.chunk0) * kSqChunk;
+  const float* p = sg.p + begin;
+  const int len = int(min(int64_t(kSqChunk), sg.n - begin));
+  float acc = 0.f;
+  if (len == kSqChunk && reinterpret_cast<uintptr_t>(p) % 16 == 0) {
+    const float4* p4 = reinterpret_cast<const float4*>(p);
+#pragma unroll 8
+    for (int k = threadIdx.x; k < kSqChunk / 4; k += kThreads) {
+      const float4 v = __ldg(p4 + k);
+      acc = fmaf(v.x, v.x, acc);
+      acc = fmaf(v.y, v.y, acc);
+      acc = fmaf(v.z, v.z, acc);
+      acc = fmaf(v.w, v.w, acc);
+    }
+  } else {
+    for (int j = 4 * threadIdx.x; j < len; j += 4 * kThreads)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float v = j + e < len ? __ldg(p + j + e) : 0.f;  // fmaf(0, 0, acc) == acc
+        acc = fmaf(v, v, acc);
+      }
+  }
+  acc = block_sum(acc, s_buf);
+  if (threadIdx.x == 0) g_partial[c] = acc;
+}
+
 struct RngArgs {
   int ndim;
   int64_t local[kMaxDims], global[kMaxDims], offset[kMaxDims];
@@ -398,6 +446,35 @@ void sum(const TensorView& out, const TensorView& x, bool squares, Stream s) {
   reduce_partial_kernel<<<nparts, kThreads, 0, cuda_stream(s)>>>(partial.ptr<float>(), x.data, x.dtype, n, squares);
   DT_CUDA_LAUNCH_CHECK();
   reduce_final_kernel<<<1, 1024, 0, cuda_stream(s)>>>(out.ptr<float>(), partial.ptr<float>(), nparts);
+  DT_CUDA_LAUNCH_CHECK();
+}
+
+void sum_squares_list(const TensorView& out, std::span<const TensorView> xs, Stream s) {
+  Range r("dt::sum_squares_list");
+  std::vector<SqSeg> segs;  // [nseg] host table; empty views have no chunk
+  segs.reserve(xs.size());
+  int64_t nchunks = 0;
+  for (const TensorView& x : xs) {
+    if (x.empty()) continue;
+    segs.push_back({x.ptr<const float>(), x.numel(), nchunks});
+    nchunks += (x.numel() + kSqChunk - 1) / kSqChunk;
+  }
+  if (!nchunks) {
+    DT_CUDA_CHECK(cudaMemsetAsync(out.data, 0, sizeof(float), cuda_stream(s)));  // +0.f
+    return;
+  }
+  DT_CHECK(nchunks <= INT32_MAX, "sum_squares_list: {} chunks exceed the grid", nchunks);
+  // One small upload (24 B a view), no sync. A pageable source is copied out by the driver before
+  // cudaMemcpyAsync returns (CUDA's "API synchronization behavior"), so `segs` may go at the end
+  // of this call.
+  Tensor d_segs = Tensor::empty(Shape{int64_t(segs.size() * sizeof(SqSeg))}, DType::u8, out.device);
+  DT_CUDA_CHECK(cudaMemcpyAsync(d_segs.data(), segs.data(), segs.size() * sizeof(SqSeg), cudaMemcpyHostToDevice,
+                                cuda_stream(s)));
+  Tensor partial = Tensor::empty(Shape{nchunks}, DType::f32, out.device);  // [nchunks] f32
+  sum_squares_list_kernel<<<unsigned(nchunks), kThreads, 0, cuda_stream(s)>>>(
+      partial.ptr<float>(), d_segs.ptr<const SqSeg>(), int(segs.size()));
+  DT_CUDA_LAUNCH_CHECK();
+  reduce_final_kernel<<<1, 1024, 0, cuda_stream(s)>>>(out.ptr<float>(), partial.ptr<float>(), int(nchunks));
   DT_CUDA_LAUNCH_CHECK();
 }
 
