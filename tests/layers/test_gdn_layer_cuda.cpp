@@ -59,7 +59,7 @@ TEST(GdnLayerCuda, Bf16AccuracyAgainstFp32Oracle) {
   // draw (H200, 8 seeds: 0.7% to 24%; a 4.6% seed gave the same to 3 digits with libm and MUFU
   // gate math), so they are printed, not bounded, here. Their math is bounded where it is well conditioned: CUDA fp32
   // vs the CPU oracle at 1e-4 and bf16 parallel vs serial in MatchesSerial, the gate kernels
-  // element by element in test_gdn_small_cuda, fused vs separate gates in test_gdn_chunk_cuda.
+  // element by element in test_gdn_small_cuda.
   for (size_t k = 0; k < R32.specs.size(); ++k) {
     const std::string& name = R32.specs[k].name;
     const bool token_sum = name.ends_with(".dt_bias") || name.ends_with(".A_log");
