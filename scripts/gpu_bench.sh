@@ -43,6 +43,9 @@ for n in "${names[@]}"; do
       done ;;
     train_step)  # from the repo root: configs/ are found relative to the source tree either way
       run "train_step 1 GPU" "$B/train_step" --phases 5
+      if [ -n "${CUDNN_LIB_DIR:-}" ]; then  # cuDNN's forward + the native backward (attention.backend auto is native)
+        run "train_step 1 GPU cudnn_fwd" "$B/train_step" --set attention.backend=cudnn_fwd
+      fi
       two "train_step CP=2" "$B/train_step" --set parallel.cp=2 --set data.max_tokens=16384
       four "train_step CP=4" "$B/train_step" --set parallel.cp=4 --set data.max_tokens=32768
       four "train_step TP=2 SP x CP=2" "$B/train_step" --set parallel.tp=2 --set parallel.sp=true \
