@@ -15,12 +15,12 @@
 //   exponentiated in bf16, gdn-math.md section 10 item 4; exp(A_log) is the accurate expf).
 // Accuracy: the per-element math uses the single-instruction MUFU forms (ex2, lg2, rcp with
 //   flush-to-zero) instead of libm expf / log1pf / the IEEE reciprocal (~106 instructions per
-//   element; measured: the forward 13% faster back to back, the backward the same). log1p(e) is a degree-10 series
-//   for e < 1/4 (truncation < e^11/11, relative < 1e-7) and lg2(1 + e) above (absolute error
-//   2^-22.6 on [1, 2], 2 ulp beyond: relative < 6e-7 since log1p(e) >= 0.22 there); e = 2^(x
-//   log2 e) carries the rounding of the product, relative ~|x| * 6e-8 <= 1.2e-6 at the threshold
-//   x = 20. So g, beta and the gradients are within ~2e-6 relative of the libm forms, far below
-//   the 1e-4 fp32 test tolerance and the bf16 rounding of a, b.
+//   element; measured: the forward 13% faster back to back, the backward the same). log1p(e) is
+//   a degree-10 series for e < 1/4 (truncation < e^11/11, relative < 1e-7) and lg2(1 + e) above
+//   (absolute error 2^-22.6 on [1, 2], 2 ulp beyond: relative < 6e-7 since log1p(e) >= 0.22
+//   there); e = 2^(x log2 e) carries the rounding of the product, relative ~|x| * 6e-8 <= 1.2e-6
+//   at the threshold x = 20. So g, beta and the gradients are within ~2e-6 relative of the libm
+//   forms, far below the 1e-4 fp32 test tolerance and the bf16 rounding of a, b.
 // Mapping: the problem is a few MB, so it is latency-bound: every thread owns 4 heads of one
 //   token row (an 8-byte bf16 or 16-byte f32 access of each tensor) and the grid is about one
 //   wave with every load issued up front (kBwdRows row chunks per thread in the backward). At
@@ -101,11 +101,6 @@ __device__ __forceinline__ void load_head_consts(const float* g_A_log, const flo
   for (int k = 0; k < kE; ++k) r_nA[k] = -expf(r_nA[k]);
 }
 
-__device__ __forceinline__ float lg2_ftz(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 // e = exp(x) for x <= 20 (MUFU ex2; 0 for x below ~-87, where softplus(x) = e underflows anyway).
 __device__ __forceinline__ float exp_f(float x) { return ew::ex2_ftz(x * 1.4426950408889634f); }
 // log(1 + e) for e >= 0 (accuracy in the header): series below 1/4, lg2 above.
@@ -114,7 +109,7 @@ __device__ __forceinline__ float log1p_f(float e) {
 #pragma unroll
   for (int k = 9; k >= 1; --k) s = fmaf(s, e, (k & 1 ? 1.f : -1.f) / float(k));
   const float series = s * e;
-  const float lg = lg2_ftz(1.f + e) * 0.6931471805599453f;
+  const float lg = ew::lg2_ftz(1.f + e) * 0.6931471805599453f;
   return e < 0.25f ? series : lg;
 }
 
