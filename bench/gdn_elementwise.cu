@@ -18,7 +18,10 @@
 // take ~3 us. A second measurement times the same calls back to back between ONE pair of
 // events (queued behind the fill again) and reports the mean per call: the time a kernel adds
 // to a busy stream, without the per-call event overhead (the two agree for the large kernels).
-// Usage: gdn_elementwise [reps [family]] (family: conv | l2norm | gate | gated_rmsnorm, default all).
+// conv_gate times the conv with and without the gates in its launch (what the layer runs) and
+// prints the gates' increment against their bytes.
+// Usage: gdn_elementwise [reps [family]] (family: conv | l2norm | gate | conv_gate | gated_rmsnorm,
+// default all).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -144,6 +147,75 @@ void bench_gate(cudaStream_t st, const Tensor& busy) {
   check_finite("gate da", cols(sets[0].dba, Hv, Hv), st);
 }
 
+// The gates carried by the conv's launch (ops::causal_conv1d_gate_fwd/bwd, what the layer runs):
+// conv alone and conv + gates on the same sets, back to back in one harness; the gates' cost is
+// the difference, against the gates' own bytes (the 1.5x target applies to that increment).
+void bench_conv_gate(const dt::ops::VarlenMeta& m, cudaStream_t st, const Tensor& busy) {
+  const double act = double(T * D) * 2, gact = double(T * Hv) * 2, gf32 = double(T * Hv) * 4, par = double(Hv) * 4;
+  const double conv_fwd = 2 * act + double(D * W) * 4 + double(T) * 4;
+  const double conv_bwd = 3 * act + 3 * double(D * W) * 4 + double(T) * 4;
+  const double gate_fwd = 2 * gact + 2 * gf32 + 2 * par;
+  const double gate_bwd = 2 * gact + 2 * gf32 + 2 * gact + 2 * par + 4 * par;
+  const int nsets = sets_for(4 * act + 4 * gact + 4 * gf32);
+  struct Set { Tensor x, y, dy, dx, ba, dba, g, beta, dg, dbeta; };
+  std::vector<Set> sets(static_cast<size_t>(nsets));
+  for (int i = 0; i < nsets; ++i) {
+    Set& s = sets[size_t(i)];
+    s.x = Tensor::empty(Shape{T, D}, DType::bf16, kGpu), s.y = Tensor::empty(Shape{T, D}, DType::bf16, kGpu);
+    s.dy = Tensor::empty(Shape{T, D}, DType::bf16, kGpu), s.dx = Tensor::empty(Shape{T, D}, DType::bf16, kGpu);
+    s.ba = Tensor::empty(Shape{T, 2 * Hv}, DType::bf16, kGpu), s.dba = Tensor::empty(Shape{T, 2 * Hv}, DType::bf16, kGpu);
+    s.g = Tensor::empty(Shape{T, Hv}, DType::f32, kGpu), s.beta = Tensor::empty(Shape{T, Hv}, DType::f32, kGpu);
+    s.dg = Tensor::empty(Shape{T, Hv}, DType::f32, kGpu), s.dbeta = Tensor::empty(Shape{T, Hv}, DType::f32, kGpu);
+    rand_fill(s.x, 600 + i, -1.f, 1.f, st), rand_fill(s.dy, 650 + i, -1.f, 1.f, st);
+    rand_fill(s.ba, 700 + i, -4.f, 4.f, st), rand_fill(s.dg, 750 + i, -1.f, 1.f, st);
+    rand_fill(s.dbeta, 800 + i, -1.f, 1.f, st);
+  }
+  Tensor w = Tensor::empty(Shape{D, W}, DType::f32, kGpu), dw = Tensor::zeros(Shape{D, W}, DType::f32, kGpu, {st});
+  rand_fill(w, 98, -0.5f, 0.5f, st);
+  Tensor A_log = Tensor::empty(Shape{Hv}, DType::f32, kGpu), dt_bias = Tensor::empty(Shape{Hv}, DType::f32, kGpu);
+  rand_fill(A_log, 17, 0.f, 2.7f, st), rand_fill(dt_bias, 18, 0.5f, 1.5f, st);
+  Tensor dA = Tensor::zeros(Shape{Hv}, DType::f32, kGpu, {st}), ddt = Tensor::zeros(Shape{Hv}, DType::f32, kGpu, {st});
+  auto fwd_gates = [&](const Set& s) {
+    return dt::ops::GdnGateFwdViews{s.g, s.beta, cols(s.ba, Hv, Hv), cols(s.ba, 0, Hv), A_log, dt_bias};
+  };
+  auto bwd_gates = [&](const Set& s) {
+    return dt::ops::GdnGateBwdViews{cols(s.dba, Hv, Hv), cols(s.dba, 0, Hv), dA, ddt, s.dg, s.dbeta,
+                                    cols(s.ba, Hv, Hv), cols(s.ba, 0, Hv), A_log, dt_bias};
+  };
+  const size_t r0 = g_results.size();
+  time_kernel("conv1d fwd (alone)", conv_fwd, nsets, st, busy, [&](int i) {
+    const Set& s = sets[size_t(i)];
+    dt::ops::causal_conv1d_fwd(s.y, s.x, w, TensorView{}, true, m, Stream{st});
+  });
+  time_kernel("conv1d+gate fwd", conv_fwd + gate_fwd, nsets, st, busy, [&](int i) {
+    const Set& s = sets[size_t(i)];
+    dt::ops::causal_conv1d_gate_fwd(s.y, s.x, w, TensorView{}, true, m, fwd_gates(s), Stream{st});
+  });
+  check_finite("conv+gate g", sets[0].g, st);
+  time_kernel("conv1d bwd (alone)", conv_bwd, nsets, st, busy, [&](int i) {
+    const Set& s = sets[size_t(i)];
+    dt::ops::causal_conv1d_bwd(s.dx, dw, TensorView{}, s.dy, s.x, w, TensorView{}, true, m, Stream{st});
+  });
+  time_kernel("conv1d+gate bwd", conv_bwd + gate_bwd, nsets, st, busy, [&](int i) {
+    const Set& s = sets[size_t(i)];
+    dt::ops::causal_conv1d_gate_bwd(s.dx, dw, TensorView{}, s.dy, s.x, w, TensorView{}, true, m, bwd_gates(s),
+                                    Stream{st});
+  });
+  check_finite("conv+gate da", cols(sets[0].dba, Hv, Hv), st);
+  const char* dir[2] = {"fwd", "bwd"};
+  const double gbytes[2] = {gate_fwd, gate_bwd};
+  for (int k = 0; k < 2; ++k) {
+    const Result& alone = g_results[r0 + 2 * k];
+    const Result& fused = g_results[r0 + 2 * k + 1];
+    const double ideal_us = gbytes[k] / kCopyBytesPerS * 1e6;
+    const double inc_med = (fused.med_ms - alone.med_ms) * 1e3, inc_b2b = (fused.b2b_ms - alone.b2b_ms) * 1e3;
+    std::printf("gdn_gate %s in the conv launch: +%.2f us median, +%.2f us back to back over the conv alone; gate "
+                "bytes %.2f MB = %.2f us; ratio %.2f median, %.2f back to back (target <= %.1f)\n",
+                dir[k], inc_med, inc_b2b, gbytes[k] / 1e6, ideal_us, inc_med / ideal_us, inc_b2b / ideal_us, kTarget);
+  }
+  std::fflush(stdout);
+}
+
 void bench_gated_rmsnorm(cudaStream_t st, const Tensor& busy) {
   const int64_t rows = T * Hv;
   const double act = double(rows * dv) * 2;
@@ -206,6 +278,7 @@ int main(int argc, char** argv) {
   if (want("conv")) bench_conv(batch.meta(), st, busy);
   if (want("l2norm")) bench_l2norm(st, busy);
   if (want("gate")) bench_gate(st, busy);
+  if (want("conv_gate")) bench_conv_gate(batch.meta(), st, busy);
   if (want("gated_rmsnorm")) bench_gated_rmsnorm(st, busy);
 
   dt::bench::print_table();

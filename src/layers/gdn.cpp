@@ -196,14 +196,13 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
     }
   }
   const ops::VarlenMeta& meta = psp.varlen_meta();  // GLOBAL padded boundaries
-  conv_norm(d, conv_weight_slice(), meta);
-
-  // Gates in fp32 from fp32 A_log and dt_bias (this CP rank's heads).   g, beta [T, Hv_l]
+  // Gates in fp32 from fp32 A_log and dt_bias (this CP rank's heads), computed in the conv's
+  // launch.                                                                g, beta [T, Hv_l]
   saved_[kG] = Tensor::empty(Shape{T, hv_l_}, DType::f32, dev);
   saved_[kBeta] = Tensor::empty(Shape{T, hv_l_}, DType::f32, dev);
-  const int64_t off_b = d.off_b, off_a = d.off_a;
-  ops::gdn_gate_fwd(saved_[kG], saved_[kBeta], cols(hp, off_a, hv_l_), cols(hp, off_b, hv_l_), head_slice(kALog),
-                    head_slice(kDtBias), s);
+  const ops::GdnGateFwdViews gates{saved_[kG], saved_[kBeta], cols(hp, d.off_a, hv_l_), cols(hp, d.off_b, hv_l_),
+                                   head_slice(kALog), head_slice(kDtBias)};
+  conv_norm(d, conv_weight_slice(), meta, &gates);
 
   // The chunked gated delta rule on whole sequences.                     o [T, Hv_l, dv]
   saved_[kO] = Tensor::empty(Shape{T, hv_l_, dv}, A, dev);
@@ -332,13 +331,6 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   release({kQn, kKn, kV});
 
   // Gradient of the (post-cp2hp) projection output, section by section.  dhp [T, C_l]
-  Tensor dA_log = Tensor::zeros(Shape{hv_l_}, DType::f32, dev, s), ddt = Tensor::zeros(Shape{hv_l_}, DType::f32, dev, s);
-  ops::gdn_gate_bwd(cols(dhp, off_a, hv_l_), cols(dhp, off_b, hv_l_), dA_log, ddt, dg, dbeta,
-                    cols(saved_[kHp], off_a, hv_l_), cols(saved_[kHp], off_b, hv_l_), head_slice(kALog),
-                    head_slice(kDtBias), s);
-  ops::axpy(head_slice_grad(kALog), 1.f, dA_log, s);
-  ops::axpy(head_slice_grad(kDtBias), 1.f, ddt, s);
-
   // L2-norm backward straight into dc = d(conv output) [T, conv_l], head rows read in place.
   Tensor dc = Tensor::empty(Shape{T, conv_l}, A, dev);
   const Tensor* grads[2] = {&dq, &dkk};
@@ -348,11 +340,22 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   release({kC, kRq, kRk});
   ops::copy(cols(dc, 2 * qk_l, v_l), dvv.view().reshape(Shape{T, v_l}), s);
 
-  // Conv backward: d(qkv pre-conv) into dhp; dw for this CP rank's channels.
+  // Conv backward: d(qkv pre-conv) into dhp; dw for this CP rank's channels. The gates'
+  // backward (da, db into their columns of dhp) runs in the same launch.
   Tensor dwc = Tensor::zeros(wc.shape(), DType::f32, dev, s);
-  ops::causal_conv1d_bwd(cols(dhp, 0, conv_l), dwc, TensorView{}, dc, cols(saved_[kHp], 0, conv_l), wc, TensorView{},
-                         true, meta, s);
+  Tensor dA_log = Tensor::zeros(Shape{hv_l_}, DType::f32, dev, s), ddt = Tensor::zeros(Shape{hv_l_}, DType::f32, dev, s);
+  const ops::GdnGateBwdViews gates{cols(dhp, off_a, hv_l_),          cols(dhp, off_b, hv_l_),
+                                   dA_log,
+                                   ddt,
+                                   dg,
+                                   dbeta,
+                                   cols(saved_[kHp], off_a, hv_l_),  cols(saved_[kHp], off_b, hv_l_),
+                                   head_slice(kALog),                head_slice(kDtBias)};
+  ops::causal_conv1d_gate_bwd(cols(dhp, 0, conv_l), dwc, TensorView{}, dc, cols(saved_[kHp], 0, conv_l), wc,
+                              TensorView{}, true, meta, gates, s);
   add_conv_weight_grad(dwc);
+  ops::axpy(head_slice_grad(kALog), 1.f, dA_log, s);
+  ops::axpy(head_slice_grad(kDtBias), 1.f, ddt, s);
 
   if (gather_) {
     // CP all_gather: dW += dhp^T xn on this rank's head rows only (one GEMM over the packed rows,
@@ -399,7 +402,8 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
 // The element-wise steps from hp to the chunk kernel's inputs (conv output, packed v, l2norm of
 // q and k read in place from it), into saved_: the forward's, and the backward's recomputation of them (same ops on the same hp
 // and conv weight, so the same bits). wc: conv_weight_slice().
-void GatedDeltaNet::conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta) {
+void GatedDeltaNet::conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta,
+                              const ops::GdnGateFwdViews* gates) {
   const Stream s = ctx_.stream;
   const DType A = ctx_.act_dtype;
   const Device dev = ctx_.device;
@@ -409,7 +413,8 @@ void GatedDeltaNet::conv_norm(const Dims& d, const TensorView& wc, const ops::Va
   // Causal conv + SiLU over [q | k | v] with this CP rank's channel slices.  c [T, conv_l]
   Tensor& c_out = saved_[kC];
   c_out = Tensor::empty(Shape{T, d.conv_l}, A, dev);
-  ops::causal_conv1d_fwd(c_out, cols(hp, 0, d.conv_l), wc, TensorView{}, true, meta, s);
+  if (gates) ops::causal_conv1d_gate_fwd(c_out, cols(hp, 0, d.conv_l), wc, TensorView{}, true, meta, *gates, s);
+  else ops::causal_conv1d_fwd(c_out, cols(hp, 0, d.conv_l), wc, TensorView{}, true, meta, s);
 
   // v packed for the chunk kernel (it takes contiguous [T, Hv_l, dv]).
   saved_[kV] = Tensor::empty(Shape{T, hv_l_, dv}, A, dev);

@@ -17,6 +17,13 @@
   void gdn_gate_bwd(const TensorView& da, const TensorView& db, const TensorView& dA_log,                        \
                     const TensorView& ddt_bias, const TensorView& dg, const TensorView& dbeta, const TensorView& a, \
                     const TensorView& b, const TensorView& A_log, const TensorView& dt_bias, Stream s);          \
+  void causal_conv1d_gate_fwd(const TensorView& y, const TensorView& x, const TensorView& w,                       \
+                              const TensorView& bias, bool silu, const VarlenMeta& m, const GdnGateFwdViews& gate, \
+                              Stream s);                                                                         \
+  void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias,                \
+                              const TensorView& dy, const TensorView& x, const TensorView& w,                   \
+                              const TensorView& bias, bool silu, const VarlenMeta& m, const GdnGateBwdViews& gate, \
+                              Stream s);                                                                         \
   void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k,         \
                      const TensorView& v, const TensorView& g, const TensorView& beta, const TensorView& h0,     \
                      const GdnArgs& args, const VarlenMeta& m, Stream s);                                        \

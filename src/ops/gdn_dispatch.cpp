@@ -27,6 +27,15 @@ void gdn_gate_bwd(const TensorView& da, const TensorView& db, const TensorView& 
                   const TensorView& A_log, const TensorView& dt_bias, Stream s) {
   DT_ROUTE(gdn_gate_bwd, da, da, db, dA_log, ddt_bias, dg, dbeta, a, b, A_log, dt_bias, s);
 }
+void causal_conv1d_gate_fwd(const TensorView& y, const TensorView& x, const TensorView& w, const TensorView& bias,
+                            bool silu, const VarlenMeta& m, const GdnGateFwdViews& gate, Stream s) {
+  DT_ROUTE(causal_conv1d_gate_fwd, y, y, x, w, bias, silu, m, gate, s);
+}
+void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias,
+                            const TensorView& dy, const TensorView& x, const TensorView& w, const TensorView& bias,
+                            bool silu, const VarlenMeta& m, const GdnGateBwdViews& gate, Stream s) {
+  DT_ROUTE(causal_conv1d_gate_bwd, dx, dx, dw, dbias, dy, x, w, bias, silu, m, gate, s);
+}
 void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k,
                    const TensorView& v, const TensorView& g, const TensorView& beta, const TensorView& h0,
                    const GdnArgs& args, const VarlenMeta& m, Stream s) {

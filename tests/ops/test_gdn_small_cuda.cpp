@@ -356,6 +356,104 @@ TEST(GdnSmallCuda, GateBf16) {
   for (const GateCase& gc : kGateCases) run_gate(DType::bf16, gc);
 }
 
+
+// ============================================================== 1 + 3. conv1d and gates in one launch
+// causal_conv1d_gate_fwd/bwd against the two ops run separately on the same device inputs:
+// y, dx, dw, g, beta, da, db bitwise equal (the same per-element code); dA_log and ddt_bias are
+// summed over another fixed block tiling, so within 1e-5 of the separate ops (and < tol of the
+// CPU reference). Hv = 160 makes the backward's gate blocks loop over several row tiles.
+struct ConvGateCase {
+  int64_t D, H;
+  int W;
+  Layout L;
+};
+const std::vector<ConvGateCase> kConvGateCases = {
+    {264, 32, 4, Layout::Strided},    // the Qwen setting (2 channel blocks), Hv = 32
+    {100, 12, 3, Layout::Unaligned},  // element paths of both
+    {520, 160, 6, Layout::Strided},   // W' = 8; 40 gate chunks per row, > 512 backward tiles
+};
+
+void run_conv_gate(DType t, const ConvGateCase& cc) {
+  const std::string tag =
+      fmt::format("conv+gate {} D={} Hv={} W={} {}", dtype_name(t), cc.D, cc.H, cc.W, layout_name(cc.L));
+  SCOPED_TRACE(tag);
+  const std::vector<int32_t> cu = packed_cu();
+  ops::VarlenBatch batch(cu, kGpu);
+  const ops::VarlenMeta& m = batch.meta();
+  const int64_t T = cu.back(), D = cc.D, H = cc.H;
+  const double tol = tol_for(t);
+
+  DevAct x = dev_alloc(T, D, t, cc.L), a = dev_alloc(T, H, t, cc.L), b = dev_alloc(T, H, t, cc.L);
+  Tensor xh = fill_random(x, -1.f, 1.f), ah = fill_random(a, -10.f, 10.f), bh = fill_random(b, -6.f, 6.f);
+  Tensor wd = ops::to_device(rand_host(Shape{D, cc.W}, -0.5f, 0.5f), kGpu);
+  Tensor Ah = rand_host(Shape{H}, 1.f, 16.f);
+  for (int64_t h = 0; h < H; ++h) Ah.ptr<float>()[h] = std::log(Ah.ptr<float>()[h]);
+  Tensor Ad = ops::to_device(Ah, kGpu), dtd = ops::to_device(rand_host(Shape{H}, -2.f, 14.f), kGpu);
+
+  // Forward: separate, then fused.
+  DevAct y0 = dev_alloc(T, D, t, cc.L), g0 = dev_alloc(T, H, DType::f32, cc.L), be0 = dev_alloc(T, H, DType::f32, cc.L);
+  ops::causal_conv1d_fwd(y0.view, x.view, wd, TensorView{}, true, m);
+  ops::gdn_gate_fwd(g0.view, be0.view, a.view, b.view, Ad, dtd);
+  DevAct y1 = dev_alloc(T, D, t, cc.L), g1 = dev_alloc(T, H, DType::f32, cc.L), be1 = dev_alloc(T, H, DType::f32, cc.L);
+  ops::causal_conv1d_gate_fwd(y1.view, x.view, wd, TensorView{}, true, m,
+                              ops::GdnGateFwdViews{g1.view, be1.view, a.view, b.view, Ad, dtd});
+  EXPECT_TRUE(same_bits(y1.view, y0.view)) << "y";
+  EXPECT_TRUE(same_bits(g1.view, g0.view)) << "g";
+  EXPECT_TRUE(same_bits(be1.view, be0.view)) << "beta";
+  EXPECT_TRUE(pads_untouched(y1) && pads_untouched(g1) && pads_untouched(be1));
+
+  // Backward from the same accumulators.
+  DevAct dy = dev_alloc(T, D, t, cc.L), dg = dev_alloc(T, H, DType::f32, cc.L), dbe = dev_alloc(T, H, DType::f32, cc.L);
+  Tensor dgh = fill_random(dg, -1.f, 1.f), dbeh = fill_random(dbe, -1.f, 1.f);
+  fill_random(dy, -1.f, 1.f);
+  const Tensor dw0 = rand_host(Shape{D, cc.W}, -1.f, 1.f), dA0 = rand_host(Shape{H}, -1.f, 1.f),
+               ddt0 = rand_host(Shape{H}, -1.f, 1.f);
+  struct Out {
+    DevAct dx, da, db;
+    Tensor dw, dA, ddt;
+  };
+  auto alloc_out = [&]() {
+    return Out{dev_alloc(T, D, t, cc.L), dev_alloc(T, H, t, cc.L), dev_alloc(T, H, t, cc.L), ops::to_device(dw0, kGpu),
+               ops::to_device(dA0, kGpu), ops::to_device(ddt0, kGpu)};
+  };
+  Out sep = alloc_out();
+  ops::causal_conv1d_bwd(sep.dx.view, sep.dw, TensorView{}, dy.view, x.view, wd, TensorView{}, true, m);
+  ops::gdn_gate_bwd(sep.da.view, sep.db.view, sep.dA, sep.ddt, dg.view, dbe.view, a.view, b.view, Ad, dtd);
+  Tensor dAref = clone(dA0), ddtref = clone(ddt0);  // CPU reference of the two sums
+  Tensor daref = Tensor::empty(Shape{T, H}, DType::f32), dbref = Tensor::empty(Shape{T, H}, DType::f32);
+  ops::gdn_gate_bwd(daref, dbref, dAref, ddtref, dgh, dbeh, ah, bh, Ah, ops::to_host(dtd));
+  Tensor first_dA, first_ddt;
+  for (int rep = 0; rep < 2; ++rep) {
+    Out fu = alloc_out();
+    ops::causal_conv1d_gate_bwd(fu.dx.view, fu.dw, TensorView{}, dy.view, x.view, wd, TensorView{}, true, m,
+                                ops::GdnGateBwdViews{fu.da.view, fu.db.view, fu.dA, fu.ddt, dg.view, dbe.view, a.view,
+                                                     b.view, Ad, dtd});
+    EXPECT_TRUE(same_bits(fu.dx.view, sep.dx.view)) << "dx";
+    EXPECT_TRUE(same_bits(fu.dw, sep.dw)) << "dw";
+    EXPECT_TRUE(same_bits(fu.da.view, sep.da.view)) << "da";
+    EXPECT_TRUE(same_bits(fu.db.view, sep.db.view)) << "db";
+    EXPECT_TRUE(pads_untouched(fu.dx) && pads_untouched(fu.da) && pads_untouched(fu.db));
+    if (rep == 0) {
+      expect_close(tag + " | dA_log (+=) vs separate", fu.dA, sep.dA, 1e-5);
+      expect_close(tag + " | ddt_bias (+=) vs separate", fu.ddt, sep.ddt, 1e-5);
+      expect_close(tag + " | dA_log (+=) vs cpu", fu.dA, dAref, tol);
+      expect_close(tag + " | ddt_bias (+=) vs cpu", fu.ddt, ddtref, tol);
+      expect_close(tag + " | da vs cpu", fu.da.view, daref, tol);
+      first_dA = clone(fu.dA), first_ddt = clone(fu.ddt);
+    } else {
+      EXPECT_TRUE(same_bits(fu.dA, first_dA)) << "dA_log differs between two identical backward runs";
+      EXPECT_TRUE(same_bits(fu.ddt, first_ddt)) << "ddt_bias differs between two identical backward runs";
+    }
+  }
+}
+
+TEST(GdnSmallCuda, ConvGateEqualsSeparateF32) {
+  for (const ConvGateCase& cc : kConvGateCases) run_conv_gate(DType::f32, cc);
+}
+TEST(GdnSmallCuda, ConvGateEqualsSeparateBf16) {
+  for (const ConvGateCase& cc : kConvGateCases) run_conv_gate(DType::bf16, cc);
+}
+
 // ============================================================== 4. gated RMSNorm
 void run_gated_rmsnorm(DType t, const RowCase& rc) {
   const std::string tag = fmt::format("gated_rmsnorm {} H={} dv={} {}", dtype_name(t), rc.H, rc.d,

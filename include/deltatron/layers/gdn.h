@@ -78,7 +78,9 @@ class GatedDeltaNet {
   TensorView out_proj_cols(const TensorView& w) const;  // this CP rank's head columns of out_proj
   Tensor conv_weight_slice() const;
   // hp -> conv output (q, k, v copies), l2norm(q, k) with their rstd, and z, into saved_.
-  void conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta);
+  // gates: the forward's gates, computed in the conv's launch (null in the backward's recompute).
+  void conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta,
+                 const ops::GdnGateFwdViews* gates = nullptr);
   // CP all_gather: a [T, H] partial sum over cp in natural token order -> this rank's zig-zag
   // rows, summed over cp and then tp (reduce-scattered over tp under SP) into out.
   void reduce_partial_to_zigzag(const TensorView& out, const TensorView& partial, const data::PackedSeqParams& psp,

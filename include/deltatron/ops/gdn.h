@@ -44,6 +44,25 @@ void gdn_gate_bwd(const TensorView& da, const TensorView& db, const TensorView& 
                   const TensorView& dg, const TensorView& dbeta, const TensorView& a, const TensorView& b,
                   const TensorView& A_log, const TensorView& dt_bias, Stream s = {});
 
+// ---- 1 + 3. causal_conv1d_varlen and the gates in one call ---------------------------------
+// Exactly causal_conv1d_fwd followed by gdn_gate_fwd (backward: causal_conv1d_bwd and
+// gdn_gate_bwd), with the same argument rules. y, dx, dw, dbias, g, beta, da, db are the same
+// bits as the two ops; dA_log and ddt_bias are summed over another fixed tiling (within fp32
+// rounding, deterministic). On CUDA the gates run as extra blocks at the front of the conv
+// launch: alone they move too few bytes (~13 MB) to hide their launch and DRAM round trip
+// (docs/perf.md); on the CPU the two ops run in turn. The layer uses these.
+struct GdnGateFwdViews {
+  TensorView g, beta, a, b, A_log, dt_bias;
+};
+struct GdnGateBwdViews {
+  TensorView da, db, dA_log, ddt_bias, dg, dbeta, a, b, A_log, dt_bias;
+};
+void causal_conv1d_gate_fwd(const TensorView& y, const TensorView& x, const TensorView& w, const TensorView& bias,
+                            bool silu, const VarlenMeta& m, const GdnGateFwdViews& gate, Stream s = {});
+void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias,
+                            const TensorView& dy, const TensorView& x, const TensorView& w, const TensorView& bias,
+                            bool silu, const VarlenMeta& m, const GdnGateBwdViews& gate, Stream s = {});
+
 // ---- 4. chunk_gated_delta_rule_varlen (gdn-math.md sections 2-5) --------------------------
 // Per sequence n and v-head h (key head h / (Hv/Hk)), token by token:
 //   S <- exp(g_t) S;  u = beta_t (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = scale * S^T q_t

@@ -54,4 +54,17 @@ void causal_conv1d_bwd(const TensorView& dx, const TensorView& dw, const TensorV
   ref::conv1d_varlen_bwd<float>(dxr, dwp, dbp, dyr, xr, wp, bp, d.D, d.W, silu, cu, m.num_seqs);
 }
 
+// The conv and the gates in one call (ops::causal_conv1d_gate_fwd/bwd): on the CPU the two ops in turn.
+void causal_conv1d_gate_fwd(const TensorView& y, const TensorView& x, const TensorView& w, const TensorView& bias,
+                            bool silu, const VarlenMeta& m, const GdnGateFwdViews& gt, Stream s) {
+  cpu::causal_conv1d_fwd(y, x, w, bias, silu, m, s);
+  cpu::gdn_gate_fwd(gt.g, gt.beta, gt.a, gt.b, gt.A_log, gt.dt_bias, s);
+}
+void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias,
+                            const TensorView& dy, const TensorView& x, const TensorView& w, const TensorView& bias,
+                            bool silu, const VarlenMeta& m, const GdnGateBwdViews& gt, Stream s) {
+  cpu::causal_conv1d_bwd(dx, dw, dbias, dy, x, w, bias, silu, m, s);
+  cpu::gdn_gate_bwd(gt.da, gt.db, gt.dA_log, gt.ddt_bias, gt.dg, gt.dbeta, gt.a, gt.b, gt.A_log, gt.dt_bias, s);
+}
+
 }  // namespace dt::ops::cpu

@@ -28,9 +28,13 @@
 //   kernel's tail). The grid depends only on (T, D, W, dtype). Tiles that touch a sequence
 //   boundary take a masked path (a select per tap); the others skip the selects. Both run the
 //   same fma chains, so the path taken never changes the bits.
+// Gates: causal_conv1d_gate_fwd/bwd put the GDN gates' row loops (gdn_gate.cuh) in extra blocks
+//   at the front of this grid (the conv's blocks and results unchanged); the backward's gate
+//   partials get their own fixed-order column sum after the conv's.
 #include <climits>
 
 #include "ops/cuda/gdn_elementwise_common.cuh"
+#include "ops/cuda/gdn_gate.cuh"
 #include "ops/gdn_backends.h"
 
 namespace dt::ops::cuda {
@@ -69,6 +73,9 @@ constexpr int group_tokens(int wp, bool bwd) { return kTilesPerGroup * kTT - (wp
 #endif
 constexpr int kMinBlocksFwd = DT_CONV_MINB_FWD;  // register budget: 65536 / (128 * minblocks)
 constexpr int kMinBlocksBwd = DT_CONV_MINB_BWD;
+// The forward alone needs ~80 registers (6 blocks per SM); with the gates' branch ptxas takes
+// 91 unless held to the same 6 blocks (85 registers; W' = 8 stays at 5, as alone).
+constexpr int kMinBlocksFwdGate = 6;
 constexpr int kMinBlocksBwdWide = 3;  // W' = 8 backward: its 8-tap windows spill below ~160 registers
 template <bool BWD>
 inline constexpr int kStages = BWD ? DT_CONV_STAGES_BWD : DT_CONV_STAGES_FWD;
@@ -76,6 +83,14 @@ template <bool BWD>
 inline constexpr int kUnroll = BWD ? DT_CONV_UNROLL_BWD : DT_CONV_UNROLL_FWD;
 
 enum : unsigned { kVecX = 1, kVecDy = 2, kVecOut = 4 };
+
+// Gates carried by the launch (causal_conv1d_gate_fwd/bwd): gate_blocks blocks at the front of
+// the grid run the gates' row loops (gdn_gate.cuh), the rest the conv. Few blocks with several
+// rows in flight per thread, so they all start in the first wave and finish within about one
+// DRAM round trip, beside the conv blocks, instead of a launch of their own.
+constexpr int kGateRowsFwd = 4;          // forward rows per thread (T = 32k, Hv = 32: 512 blocks)
+constexpr int kGateRowsBwd = 2;          // backward rows per thread in flight
+constexpr int64_t kGateBwdBlocks = 512;  // backward blocks (= partial rows) at most
 
 struct ConvParams {
   const void* x;             // [T, D] (row stride xs)
@@ -90,6 +105,9 @@ struct ConvParams {
   int W;
   int silu;
   unsigned vec;              // kVecX | kVecDy: rows 16-byte aligned; kVecOut: channel pairs aligned
+  int64_t gate_blocks;       // GATE kernels: leading blocks that run the gates
+  GateFwdParams gf;          // forward gates
+  GateBwdParams gb;          // backward gates
 };
 
 template <typename T, bool BWD>
@@ -151,10 +169,24 @@ __device__ __forceinline__ void store_pair(T* g_p, int64_t c, int64_t D, bool ve
 // Forward: streams rows [A - (WP-1), Bc) of its group [A, Bc) and writes y[A:Bc].
 // Backward: streams rows [A - (WP-1), Bc + WP - 1), writes dx[A:Bc] and the group's partials
 // p.part[group, c, 0:WP] (dw, padded taps first) and p.part[group, c, WP] (dbias).
-template <typename T, int WP, bool BWD>
-__global__ __launch_bounds__(kThreads, BWD ? (WP > 4 ? kMinBlocksBwdWide : kMinBlocksBwd) : kMinBlocksFwd) void
+// GATE: blocks [0, gate_blocks) run the gates instead (forward rows, or backward tiles and
+// their partial rows p.gb.part), the conv's blocks follow.
+template <typename T, int WP, bool BWD, bool GATE>
+__global__ __launch_bounds__(kThreads, BWD ? (WP > 4 ? kMinBlocksBwdWide : kMinBlocksBwd)
+                                           : (GATE && WP == 4 ? kMinBlocksFwdGate : kMinBlocksFwd)) void
 conv1d_varlen_kernel(const ConvParams p) {
   extern __shared__ __align__(16) unsigned char s_raw[];
+  int64_t bid = blockIdx.x;
+  if constexpr (GATE) {
+    if (bid < p.gate_blocks) {
+      static_assert(!BWD || 2 * kThreads * gate::kE * 4 <= kStages<BWD> * buf_bytes<T, BWD>(),
+                    "the gates' block sums use the conv's shared memory");
+      if constexpr (BWD) gate::bwd_tiles<T, kThreads, kGateRowsBwd>(p.gb, bid, p.gate_blocks, reinterpret_cast<float*>(s_raw));
+      else gate::fwd_rows<T, kThreads, kGateRowsFwd>(p.gf, bid);
+      return;
+    }
+    bid -= p.gate_blocks;
+  }
   constexpr int V = ew::kVec<T>;
   constexpr int kTileElems = kTT * kCB;
   constexpr int kBuf = buf_bytes<T, BWD>();
@@ -163,8 +195,8 @@ conv1d_varlen_kernel(const ConvParams p) {
   static_assert(kTT * kChunksPerRow % kThreads == 0, "tile chunks must divide evenly");
 
   const int64_t ncb = (p.D + kCB - 1) / kCB;
-  const int64_t grp = int64_t(blockIdx.x) / ncb;
-  const int64_t cb0 = (int64_t(blockIdx.x) - grp * ncb) * kCB;
+  const int64_t grp = bid / ncb;
+  const int64_t cb0 = (bid - grp * ncb) * kCB;
   constexpr int kGroup = group_tokens(WP, BWD);
   const int64_t A = grp * kGroup;
   const int64_t Bc = min(A + int64_t(kGroup), p.T);
@@ -451,55 +483,53 @@ int64_t num_groups(int64_t T, int W, bool bwd) {
   return (T + g - 1) / g;
 }
 
-template <typename T, int WP, bool BWD>
+template <typename T, int WP, bool BWD, bool GATE>
 void launch_conv(const ConvParams& p, int64_t ngroups, cudaStream_t st) {
   constexpr int smem = smem_bytes<T, BWD>();
+  auto kernel = conv1d_varlen_kernel<T, WP, BWD, GATE>;
   if constexpr (smem > 48 * 1024)
-    DT_CUDA_CHECK(cudaFuncSetAttribute(conv1d_varlen_kernel<T, WP, BWD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       smem));
+    DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int64_t ncb = (p.D + kCB - 1) / kCB;
-  conv1d_varlen_kernel<T, WP, BWD><<<unsigned(ngroups * ncb), kThreads, smem, st>>>(p);
+  const int64_t blocks = ngroups * ncb + (GATE ? p.gate_blocks : 0);
+  DT_CHECK(blocks <= int64_t(INT_MAX), "causal_conv1d: {} blocks exceed the grid limit (T = {}, D = {})", blocks, p.T,
+           p.D);
+  kernel<<<unsigned(blocks), kThreads, smem, st>>>(p);
   DT_CUDA_LAUNCH_CHECK();
 }
 
-template <bool BWD>
+template <bool BWD, bool GATE>
 void dispatch_conv(DType dt, const ConvParams& p, int64_t ngroups, cudaStream_t st) {
   const bool wide = p.W > 4;
   if (dt == DType::bf16) {
-    if (wide) launch_conv<__nv_bfloat16, 8, BWD>(p, ngroups, st);
-    else launch_conv<__nv_bfloat16, 4, BWD>(p, ngroups, st);
+    if (wide) launch_conv<__nv_bfloat16, 8, BWD, GATE>(p, ngroups, st);
+    else launch_conv<__nv_bfloat16, 4, BWD, GATE>(p, ngroups, st);
   } else {
-    if (wide) launch_conv<float, 8, BWD>(p, ngroups, st);
-    else launch_conv<float, 4, BWD>(p, ngroups, st);
+    if (wide) launch_conv<float, 8, BWD, GATE>(p, ngroups, st);
+    else launch_conv<float, 4, BWD, GATE>(p, ngroups, st);
   }
 }
 
-}  // namespace
-
-void causal_conv1d_fwd(const TensorView& y, const TensorView& x, const TensorView& w, const TensorView& bias,
-                       bool silu, const VarlenMeta& m, Stream s) {
-  constexpr const char* op = "cuda::causal_conv1d_fwd";
+// The forward's parameters (views checked); false when there is nothing to compute.
+bool fwd_params(ConvParams* p, const TensorView& y, const TensorView& x, const TensorView& w, const TensorView& bias,
+                bool silu, const VarlenMeta& m, const char* op) {
   const ConvDims d = check_common(x, w, bias, m, op);
   const Act xa = check_act(x, x, op, "x");  // [T, D]
   const Act ya = check_act(y, x, op, "y");  // [T, D] (=)
-  if (d.T == 0 || d.D == 0) return;
-  ConvParams p{};
-  p.x = x.data, p.xs = xa.stride;
-  p.out = y.data, p.outs = ya.stride;
-  p.w = w.ptr<float>(), p.ws = w.stride[0];
-  p.bias = ew::is_absent(bias) ? nullptr : bias.ptr<float>();
-  p.seq_idx = m.seq_idx_dev;
-  p.T = d.T, p.D = d.D, p.W = d.W, p.silu = silu ? 1 : 0;
-  p.vec = (xa.vec16 ? kVecX : 0) | (ya.vec_pair ? kVecOut : 0);
-  const int64_t ngroups = num_groups(d.T, d.W, false);
-  ew::NvtxRange range(op);
-  dispatch_conv<false>(x.dtype, p, ngroups, static_cast<cudaStream_t>(s.handle));
+  *p = ConvParams{};
+  p->x = x.data, p->xs = xa.stride;
+  p->out = y.data, p->outs = ya.stride;
+  p->w = w.ptr<float>(), p->ws = w.stride[0];
+  p->bias = ew::is_absent(bias) ? nullptr : bias.ptr<float>();
+  p->seq_idx = m.seq_idx_dev;
+  p->T = d.T, p->D = d.D, p->W = d.W, p->silu = silu ? 1 : 0;
+  p->vec = (xa.vec16 ? kVecX : 0) | (ya.vec_pair ? kVecOut : 0);
+  return d.T > 0 && d.D > 0;
 }
 
-void causal_conv1d_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias, const TensorView& dy,
-                       const TensorView& x, const TensorView& w, const TensorView& bias, bool silu,
-                       const VarlenMeta& m, Stream s) {
-  constexpr const char* op = "cuda::causal_conv1d_bwd";
+// The backward's parameters but the partials pointer; false when there is nothing to compute.
+bool bwd_params(ConvParams* p, const TensorView& dx, const TensorView& dw, const TensorView& dbias,
+                const TensorView& dy, const TensorView& x, const TensorView& w, const TensorView& bias, bool silu,
+                const VarlenMeta& m, const char* op) {
   const ConvDims d = check_common(x, w, bias, m, op);
   const Act xa = check_act(x, x, op, "x");     // [T, D]
   const Act dya = check_act(dy, x, op, "dy");  // [T, D]
@@ -508,30 +538,107 @@ void causal_conv1d_bwd(const TensorView& dx, const TensorView& dw, const TensorV
                (dw.shape[1] <= 1 || dw.stride[1] == 1),
            "{}: dw must be an f32 {} view with a unit inner stride on {}, got {}", op, w.shape.str(), x.device.str(),
            dw.str());
-  const bool want_db = !ew::is_absent(dbias);
-  if (want_db)
+  if (!ew::is_absent(dbias))
     DT_CHECK(dbias.device == x.device && dbias.dtype == DType::f32 && dbias.numel() == d.D && dbias.is_contiguous(),
              "{}: dbias must be an empty view or a contiguous f32 [{}] view, got {}", op, d.D, dbias.str());
-  if (d.T == 0 || d.D == 0) return;
-  const int WP = d.W > 4 ? 8 : 4;
-  const int64_t ngroups = num_groups(d.T, d.W, true);
-  const cudaStream_t st = static_cast<cudaStream_t>(s.handle);
-  ew::NvtxRange range(op);
+  *p = ConvParams{};
+  p->x = x.data, p->xs = xa.stride;
+  p->dy = dy.data, p->dys = dya.stride;
+  p->out = dx.data, p->outs = dxa.stride;
+  p->w = w.ptr<float>(), p->ws = w.stride[0];
+  p->bias = ew::is_absent(bias) ? nullptr : bias.ptr<float>();
+  p->seq_idx = m.seq_idx_dev;
+  p->T = d.T, p->D = d.D, p->W = d.W, p->silu = silu ? 1 : 0;
+  p->vec = (xa.vec16 ? kVecX : 0) | (dya.vec16 ? kVecDy : 0) | (dxa.vec_pair ? kVecOut : 0);
+  return d.T > 0 && d.D > 0;
+}
+
+// The backward's scratch and second pass around the main kernel (the gates' too when GATE).
+template <bool GATE>
+void run_bwd(ConvParams& p, DType dt, Device dev, const TensorView& dw, const TensorView& dbias,
+             const GdnGateBwdViews* gate, cudaStream_t st) {
+  const int WP = p.W > 4 ? 8 : 4;
+  const int64_t ngroups = num_groups(p.T, p.W, true);
   // Scratch: fp32 partials of every group (stream-ordered reuse; see the file header).
-  Tensor part = Tensor::empty(Shape{ngroups, d.D, int64_t(WP + 1)}, DType::f32, x.device);  // [ngroups, D, WP+1]
-  ConvParams p{};
-  p.x = x.data, p.xs = xa.stride;
-  p.dy = dy.data, p.dys = dya.stride;
-  p.out = dx.data, p.outs = dxa.stride;
-  p.w = w.ptr<float>(), p.ws = w.stride[0];
-  p.bias = ew::is_absent(bias) ? nullptr : bias.ptr<float>();
+  Tensor part = Tensor::empty(Shape{ngroups, p.D, int64_t(WP + 1)}, DType::f32, dev);  // [ngroups, D, WP+1]
   p.part = part.ptr<float>();
-  p.seq_idx = m.seq_idx_dev;
-  p.T = d.T, p.D = d.D, p.W = d.W, p.silu = silu ? 1 : 0;
-  p.vec = (xa.vec16 ? kVecX : 0) | (dya.vec16 ? kVecDy : 0) | (dxa.vec_pair ? kVecOut : 0);
-  dispatch_conv<true>(x.dtype, p, ngroups, st);
-  ew::colsum_apply(ConvGradOut{dw.ptr<float>(), dw.stride[0], want_db ? dbias.ptr<float>() : nullptr, d.W, WP},
-                   part.ptr<float>(), ngroups, d.D * (WP + 1), st);
+  Tensor gpart;
+  if constexpr (GATE) {
+    gpart = Tensor::empty(Shape{p.gate_blocks, 2 * int64_t(p.gb.H)}, DType::f32, dev);  // [gate_blocks, 2 Hv]
+    p.gb.part = gpart.ptr<float>();
+  }
+  dispatch_conv<true, GATE>(dt, p, ngroups, st);
+  ew::colsum_apply(ConvGradOut{dw.ptr<float>(), dw.stride[0], ew::is_absent(dbias) ? nullptr : dbias.ptr<float>(),
+                               p.W, WP},
+                   part.ptr<float>(), ngroups, p.D * (WP + 1), st);
+  if constexpr (GATE)
+    ew::colsum_add(gate->dA_log.ptr<float>(), gate->ddt_bias.ptr<float>(), p.gb.part, p.gate_blocks,
+                   2 * int64_t(p.gb.H), p.gb.H, st);
+}
+
+// The gates' views must share the conv's rows (T) and device.
+void check_gate_rows(int64_t T_gate, int64_t T, Device gdev, Device dev, const char* op) {
+  DT_CHECK(T_gate == T && gdev == dev, "{}: the gates' a has {} rows on {}, the conv's x {} rows on {}", op, T_gate,
+           gdev.str(), T, dev.str());
+}
+
+}  // namespace
+
+void causal_conv1d_fwd(const TensorView& y, const TensorView& x, const TensorView& w, const TensorView& bias,
+                       bool silu, const VarlenMeta& m, Stream s) {
+  constexpr const char* op = "cuda::causal_conv1d_fwd";
+  ConvParams p;
+  if (!fwd_params(&p, y, x, w, bias, silu, m, op)) return;
+  ew::NvtxRange range(op);
+  dispatch_conv<false, false>(x.dtype, p, num_groups(p.T, p.W, false), static_cast<cudaStream_t>(s.handle));
+}
+
+void causal_conv1d_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias, const TensorView& dy,
+                       const TensorView& x, const TensorView& w, const TensorView& bias, bool silu,
+                       const VarlenMeta& m, Stream s) {
+  constexpr const char* op = "cuda::causal_conv1d_bwd";
+  ConvParams p;
+  if (!bwd_params(&p, dx, dw, dbias, dy, x, w, bias, silu, m, op)) return;
+  ew::NvtxRange range(op);
+  run_bwd<false>(p, x.dtype, x.device, dw, dbias, nullptr, static_cast<cudaStream_t>(s.handle));
+}
+
+void causal_conv1d_gate_fwd(const TensorView& y, const TensorView& x, const TensorView& w, const TensorView& bias,
+                            bool silu, const VarlenMeta& m, const GdnGateFwdViews& gt, Stream s) {
+  constexpr const char* op = "cuda::causal_conv1d_gate_fwd";
+  ConvParams p;
+  const bool conv = fwd_params(&p, y, x, w, bias, silu, m, op);
+  p.gf = gate_fwd_params(gt.g, gt.beta, gt.a, gt.b, gt.A_log, gt.dt_bias, op);
+  check_gate_rows(p.gf.T, x.shape[0], gt.a.device, x.device, op);
+  DT_CHECK(gt.a.dtype == x.dtype, "{}: the gates' a must have x's dtype {}, got {}", op, dtype_name(x.dtype),
+           gt.a.str());
+  if (!conv) {  // no conv channels (D = 0) or no tokens: the gates alone (nothing at T = 0)
+    cuda::gdn_gate_fwd(gt.g, gt.beta, gt.a, gt.b, gt.A_log, gt.dt_bias, s);
+    return;
+  }
+  const int64_t rows_per_block = int64_t(kThreads / p.gf.cpr) * kGateRowsFwd;
+  p.gate_blocks = (p.gf.T + rows_per_block - 1) / rows_per_block;
+  ew::NvtxRange range(op);
+  dispatch_conv<false, true>(x.dtype, p, num_groups(p.T, p.W, false), static_cast<cudaStream_t>(s.handle));
+}
+
+void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias,
+                            const TensorView& dy, const TensorView& x, const TensorView& w, const TensorView& bias,
+                            bool silu, const VarlenMeta& m, const GdnGateBwdViews& gt, Stream s) {
+  constexpr const char* op = "cuda::causal_conv1d_gate_bwd";
+  ConvParams p;
+  const bool conv = bwd_params(&p, dx, dw, dbias, dy, x, w, bias, silu, m, op);
+  p.gb = gate_bwd_params(gt.da, gt.db, gt.dA_log, gt.ddt_bias, gt.dg, gt.dbeta, gt.a, gt.b, gt.A_log, gt.dt_bias, op);
+  check_gate_rows(p.gb.T, x.shape[0], gt.a.device, x.device, op);
+  DT_CHECK(gt.a.dtype == x.dtype, "{}: the gates' a must have x's dtype {}, got {}", op, dtype_name(x.dtype),
+           gt.a.str());
+  if (!conv) {
+    cuda::gdn_gate_bwd(gt.da, gt.db, gt.dA_log, gt.ddt_bias, gt.dg, gt.dbeta, gt.a, gt.b, gt.A_log, gt.dt_bias, s);
+    return;
+  }
+  p.gate_blocks = gate_bwd_blocks(p.gb.T, p.gb.cpr, kThreads, kGateRowsBwd, kGateBwdBlocks);
+  ew::NvtxRange range(op);
+  run_bwd<true>(p, x.dtype, x.device, dw, dbias, &gt, static_cast<cudaStream_t>(s.handle));
 }
 
 }  // namespace dt::ops::cuda
