@@ -19,9 +19,11 @@
 //             -> rev (B4, serial: dS1 per chunk, full dDelta, dh0) -> dqk (B5: dq, dk part, dW,
 //             dgamma part) -> wy (B6-B8: dk2, dv, dbeta, dgamma2, reverse cumsum -> dg)
 //             -> gsum (B12: dq, dk summed over the G v-heads of each key head, fixed order)
-// Tile loads of rev: two cp.async stages (chunk c-1's tiles load while chunk c computes) when its
-// grid fits one CTA per SM and the inputs are bf16, else one stage; DT_GDN_REV_STAGES=1|2 forces
-// the count (rev_stages). Both forms do the same arithmetic in the same order: the same bits.
+// Tile loads of the serial kernels: rev uses two cp.async stages (chunk c-1's tiles load while
+// chunk c computes) when its grid fits one CTA per SM and the inputs are bf16, else one stage;
+// state always two (they cost it no occupancy). DT_GDN_REV_STAGES=1|2 and DT_GDN_STATE_STAGES=1|2
+// force the counts (rev_stages, state_stages). Both forms do the same arithmetic in the same
+// order: the same bits.
 //
 // Precision: bf16 inputs -> mma.sync m16n8k16 bf16 tensor-core products with fp32 accumulation;
 // the staged intermediates (W, U, Tm, chunk states, Delta, dDelta, dS1, dW) are bf16 as in FLA
@@ -380,9 +382,12 @@ __global__ __launch_bounds__(kChunkThreads) void prep_kernel(Params p, const T* 
 }
 
 // ---- state (serial over chunks): h[c] = S, Delta = U - W S, S = e^{gam_e} S + K^T (Delta (.) eL) ----
-template <class T>
+// Stages = 2 double-buffers the per-chunk tiles (chunk c+1 loads while chunk c computes), as
+// rev_kernel does; the launcher picks the count (state_stages).
+template <class T, int Stages>
 struct StateSmem {
-  static constexpr int NS = sizeof(T) == 2 ? 2 : 1;  // pipeline stages
+  static_assert(Stages == 1 || Stages == 2, "state_kernel: 1 or 2 stages");
+  static constexpr int NS = Stages;                                // pipeline stages
   static constexpr size_t w = 0;                                   // T [C][LDD]
   static constexpr size_t k = w + sizeof(T) * C * LDD<T>;          // T [C][LDD]
   static constexpr size_t u = k + sizeof(T) * C * LDD<T>;          // T [C][LDV]
@@ -391,9 +396,20 @@ struct StateSmem {
   static constexpr size_t s = NS * stage;                          // T [D][LDV]  state operand
   // decayed Delta: overwrites the stage's U tile in place (same thread, same element)
   static constexpr size_t bytes = s + sizeof(T) * D * LDV<T>;
+  static_assert(stage % 16 == 0, "state_kernel: every stage must start 16-byte aligned (cp.async 16)");
 };
+// Two stages cost no occupancy at either dtype: bf16 104.5 KB keeps the two CTAs per SM that the
+// 128-register bound allows (one stage: 61.3 KB, also two); f32 200.5 KB keeps the one CTA per SM
+// that one stage (117.3 KB) already has. So the automatic choice is 2 stages for both.
+static_assert(StateSmem<bf16, 2>::bytes <= kMaxSmem && StateSmem<float, 2>::bytes <= kMaxSmem,
+              "state_kernel: shared memory over the 227 KB opt-in limit");
+static_assert(kSeqMinBlocks<bf16> * (StateSmem<bf16, 2>::bytes + kSmemReservedPerCta) <= kSmemPerSm,
+              "two-stage bf16 state_kernel: two CTAs per SM");
+static_assert(kSeqMinBlocks<float> * (StateSmem<float, 2>::bytes + kSmemReservedPerCta) <= kSmemPerSm &&
+                  2 * (StateSmem<float, 1>::bytes + kSmemReservedPerCta) > kSmemPerSm,
+              "f32 state_kernel: one CTA per SM with one stage and with two");
 
-template <class T>
+template <class T, int Stages>
 __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Params p, const T* __restrict__ g_k,
                                                             const T* __restrict__ g_W, const T* __restrict__ g_U,
                                                             const float* __restrict__ g_gam,
@@ -402,7 +418,7 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Pa
                                                             T* __restrict__ g_D,             // [T, Hv, dv]
                                                             float* __restrict__ g_ht) {      // [N, Hv, dk, dv] or null
   extern __shared__ __align__(16) unsigned char smem[];
-  using S = StateSmem<T>;
+  using S = StateSmem<T, Stages>;
   T* s_s = reinterpret_cast<T*>(smem + S::s);
   const SeqCta cta = seq_cta(p);
   const int n = cta.n, h = cta.h, vt = cta.vt, hk = h / p.G;
@@ -1226,7 +1242,7 @@ __global__ void gsum_kernel(const float* __restrict__ g_in, T* __restrict__ g_ou
 }
 
 // Shared memory stays under the 227 KB a block may use on sm_90 (kMaxSmem).
-static_assert(PrepSmem<float>::bytes <= kMaxSmem && StateSmem<float>::bytes <= kMaxSmem &&
+static_assert(PrepSmem<float>::bytes <= kMaxSmem && StateSmem<float, 2>::bytes <= kMaxSmem &&
               OutSmem<float>::bytes <= kMaxSmem && RevSmem<float, 1>::bytes <= kMaxSmem &&
               DqkSmem<float>::bytes <= kMaxSmem && WySmem<float>::bytes <= kMaxSmem, "smem budget");
 
@@ -1352,6 +1368,13 @@ int rev_stages(unsigned ctas) {
   return kRevMaxStages<T> == 2 && int64_t(ctas) <= int64_t(sm_count()) ? 2 : 1;
 }
 
+// state_kernel's stage count: 2 (two stages cost it no occupancy at either dtype, StateSmem);
+// DT_GDN_STATE_STAGES=1|2 forces it.
+int state_stages() {
+  const int forced = forced_stages("DT_GDN_STATE_STAGES");
+  return forced ? forced : 2;
+}
+
 template <class T>
 T* tptr(const TensorView& v) {
   return absent(v) ? nullptr : static_cast<T*>(v.data);
@@ -1369,10 +1392,16 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
     DT_CUDA_LAUNCH_CHECK();
   }
   if (p.N > 0 && (p.NT > 0 || ht)) {
-    set_smem(state_kernel<T>, StateSmem<T>::bytes);
-    state_kernel<T><<<seq_ctas(p), kSeqThreads, StateSmem<T>::bytes, st>>>(
-        p, tptr<T>(k), W, U, gam, tptr<float>(h0), h, Dl, ht);
-    DT_CUDA_LAUNCH_CHECK();
+    auto state = [&](auto stages) {
+      constexpr int NS = decltype(stages)::value;
+      constexpr size_t bytes = StateSmem<T, NS>::bytes;
+      set_smem(state_kernel<T, NS>, bytes);
+      state_kernel<T, NS><<<seq_ctas(p), kSeqThreads, bytes, st>>>(p, tptr<T>(k), W, U, gam, tptr<float>(h0), h, Dl,
+                                                                   ht);
+      DT_CUDA_LAUNCH_CHECK();
+    };
+    if (state_stages() == 2) state(std::integral_constant<int, 2>{});
+    else state(std::integral_constant<int, 1>{});
   }
 }
 
