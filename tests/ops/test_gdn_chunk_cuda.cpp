@@ -9,10 +9,14 @@
 //   * strong decay (g down to -20) with beta near 1 stays finite and accurate
 //   * packed == each sequence alone; state hand-over (two parts, ht -> h0 and dh0 -> dht) == whole;
 //     two runs are bitwise equal
+//   * the serial kernels (rev, state) with one and with two stages of tile loads (DT_GDN_REV_STAGES,
+//     DT_GDN_STATE_STAGES) are bitwise equal, on a grid of one CTA per SM and on a larger one; bad
+//     values of the variables are fatal
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -318,6 +322,75 @@ TEST(GdnChunkCuda, TwoRunsAreBitwiseEqualAlsoWithSavedIntermediates) {
     for (int i = 0; i < 8; ++i)
       EXPECT_TRUE(bitwise_eq(r1[i], r3[i])) << dt::dtype_name(dt) << " " << kNames[i] << " with GdnChunkSaved";
   }
+}
+
+// Sets an environment variable for one scope (nullptr: unset) and restores what was there before.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const char* name) : name_(name) {
+    if (const char* old = std::getenv(name)) had_ = true, old_ = old;
+  }
+  ~ScopedEnv() { set(had_ ? old_.c_str() : nullptr); }
+  void set(const char* value) const {
+    if (value) setenv(name_, value, 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+// The serial kernels load their chunk tiles in one or two cp.async stages: the reverse pass
+// (rev_kernel) uses two when its grid fits one CTA per SM (bf16 only), the state recurrence
+// (state_kernel) always two. Only the load timing differs, so every form gives the same bits.
+// DT_GDN_REV_STAGES / DT_GDN_STATE_STAGES = 1|2 force them (read at every launch).
+TEST(GdnChunkCuda, SerialKernelStagesOneAndTwoAreBitwiseEqual) {
+  const std::vector<int32_t> mix{1, 63, 64, 65, 300, 1000};
+  const std::vector<Case> cases = {
+      // 6 sequences x 2 v-heads x 2 V tiles = 24 CTAs, one per SM: automatic = 2 rev stages for bf16
+      {"small grid d128 GQA2 h0+dht", mix, 1, 2, 128, 128, true, true},
+      // 6 x 16 x 2 = 192 CTAs, more than the 132 SMs of an H100/H200: automatic = 1 rev stage
+      {"large grid d128 GQA2 dht", mix, 8, 16, 128, 128, false, true},
+  };
+  const ScopedEnv rev("DT_GDN_REV_STAGES"), state("DT_GDN_STATE_STAGES");
+  uint64_t salt = 40;
+  for (DType dt : {DType::bf16, DType::f32})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(dt::dtype_name(dt)) + " " + c.name);
+      const Inputs in = make_inputs(c, dt == DType::bf16, ++salt);
+      rev.set("1");
+      state.set("1");
+      const auto ref = to_vecs(run(c, in, Device::cuda(), dt));  // one stage everywhere
+      for (const auto& v : ref) EXPECT_FALSE(v.empty());
+      auto expect_same = [&](const char* rev_stages, const char* state_stages) {
+        rev.set(rev_stages);
+        state.set(state_stages);
+        const auto got = to_vecs(run(c, in, Device::cuda(), dt));
+        for (int i = 0; i < 8; ++i)
+          EXPECT_TRUE(bitwise_eq(ref[i], got[i])) << "rev stages " << (rev_stages ? rev_stages : "auto")
+                                                  << ", state stages " << (state_stages ? state_stages : "auto")
+                                                  << " vs 1, 1: " << kNames[i];
+      };
+      expect_same(nullptr, nullptr);  // the automatic choices
+      expect_same("1", "2");
+      if (dt == DType::bf16) expect_same("2", "1");  // f32 rev_kernel: one stage only
+    }
+}
+
+TEST(GdnChunkCuda, SerialKernelStagesEnvErrors) {
+  const Case c{"tiny", {65, 3}, 1, 2, 32, 32, false, false};
+  const ScopedEnv rev("DT_GDN_REV_STAGES"), state("DT_GDN_STATE_STAGES");
+  rev.set("3");
+  EXPECT_DEATH(run(c, make_inputs(c, true, 50), Device::cuda(), DType::bf16),
+               "DT_GDN_REV_STAGES='3' is not a stage count: set 1");
+  rev.set("2");
+  EXPECT_DEATH(run(c, make_inputs(c, false, 51), Device::cuda(), DType::f32), "DT_GDN_REV_STAGES=2 needs bf16 inputs");
+  rev.set(nullptr);
+  state.set("two");
+  EXPECT_DEATH(run(c, make_inputs(c, true, 52), Device::cuda(), DType::bf16),
+               "DT_GDN_STATE_STAGES='two' is not a stage count: set 1");
 }
 
 }  // namespace

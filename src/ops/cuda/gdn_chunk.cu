@@ -19,6 +19,11 @@
 //             -> rev (B4, serial: dS1 per chunk, full dDelta, dh0) -> dqk (B5: dq, dk part, dW,
 //             dgamma part) -> wy (B6-B8: dk2, dv, dbeta, dgamma2, reverse cumsum -> dg)
 //             -> gsum (B12: dq, dk summed over the G v-heads of each key head, fixed order)
+// Tile loads of the serial kernels: rev uses two cp.async stages (chunk c-1's tiles load while
+// chunk c computes) when its grid fits one CTA per SM and the inputs are bf16, else one stage;
+// state always two (they cost it no occupancy). DT_GDN_REV_STAGES=1|2 and DT_GDN_STATE_STAGES=1|2
+// force the counts (rev_stages, state_stages). Both forms do the same arithmetic in the same
+// order: the same bits.
 //
 // Precision: bf16 inputs -> mma.sync m16n8k16 bf16 tensor-core products with fp32 accumulation;
 // the staged intermediates (W, U, Tm, chunk states, Delta, dDelta, dS1, dW) are bf16 as in FLA
@@ -38,8 +43,11 @@
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "core/cuda_check.h"
@@ -61,6 +69,9 @@ constexpr int kChunkThreads = 256;  // 8 warps per (chunk, head) CTA
 constexpr int kSeqThreads = 256;    // 8 warps per (sequence, head, V tile) CTA
 // bf16: two serial CTAs per SM (<= 128 registers, smem <= 113 KB); f32: one.
 template <class T> constexpr int kSeqMinBlocks = sizeof(T) == 2 ? 2 : 1;
+constexpr size_t kMaxSmem = 227 * 1024;           // dynamic shared memory a CTA may opt into on sm_90
+constexpr size_t kSmemPerSm = 228 * 1024;         // shared memory of an sm_90 SM
+constexpr size_t kSmemReservedPerCta = 1024;      // taken by the system per resident CTA
 
 // Shared-memory row strides (elements): +16 bytes per row keeps ldmatrix conflict-free.
 template <class T> constexpr int LDD = D + kPad<T>;
@@ -371,9 +382,12 @@ __global__ __launch_bounds__(kChunkThreads) void prep_kernel(Params p, const T* 
 }
 
 // ---- state (serial over chunks): h[c] = S, Delta = U - W S, S = e^{gam_e} S + K^T (Delta (.) eL) ----
-template <class T>
+// Stages = 2 double-buffers the per-chunk tiles (chunk c+1 loads while chunk c computes), as
+// rev_kernel does; the launcher picks the count (state_stages).
+template <class T, int Stages>
 struct StateSmem {
-  static constexpr int NS = sizeof(T) == 2 ? 2 : 1;  // pipeline stages
+  static_assert(Stages == 1 || Stages == 2, "state_kernel: 1 or 2 stages");
+  static constexpr int NS = Stages;                                // pipeline stages
   static constexpr size_t w = 0;                                   // T [C][LDD]
   static constexpr size_t k = w + sizeof(T) * C * LDD<T>;          // T [C][LDD]
   static constexpr size_t u = k + sizeof(T) * C * LDD<T>;          // T [C][LDV]
@@ -382,9 +396,20 @@ struct StateSmem {
   static constexpr size_t s = NS * stage;                          // T [D][LDV]  state operand
   // decayed Delta: overwrites the stage's U tile in place (same thread, same element)
   static constexpr size_t bytes = s + sizeof(T) * D * LDV<T>;
+  static_assert(stage % 16 == 0, "state_kernel: every stage must start 16-byte aligned (cp.async 16)");
 };
+// Two stages cost no occupancy at either dtype: bf16 104.5 KB keeps the two CTAs per SM that the
+// 128-register bound allows (one stage: 61.3 KB, also two); f32 200.5 KB keeps the one CTA per SM
+// that one stage (117.3 KB) already has. So the automatic choice is 2 stages for both.
+static_assert(StateSmem<bf16, 2>::bytes <= kMaxSmem && StateSmem<float, 2>::bytes <= kMaxSmem,
+              "state_kernel: shared memory over the 227 KB opt-in limit");
+static_assert(kSeqMinBlocks<bf16> * (StateSmem<bf16, 2>::bytes + kSmemReservedPerCta) <= kSmemPerSm,
+              "two-stage bf16 state_kernel: two CTAs per SM");
+static_assert(kSeqMinBlocks<float> * (StateSmem<float, 2>::bytes + kSmemReservedPerCta) <= kSmemPerSm &&
+                  2 * (StateSmem<float, 1>::bytes + kSmemReservedPerCta) > kSmemPerSm,
+              "f32 state_kernel: one CTA per SM with one stage and with two");
 
-template <class T>
+template <class T, int Stages>
 __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Params p, const T* __restrict__ g_k,
                                                             const T* __restrict__ g_W, const T* __restrict__ g_U,
                                                             const float* __restrict__ g_gam,
@@ -393,7 +418,7 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Pa
                                                             T* __restrict__ g_D,             // [T, Hv, dv]
                                                             float* __restrict__ g_ht) {      // [N, Hv, dk, dv] or null
   extern __shared__ __align__(16) unsigned char smem[];
-  using S = StateSmem<T>;
+  using S = StateSmem<T, Stages>;
   T* s_s = reinterpret_cast<T*>(smem + S::s);
   const SeqCta cta = seq_cta(p);
   const int n = cta.n, h = cta.h, vt = cta.vt, hk = h / p.G;
@@ -616,37 +641,47 @@ __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(Params p, const T* _
 
 // ---- rev (serial, reversed chunks): dS1[c] = dS; dDelta = dDelta_local + eL (.) (K dS);
 //      dS = e^{gam_e} dS + Q^T (scale e^gamma (.) dO) - W^T dDelta;  dh0 = dS  (B4) ---------------
-template <class T>
+// Stages = 2 double-buffers the per-chunk input tiles: chunk c-1's cp.async loads fly while chunk c
+// computes. Only the load timing differs from Stages = 1 (same arithmetic in the same order, so
+// the same bits). The launcher picks the stage count (rev_stages).
+template <class T, int Stages>
 struct RevSmem {
+  static_assert(Stages == 1 || Stages == 2, "rev_kernel: 1 or 2 stages");
+  // one stage: the input tiles of one chunk
   static constexpr size_t q = 0;                                   // T [C][LDD]
   static constexpr size_t k = q + sizeof(T) * C * LDD<T>;          // T [C][LDD]
   static constexpr size_t w = k + sizeof(T) * C * LDD<T>;          // T [C][LDD]
-  static constexpr size_t dO = w + sizeof(T) * C * LDD<T>;         // T [C][LDV]
-  static constexpr size_t ddl = dO + sizeof(T) * C * LDV<T>;       // T [C][LDV]
-  static constexpr size_t s = ddl + sizeof(T) * C * LDV<T>;        // T [D][LDV]
-  static constexpr size_t gam = s + sizeof(T) * D * LDV<T>;        // f32 [C]
-  static constexpr size_t bytes = gam + sizeof(float) * C;
+  static constexpr size_t dO = w + sizeof(T) * C * LDD<T>;         // T [C][LDV]  then scale e^gamma dO, in place
+  static constexpr size_t ddl = dO + sizeof(T) * C * LDV<T>;       // T [C][LDV]  then -dDelta, in place
+  static constexpr size_t gam = ddl + sizeof(T) * C * LDV<T>;      // f32 [C]
+  static constexpr size_t stage = gam + sizeof(float) * C;
+  static constexpr size_t s = Stages * stage;                      // T [D][LDV]  dS operand (one for all stages)
+  static constexpr size_t bytes = s + sizeof(T) * D * LDV<T>;
+  static_assert(stage % 16 == 0, "rev_kernel: every stage must start 16-byte aligned (cp.async 16)");
 };
+// bf16: one stage 87.3 KB (2 CTAs per SM), two stages 156.5 KB (1 per SM). f32: one stage 167.3 KB;
+// two would take 300.5 KB, over the 227 KB a CTA may opt into on sm_90, so f32 has one stage only.
+static_assert(RevSmem<bf16, 1>::bytes <= kMaxSmem && RevSmem<bf16, 2>::bytes <= kMaxSmem &&
+                  RevSmem<float, 1>::bytes <= kMaxSmem,
+              "rev_kernel: shared memory over the 227 KB opt-in limit");
+static_assert(RevSmem<float, 2>::bytes > kMaxSmem, "the f32 rev_kernel fits two stages now: instantiate them");
+static_assert(kSeqMinBlocks<bf16> * (RevSmem<bf16, 1>::bytes + kSmemReservedPerCta) <= kSmemPerSm,
+              "one-stage bf16 rev_kernel: two CTAs per SM");
+template <class T> constexpr int kRevMaxStages = sizeof(T) == 2 ? 2 : 1;
+// Two stages run one CTA per SM (the launcher picks them only then): no 128-register cap.
+template <class T, int Stages> constexpr int kRevMinBlocks = Stages == 2 ? 1 : kSeqMinBlocks<T>;
 
-template <class T>
-__global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void rev_kernel(Params p, const T* __restrict__ g_q,
-                                                          const T* __restrict__ g_k, const T* __restrict__ g_W,
-                                                          const float* __restrict__ g_gam,
-                                                          const T* __restrict__ g_do, const T* __restrict__ g_dDl,
-                                                          const float* __restrict__ g_dht,  // or null
-                                                          T* __restrict__ g_dS1,            // [NT, Hv, dk, dv]
-                                                          T* __restrict__ g_dD,             // [T, Hv, dv]
-                                                          float* __restrict__ g_dh0) {      // or null
+template <class T, int Stages>
+__global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_kernel(
+    Params p, const T* __restrict__ g_q, const T* __restrict__ g_k, const T* __restrict__ g_W,
+    const float* __restrict__ g_gam, const T* __restrict__ g_do, const T* __restrict__ g_dDl,
+    const float* __restrict__ g_dht,  // or null
+    T* __restrict__ g_dS1,            // [NT, Hv, dk, dv]
+    T* __restrict__ g_dD,             // [T, Hv, dv]
+    float* __restrict__ g_dh0) {      // or null
   extern __shared__ __align__(16) unsigned char smem[];
-  using S = RevSmem<T>;
-  T* s_q = reinterpret_cast<T*>(smem + S::q);
-  T* s_k = reinterpret_cast<T*>(smem + S::k);
-  T* s_w = reinterpret_cast<T*>(smem + S::w);
-  T* s_do = reinterpret_cast<T*>(smem + S::dO);
-  T* s_ddl = reinterpret_cast<T*>(smem + S::ddl);
+  using S = RevSmem<T, Stages>;
   T* s_s = reinterpret_cast<T*>(smem + S::s);
-  T* s_x = s_ddl;  // -dDelta overwrites dDelta_local in place (same thread, same element)
-  float* s_gam = reinterpret_cast<float*>(smem + S::gam);
   const SeqCta cta = seq_cta(p);
   const int n = cta.n, h = cta.h, vt = cta.vt, hk = h / p.G;
   const int v0 = vt * BV, nv = min(BV, p.dv - v0);
@@ -665,27 +700,59 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void rev_kernel(Para
     }
   });
 
+  // cp.async loads of chunk c's tiles into stage st (the caller commits the group)
+  auto issue = [&](int c, int st) {
+    const int64_t bos = p.chunk_start[c];
+    const int L = min(C, eos - int(bos));
+    unsigned char* base = smem + st * S::stage;
+    load_tile(reinterpret_cast<T*>(base + S::q), LDD<T>, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C,
+              L, p.dk, D, tid, kSeqThreads);
+    load_tile(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C,
+              L, p.dk, D, tid, kSeqThreads);
+    load_tile(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, C,
+              L, p.dk, D, tid, kSeqThreads);
+    load_tile(reinterpret_cast<T*>(base + S::dO), LDV<T>, g_do + (bos * p.Hv + h) * p.dv + v0,
+              int64_t(p.Hv) * p.dv, C, L, nv, BV, tid, kSeqThreads);
+    load_tile(reinterpret_cast<T*>(base + S::ddl), LDV<T>, g_dDl + (bos * p.Hv + h) * p.dv + v0,
+              int64_t(p.Hv) * p.dv, C, L, nv, BV, tid, kSeqThreads);
+    load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, kSeqThreads);
+  };
+
+  // Two stages: one cp.async group in flight at each wait (the chunk about to be computed).
+  if constexpr (Stages == 2) {
+    if (c0 < c1) issue(c1 - 1, 0);
+    cp_commit();
+  }
   for (int c = c1 - 1; c >= c0; --c) {
+    const int st = Stages == 2 ? (c1 - 1 - c) & 1 : 0;
     const int64_t bos = p.chunk_start[c];
     const int L = min(C, eos - int(bos)), Lk = round16(L);
-    __syncthreads();  // the previous chunk is done with every buffer
-    load_tile(s_q, LDD<T>, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kSeqThreads);
-    load_tile(s_k, LDD<T>, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kSeqThreads);
-    load_tile(s_w, LDD<T>, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kSeqThreads);
-    load_tile(s_do, LDV<T>, g_do + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv, C, L, nv, BV, tid,
-              kSeqThreads);
-    load_tile(s_ddl, LDV<T>, g_dDl + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv, C, L, nv, BV, tid,
-              kSeqThreads);
-    load_col(s_gam, g_gam + bos * p.Hv + h, p.Hv, C, L, tid, kSeqThreads);
-    cp_commit();
-    // dS -> operand and dS1[c] (gradient of this chunk's END state) while the loads fly
+    if constexpr (Stages == 1) {
+      __syncthreads();  // the previous chunk is done with every buffer
+      issue(c, 0);
+      cp_commit();
+    }
+    // dS -> operand and dS1[c] (gradient of this chunk's END state) while the loads fly. The
+    // previous chunk's last read of s_s came before its mid-step barrier.
     T* g_d1 = g_dS1 + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0;
     frag_pairs(r_dS, sm0, sn0, [&](int r, int cc, float& x0, float& x1) {
       store2(s_s + r * LDV<T> + cc, x0, x1);
       if (r < p.dk && cc < nv) store2(g_d1 + int64_t(r) * p.dv + cc, x0, x1);
     });
     cp_wait<0>();
-    __syncthreads();
+    __syncthreads();  // stage st and s_s visible to all; with 2 stages also: every thread is done with chunk c+1
+    if constexpr (Stages == 2) {
+      if (c > c0) issue(c - 1, st ^ 1);  // into the stage chunk c+1 used
+      cp_commit();
+    }
+    unsigned char* base = smem + st * S::stage;
+    const T* s_q = reinterpret_cast<const T*>(base + S::q);
+    const T* s_k = reinterpret_cast<const T*>(base + S::k);
+    const T* s_w = reinterpret_cast<const T*>(base + S::w);
+    T* s_do = reinterpret_cast<T*>(base + S::dO);
+    const T* s_ddl = reinterpret_cast<const T*>(base + S::ddl);
+    T* s_x = reinterpret_cast<T*>(base + S::ddl);  // -dDelta over dDelta_local in place (same thread, same element)
+    const float* s_gam = reinterpret_cast<const float*>(base + S::gam);
     const float gam_e = s_gam[L - 1];
     // dO <- scale e^gamma dO (rows), in place
     {
@@ -1174,10 +1241,9 @@ __global__ void gsum_kernel(const float* __restrict__ g_in, T* __restrict__ g_ou
   }
 }
 
-// Shared memory stays under the 227 KB a block may use on sm_90.
-constexpr size_t kMaxSmem = 227 * 1024;
-static_assert(PrepSmem<float>::bytes <= kMaxSmem && StateSmem<float>::bytes <= kMaxSmem &&
-              OutSmem<float>::bytes <= kMaxSmem && RevSmem<float>::bytes <= kMaxSmem &&
+// Shared memory stays under the 227 KB a block may use on sm_90 (kMaxSmem).
+static_assert(PrepSmem<float>::bytes <= kMaxSmem && StateSmem<float, 2>::bytes <= kMaxSmem &&
+              OutSmem<float>::bytes <= kMaxSmem && RevSmem<float, 1>::bytes <= kMaxSmem &&
               DqkSmem<float>::bytes <= kMaxSmem && WySmem<float>::bytes <= kMaxSmem, "smem budget");
 
 // ================================================================================= launchers
@@ -1260,6 +1326,55 @@ unsigned seq_ctas(const Params& p) {
   return unsigned(n);
 }
 
+// Multiprocessors of the current device, queried once per device.
+int sm_count() {
+  constexpr int kDevs = 64;
+  static std::atomic<int> cache[kDevs];  // 0: not queried yet
+  int dev = 0, n = 0;
+  DT_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 0 && dev < kDevs && (n = cache[dev].load(std::memory_order_relaxed)) > 0) return n;
+  DT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  if (dev >= 0 && dev < kDevs) cache[dev].store(n, std::memory_order_relaxed);
+  return n;
+}
+
+// A forced stage count from the environment (`var`=1 or 2; for A/B benchmarks and the one-vs-two
+// stage test), 0 when unset or empty (automatic choice). Read at every launch (a getenv), so a
+// change between calls takes effect.
+int forced_stages(const char* var) {
+  const char* e = std::getenv(var);
+  if (e == nullptr || *e == '\0') return 0;
+  const std::string v(e);
+  DT_CHECK(v == "1" || v == "2",
+           "{}='{}' is not a stage count: set 1 (one-stage tile loads) or 2 (double-buffered tile loads), or "
+           "unset it for the automatic choice",
+           var, v);
+  return v[0] - '0';
+}
+
+// rev_kernel's stage count. Automatic: 2 when the serial grid fits one CTA per SM (ctas <= SMs),
+// where two stages' shared memory (bf16 156.5 KB: one CTA per SM) costs no occupancy; otherwise 1
+// (87.3 KB: two CTAs per SM, which hide each other's load latency). f32 inputs: always 1 (two
+// stages do not fit, RevSmem). DT_GDN_REV_STAGES=1|2 forces it (2 with f32 inputs is an error).
+template <class T>
+int rev_stages(unsigned ctas) {
+  if (const int forced = forced_stages("DT_GDN_REV_STAGES")) {
+    DT_CHECK(forced <= kRevMaxStages<T>,
+             "DT_GDN_REV_STAGES=2 needs bf16 inputs: the f32 rev_kernel has one stage only (two stages of f32 "
+             "tiles take {} bytes of shared memory, over the {} a CTA may use); set 1 or unset it",
+             RevSmem<float, 2>::bytes, kMaxSmem);
+    return forced;
+  }
+  return kRevMaxStages<T> == 2 && int64_t(ctas) <= int64_t(sm_count()) ? 2 : 1;
+}
+
+// state_kernel's stage count: 2 (two stages cost it no occupancy at either dtype, StateSmem);
+// DT_GDN_STATE_STAGES=1|2 forces it.
+int state_stages() {
+  const int forced = forced_stages("DT_GDN_STATE_STAGES");
+  return forced ? forced : 2;
+}
+
 template <class T>
 T* tptr(const TensorView& v) {
   return absent(v) ? nullptr : static_cast<T*>(v.data);
@@ -1277,10 +1392,16 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
     DT_CUDA_LAUNCH_CHECK();
   }
   if (p.N > 0 && (p.NT > 0 || ht)) {
-    set_smem(state_kernel<T>, StateSmem<T>::bytes);
-    state_kernel<T><<<seq_ctas(p), kSeqThreads, StateSmem<T>::bytes, st>>>(
-        p, tptr<T>(k), W, U, gam, tptr<float>(h0), h, Dl, ht);
-    DT_CUDA_LAUNCH_CHECK();
+    auto state = [&](auto stages) {
+      constexpr int NS = decltype(stages)::value;
+      constexpr size_t bytes = StateSmem<T, NS>::bytes;
+      set_smem(state_kernel<T, NS>, bytes);
+      state_kernel<T, NS><<<seq_ctas(p), kSeqThreads, bytes, st>>>(p, tptr<T>(k), W, U, gam, tptr<float>(h0), h, Dl,
+                                                                   ht);
+      DT_CUDA_LAUNCH_CHECK();
+    };
+    if (state_stages() == 2) state(std::integral_constant<int, 2>{});
+    else state(std::integral_constant<int, 1>{});
   }
 }
 
@@ -1347,11 +1468,23 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
     DT_CUDA_LAUNCH_CHECK();
   }
   if (p.N > 0) {
-    set_smem(rev_kernel<T>, RevSmem<T>::bytes);
-    rev_kernel<T><<<seq_ctas(p), kSeqThreads, RevSmem<T>::bytes, st>>>(
-        p, tptr<T>(q), tptr<T>(k), W.ptr<T>(), gam.ptr<float>(), tptr<T>(do_), dDl.ptr<T>(), tptr<float>(dht),
-        dS1.ptr<T>(), dD.ptr<T>(), tptr<float>(dh0));
-    DT_CUDA_LAUNCH_CHECK();
+    const unsigned ctas = seq_ctas(p);
+    auto rev = [&](auto stages) {
+      constexpr int NS = decltype(stages)::value;
+      constexpr size_t bytes = RevSmem<T, NS>::bytes;
+      set_smem(rev_kernel<T, NS>, bytes);
+      rev_kernel<T, NS><<<ctas, kSeqThreads, bytes, st>>>(p, tptr<T>(q), tptr<T>(k), W.ptr<T>(), gam.ptr<float>(),
+                                                          tptr<T>(do_), dDl.ptr<T>(), tptr<float>(dht), dS1.ptr<T>(),
+                                                          dD.ptr<T>(), tptr<float>(dh0));
+      DT_CUDA_LAUNCH_CHECK();
+    };
+    const int ns = rev_stages<T>(ctas);  // 2 only where kRevMaxStages<T> == 2
+    if constexpr (kRevMaxStages<T> == 2) {
+      if (ns == 2) rev(std::integral_constant<int, 2>{});
+      else rev(std::integral_constant<int, 1>{});
+    } else {
+      rev(std::integral_constant<int, 1>{});
+    }
   }
   if (p.NT == 0) return;
   U = Tensor();  // not needed any more
