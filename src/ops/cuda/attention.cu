@@ -11,13 +11,15 @@
 // keys outside its interval.
 //
 // Kernels (4 or 8 warps per CTA, kNW; one CTA per (16*warps-row query tile, query head) or
-// (key block, KV head)):
+// (key block, query head)):
 //   fwd   : S = Q K^T -> mask -> online softmax (exp2, fp32 m, l) -> P (tile dtype) -> O += P V;
 //           o = O / l, lse = m + log l (natural log, fp32); rows that are not live: o = 0, lse = 0.
 //   bwd   : dsum (D_l = do_l . o_l) -> dq (per query tile: P, dP = dO V^T, dS = P (dP - D),
-//           dQ += dS K) -> dkv (per key block and KV head, over the G query heads and the query
-//           tiles that can see it: P^T, dP^T, dV += P^T dO, dK += dS^T Q). No atomics: every sum
-//           has a fixed order, two runs give the same bits. K/V of a KV head are never repeated.
+//           dQ += dS K) -> dkv (per key block and query head, over the query tiles that can see
+//           it in ascending order: P^T, dP^T, dV += P^T dO, dK += dS^T Q) -> head_group_sum
+//           (G > 1 only: dk, dv of a KV head = its G query heads' f32 partials added in head
+//           order; G == 1: dkv writes dk, dv itself). No atomics: every sum has a fixed order,
+//           two runs give the same bits. K/V of a KV head are never repeated.
 // Precision: bf16 tiles -> mma.sync bf16 with fp32 accumulation, P and dS rounded to bf16 for
 // the second product (as flash-attention does); f32 tiles -> the same kernels with exact fp32
 // FFMA products (mma_common.cuh). Head dim D: a multiple of 8 up to 256; tiles are padded to
@@ -89,6 +91,7 @@ struct Params {
   void *out_o, *dq, *dk, *dv;
   float* lse;         // [Tq, Hq]
   const float* dsum;  // [Tq, Hq]
+  float *dk_part, *dv_part;  // [Tk, Hq, D] f32 per-query-head dK (unscaled), dV when G > 1; else null
   int64_t q_rs, k_rs, v_rs, o_rs, do_rs, dq_rs, dk_rs, dv_rs;  // row strides (elements)
   int Tq, Tk, Hq, Hkv, G, D, N, q_div;
   float scale, scale_log2;
@@ -363,7 +366,11 @@ __global__ void __launch_bounds__(32 * kNW<T, DP>) dq_kernel(Params p) {
   });
 }
 
-// ---- backward: dk, dv per (key block, KV head) --------------------------------------------------
+// ---- backward: dk, dv per (key block, query head) -----------------------------------------------
+// One CTA per (key block, query head h), so the longest chain is one head's query tiles, not G
+// heads'. kSplit false (G == 1): dK, dV go straight to dk, dv. kSplit (G > 1): the head's f32
+// partials go to dk_part, dv_part (dK unscaled) and head_group_sum_kernel adds the G heads of
+// each KV head in head order.
 template <class T, int DP> constexpr int kBNk = (sizeof(T) == 4 && DP == 256) ? 32 : 64;
 template <class T, int DP>
 constexpr size_t dkv_smem() {
@@ -372,7 +379,7 @@ constexpr size_t dkv_smem() {
          4 * kBM * sizeof(float);
 }
 
-template <class T, int DP>
+template <class T, int DP, bool kSplit>
 __global__ void __launch_bounds__(32 * kNW<T, DP>) dkv_kernel(Params p) {
   constexpr int NW = kNW<T, DP>, kThreads = 32 * NW;
   constexpr int BN = kBNk<T, DP>, L = LD<T, DP>, LQ = kBM + kPad<T>;
@@ -392,7 +399,7 @@ __global__ void __launch_bounds__(32 * kNW<T, DP>) dkv_kernel(Params p) {
   float* s_lse = reinterpret_cast<float*>(s_ke + kBM);
   float* s_d = s_lse + kBM;
 
-  const int j0 = blockIdx.x * BN, hk = blockIdx.y;
+  const int j0 = blockIdx.x * BN, h = blockIdx.y;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int sm0 = (warp % WMR) * 16, sn0 = (warp / WMR) * (kBM / WNC);
   const int an0 = warp * (DP / NW);
@@ -409,70 +416,131 @@ __global__ void __launch_bounds__(32 * kNW<T, DP>) dkv_kernel(Params p) {
   };
   const int qlo = p.cu_pad[seq_of(j0)] / p.q_div, qhi = p.cu_pad[seq_of(j0 + nk - 1) + 1] / p.q_div;
 
-  load_tile(sK, L, static_cast<const T*>(p.k) + int64_t(j0) * p.k_rs + hk * p.D, p.k_rs, BN, nk, p.D, DP, tid,
-            kThreads);
-  load_tile(sV, L, static_cast<const T*>(p.v) + int64_t(j0) * p.v_rs + hk * p.D, p.v_rs, BN, nk, p.D, DP, tid,
-            kThreads);
+  {
+    const int hk = h / p.G;
+    load_tile(sK, L, static_cast<const T*>(p.k) + int64_t(j0) * p.k_rs + hk * p.D, p.k_rs, BN, nk, p.D, DP, tid,
+              kThreads);
+    load_tile(sV, L, static_cast<const T*>(p.v) + int64_t(j0) * p.v_rs + hk * p.D, p.v_rs, BN, nk, p.D, DP, tid,
+              kThreads);
+  }
   cp_commit();
   float dk[AM][AN][4], dv[AM][AN][4];
   zero(dk);
   zero(dv);
-  for (int gi = 0; gi < p.G; ++gi) {
-    const int h = hk * p.G + gi;
-    for (int t = qlo / kBM; t * kBM < qhi; ++t) {
-      if (p.tile_hi[t] < j0 || p.tile_lo[t] > j0 + nk - 1) continue;  // nothing here sees this block
-      const int r0 = t * kBM, nq = min(kBM, p.Tq - r0);
-      __syncthreads();  // the previous tile's smem is free
-      load_tile(sQ, L, static_cast<const T*>(p.q) + int64_t(r0) * p.q_rs + h * p.D, p.q_rs, kBM, nq, p.D, DP, tid,
-                kThreads);
-      load_tile(sdO, L, static_cast<const T*>(p.d_o) + int64_t(r0) * p.do_rs + h * p.D, p.do_rs, kBM, nq, p.D, DP,
-                tid, kThreads);
-      cp_commit();
-      if (tid < kBM) {
-        const int l = r0 + tid;
-        const bool in = l < p.Tq;
-        s_ks[tid] = in ? p.kstart[l] : 0;
-        s_ke[tid] = in ? p.kend[l] : -1;
-        s_lse[tid] = in ? p.lse[int64_t(l) * p.Hq + h] * kLog2e : 0.f;
-        s_d[tid] = in ? p.dsum[int64_t(l) * p.Hq + h] : 0.f;
-      }
-      cp_wait<0>();
-      __syncthreads();
-      float s[1][SW][4], dp[1][SW][4];
-      zero(s);
-      zero(dp);
-      warp_gemm<1, SW, false, true>(s, sK, L, sQ, L, sm0, sn0, DP);    // S^T = K Q^T
-      warp_gemm<1, SW, false, true>(dp, sV, L, sdO, L, sm0, sn0, DP);  // dP^T = V dO^T
-#pragma unroll
-      for (int j = 0; j < SW; ++j) {
-        float pr[4], ds[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = j0 + sm0 + g + 8 * (e >> 1), c = sn0 + 8 * j + 2 * t4 + (e & 1);
-          const bool ok = key >= s_ks[c] && key <= s_ke[c];
-          pr[e] = ok ? exp2f(s[0][j][e] * p.scale_log2 - s_lse[c]) : 0.f;
-          ds[e] = pr[e] * (dp[0][j][e] - s_d[c]);
-        }
-        const int cc = sn0 + 8 * j + 2 * t4;
-        store2(sPt + (sm0 + g) * LQ + cc, pr[0], pr[1]);
-        store2(sPt + (sm0 + g + 8) * LQ + cc, pr[2], pr[3]);
-        store2(sdSt + (sm0 + g) * LQ + cc, ds[0], ds[1]);
-        store2(sdSt + (sm0 + g + 8) * LQ + cc, ds[2], ds[3]);
-      }
-      __syncthreads();
-      warp_gemm<AM, AN, false, false>(dv, sPt, LQ, sdO, L, 0, an0, kBM);   // dV += P^T dO
-      warp_gemm<AM, AN, false, false>(dk, sdSt, LQ, sQ, L, 0, an0, kBM);  // dK += dS^T Q
+  for (int t = qlo / kBM; t * kBM < qhi; ++t) {
+    if (p.tile_hi[t] < j0 || p.tile_lo[t] > j0 + nk - 1) continue;  // nothing here sees this block
+    const int r0 = t * kBM, nq = min(kBM, p.Tq - r0);
+    __syncthreads();  // the previous tile's smem is free
+    load_tile(sQ, L, static_cast<const T*>(p.q) + int64_t(r0) * p.q_rs + h * p.D, p.q_rs, kBM, nq, p.D, DP, tid,
+              kThreads);
+    load_tile(sdO, L, static_cast<const T*>(p.d_o) + int64_t(r0) * p.do_rs + h * p.D, p.do_rs, kBM, nq, p.D, DP,
+              tid, kThreads);
+    cp_commit();
+    if (tid < kBM) {
+      const int l = r0 + tid;
+      const bool in = l < p.Tq;
+      s_ks[tid] = in ? p.kstart[l] : 0;
+      s_ke[tid] = in ? p.kend[l] : -1;
+      s_lse[tid] = in ? p.lse[int64_t(l) * p.Hq + h] * kLog2e : 0.f;
+      s_d[tid] = in ? p.dsum[int64_t(l) * p.Hq + h] : 0.f;
     }
+    cp_wait<0>();
+    __syncthreads();
+    float s[1][SW][4], dp[1][SW][4];
+    zero(s);
+    zero(dp);
+    warp_gemm<1, SW, false, true>(s, sK, L, sQ, L, sm0, sn0, DP);    // S^T = K Q^T
+    warp_gemm<1, SW, false, true>(dp, sV, L, sdO, L, sm0, sn0, DP);  // dP^T = V dO^T
+#pragma unroll
+    for (int j = 0; j < SW; ++j) {
+      float pr[4], ds[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = j0 + sm0 + g + 8 * (e >> 1), c = sn0 + 8 * j + 2 * t4 + (e & 1);
+        const bool ok = key >= s_ks[c] && key <= s_ke[c];
+        pr[e] = ok ? exp2f(s[0][j][e] * p.scale_log2 - s_lse[c]) : 0.f;
+        ds[e] = pr[e] * (dp[0][j][e] - s_d[c]);
+      }
+      const int cc = sn0 + 8 * j + 2 * t4;
+      store2(sPt + (sm0 + g) * LQ + cc, pr[0], pr[1]);
+      store2(sPt + (sm0 + g + 8) * LQ + cc, pr[2], pr[3]);
+      store2(sdSt + (sm0 + g) * LQ + cc, ds[0], ds[1]);
+      store2(sdSt + (sm0 + g + 8) * LQ + cc, ds[2], ds[3]);
+    }
+    __syncthreads();
+    warp_gemm<AM, AN, false, false>(dv, sPt, LQ, sdO, L, 0, an0, kBM);   // dV += P^T dO
+    warp_gemm<AM, AN, false, false>(dk, sdSt, LQ, sQ, L, 0, an0, kBM);  // dK += dS^T Q
   }
   cp_wait<0>();  // K/V of a block no query sees were never waited for
-  T* dK = static_cast<T*>(p.dk) + hk * p.D;
-  T* dV = static_cast<T*>(p.dv) + hk * p.D;
-  frag_pairs(dk, 0, an0, [&](int r, int c, float v0, float v1) {
-    if (r < nk && c < p.D) store2(dK + int64_t(j0 + r) * p.dk_rs + c, v0 * p.scale, v1 * p.scale);
-  });
-  frag_pairs(dv, 0, an0, [&](int r, int c, float v0, float v1) {
-    if (r < nk && c < p.D) store2(dV + int64_t(j0 + r) * p.dv_rs + c, v0, v1);
-  });
+  // Every row r < nk and column c < D is written (zeros where no query sees the key).
+  if constexpr (!kSplit) {
+    T* dK = static_cast<T*>(p.dk) + h * p.D;  // G == 1: KV head h
+    T* dV = static_cast<T*>(p.dv) + h * p.D;
+    frag_pairs(dk, 0, an0, [&](int r, int c, float v0, float v1) {
+      if (r < nk && c < p.D) store2(dK + int64_t(j0 + r) * p.dk_rs + c, v0 * p.scale, v1 * p.scale);
+    });
+    frag_pairs(dv, 0, an0, [&](int r, int c, float v0, float v1) {
+      if (r < nk && c < p.D) store2(dV + int64_t(j0 + r) * p.dv_rs + c, v0, v1);
+    });
+  } else {
+    const int64_t prs = int64_t(p.Hq) * p.D;  // row stride of the [Tk, Hq, D] partials
+    float* dKp = p.dk_part + int64_t(h) * p.D;
+    float* dVp = p.dv_part + int64_t(h) * p.D;
+    frag_pairs(dk, 0, an0, [&](int r, int c, float v0, float v1) {
+      if (r < nk && c < p.D) store2(dKp + int64_t(j0 + r) * prs + c, v0, v1);
+    });
+    frag_pairs(dv, 0, an0, [&](int r, int c, float v0, float v1) {
+      if (r < nk && c < p.D) store2(dVp + int64_t(j0 + r) * prs + c, v0, v1);
+    });
+  }
+}
+
+// ---- backward: dk, dv = the sum of the G query heads' partials of each KV head -------------------
+// out[j, hk, :] = mul * sum_{gi < G} part[j, hk G + gi, :], gi ascending then one multiply: a fixed
+// order, so the same bits every run and on either path. part: [rows, Hkv G, D] f32 contiguous;
+// out: [rows, Hkv, D] in T, head stride D, row stride out_rs. V output elements per item: kVec<T>
+// (float4 loads, one 16-byte store; needs D % kVec<T> == 0 and 16-byte aligned bases and row
+// stride) or 1 (the element fallback). blockIdx.y picks the sum (0: dk, 1: dv).
+template <class T>
+struct GroupSum {
+  T* out;
+  int64_t out_rs;
+  const float* part;
+  float mul;
+};
+template <class T, int V>
+__global__ void __launch_bounds__(256) head_group_sum_kernel(GroupSum<T> s0, GroupSum<T> s1, int64_t rows, int Hkv,
+                                                             int G, int D) {
+  static_assert(V == 1 || V == ew::kVec<T>, "one element or one 16-byte vector of T");
+  const GroupSum<T> s = blockIdx.y == 0 ? s0 : s1;
+  const int64_t nv = D / V, n = rows * Hkv * nv;  // items
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t rh = i / nv, c = (i - rh * nv) * V;  // rh = j Hkv + hk
+    const int64_t j = rh / Hkv, hk = rh - j * Hkv;
+    const float* g_src = s.part + rh * G * D + c;  // part[j, hk G, c]
+    float r_acc[V];
+    if constexpr (V == 1) {
+      r_acc[0] = __ldg(g_src);
+      for (int gi = 1; gi < G; ++gi) r_acc[0] += __ldg(g_src + int64_t(gi) * D);
+      r_acc[0] *= s.mul;
+      s.out[j * s.out_rs + hk * D + c] = from_f<T>(r_acc[0]);
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; v += 4) {
+        const float4 x = __ldg(reinterpret_cast<const float4*>(g_src + v));
+        r_acc[v] = x.x, r_acc[v + 1] = x.y, r_acc[v + 2] = x.z, r_acc[v + 3] = x.w;
+      }
+      for (int gi = 1; gi < G; ++gi)
+#pragma unroll
+        for (int v = 0; v < V; v += 4) {
+          const float4 x = __ldg(reinterpret_cast<const float4*>(g_src + int64_t(gi) * D + v));
+          r_acc[v] += x.x, r_acc[v + 1] += x.y, r_acc[v + 2] += x.z, r_acc[v + 3] += x.w;
+        }
+#pragma unroll
+      for (int v = 0; v < V; ++v) r_acc[v] *= s.mul;
+      ew::store16<T>(s.out + j * s.out_rs + hk * D + c, r_acc);
+    }
+  }
 }
 
 // ---- launchers ---------------------------------------------------------------------------------
@@ -788,6 +856,15 @@ void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
   p.lse = lse.ptr<float>();
   Tensor dsum = Tensor::empty(Shape{int64_t(Tq) * p.Hq}, DType::f32, q.device);
   p.dsum = dsum.ptr<float>();
+  // GQA (G > 1): the per-query-head dK, dV partials of dkv_kernel, summed by head_group_sum_kernel.
+  // Transient, like dsum: freed here, reused only by later work on this stream.
+  Tensor dk_part, dv_part;  // [Tk, Hq, D] f32
+  if (p.G > 1) {
+    dk_part = Tensor::empty(Shape{p.Tk, p.Hq, p.D}, DType::f32, q.device);
+    dv_part = Tensor::empty(Shape{p.Tk, p.Hq, p.D}, DType::f32, q.device);
+    p.dk_part = dk_part.ptr<float>();
+    p.dv_part = dv_part.ptr<float>();
+  }
   dispatch(q.dtype, p.D, [&]<class T, int DP>() {
     dsum_kernel<T><<<unsigned((int64_t(Tq) * p.Hq + 7) / 8), 256, 0, st>>>(p, dsum.ptr<float>());
     DT_CUDA_LAUNCH_CHECK();
@@ -796,8 +873,27 @@ void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
     set_smem(dq_kernel<T, DP>, qb);
     dq_kernel<T, DP><<<dim3(unsigned((Tq + BM - 1) / BM), unsigned(p.Hq)), 32 * NW, qb, st>>>(p);
     DT_CUDA_LAUNCH_CHECK();
-    set_smem(dkv_kernel<T, DP>, kb);
-    dkv_kernel<T, DP><<<dim3(unsigned((p.Tk + BN - 1) / BN), unsigned(p.Hkv)), 32 * NW, kb, st>>>(p);
+    const dim3 kgrid(unsigned((p.Tk + BN - 1) / BN), unsigned(p.Hq));
+    if (p.G == 1) {
+      set_smem(dkv_kernel<T, DP, false>, kb);
+      dkv_kernel<T, DP, false><<<kgrid, 32 * NW, kb, st>>>(p);
+      DT_CUDA_LAUNCH_CHECK();
+    } else {
+      set_smem(dkv_kernel<T, DP, true>, kb);
+      dkv_kernel<T, DP, true><<<kgrid, 32 * NW, kb, st>>>(p);
+      DT_CUDA_LAUNCH_CHECK();
+      const GroupSum<T> gk{static_cast<T*>(p.dk), p.dk_rs, p.dk_part, p.scale};
+      const GroupSum<T> gv{static_cast<T*>(p.dv), p.dv_rs, p.dv_part, 1.f};
+      const int64_t sz = int64_t(sizeof(T));
+      const bool v16 = (p.D * sz) % 16 == 0 && ew::aligned16(p.dk) && ew::aligned16(p.dv) && (p.dk_rs * sz) % 16 == 0 &&
+                       (p.dv_rs * sz) % 16 == 0 && ew::aligned16(p.dk_part) && ew::aligned16(p.dv_part);
+      auto launch = [&]<int V>() {
+        const int64_t n = int64_t(p.Tk) * p.Hkv * (p.D / V);
+        head_group_sum_kernel<T, V><<<dim3(blocks(n), 2), 256, 0, st>>>(gk, gv, p.Tk, p.Hkv, p.G, p.D);
+      };
+      if (v16) launch.template operator()<ew::kVec<T>>();
+      else launch.template operator()<1>();
+    }
   });
   DT_CUDA_LAUNCH_CHECK();
 }
