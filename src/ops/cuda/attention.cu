@@ -100,6 +100,19 @@ struct Params {
 
 template <class T, int DP> constexpr int LD = DP + kPad<T>;
 
+// Grid order of fwd, dq and dkv: blockIdx.x = query head, so the heads of one tile (the G heads of
+// a KV head read the same K/V) start together; blockIdx.y = query tile or key block. fwd and dq
+// walk their query tiles last-first (blockIdx.y = 0 is the last tile): under the causal mask the
+// later rows of a sequence see more keys, so the long CTAs start in the first waves. dkv keeps its
+// key blocks ascending: the first block of a sequence is seen by all its query tiles, the longest
+// chain, and already comes first. Launchers size grid.y with the same tiles().
+constexpr int64_t kMaxGridY = 65535;
+template <int BM> __host__ __device__ constexpr int tiles(int rows) { return (rows + BM - 1) / BM; }
+// First query row of this CTA's BM-row tile, last tile first.
+template <int BM> __device__ __forceinline__ int tile_row0_last_first(int Tq) {
+  return (tiles<BM>(Tq) - 1 - int(blockIdx.y)) * BM;
+}
+
 // ---- forward ---------------------------------------------------------------------------------
 // The key interval of query rows [r0, r0 + BM): the union of its prep tiles.
 template <int BM>
@@ -155,9 +168,9 @@ __global__ void __launch_bounds__(32 * kNWf) fwd_kernel(Params p) {
   T* sK = sQ + BM * L;
   T* sV = sK + BN * L;
   T* sP = sV + BN * L;
-  const int h = blockIdx.y, hk = h / p.G;
+  const int h = blockIdx.x, hk = h / p.G;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int r0 = blockIdx.x * BM, m0 = warp * 16;
+  const int r0 = tile_row0_last_first<BM>(p.Tq), m0 = warp * 16;
   int lo, hi;
   tile_range<BM>(p, r0, lo, hi);
   const T* Q = static_cast<const T*>(p.q) + h * p.D;
@@ -295,9 +308,9 @@ __global__ void __launch_bounds__(32 * kNW<T, DP>) dq_kernel(Params p) {
   T* sK = sdO + BM * L;
   T* sV = sK + BN * L;
   T* sdS = sV + BN * L;
-  const int h = blockIdx.y, hk = h / p.G;
+  const int h = blockIdx.x, hk = h / p.G;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int r0 = blockIdx.x * BM, m0 = warp * 16;
+  const int r0 = tile_row0_last_first<BM>(p.Tq), m0 = warp * 16;
   int lo, hi;
   tile_range<BM>(p, r0, lo, hi);
   const T* K = static_cast<const T*>(p.k) + hk * p.D;
@@ -399,7 +412,7 @@ __global__ void __launch_bounds__(32 * kNW<T, DP>) dkv_kernel(Params p) {
   float* s_lse = reinterpret_cast<float*>(s_ke + kBM);
   float* s_d = s_lse + kBM;
 
-  const int j0 = blockIdx.x * BN, h = blockIdx.y;
+  const int j0 = blockIdx.y * BN, h = blockIdx.x;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int sm0 = (warp % WMR) * 16, sn0 = (warp / WMR) * (kBM / WNC);
   const int an0 = warp * (DP / NW);
@@ -547,6 +560,14 @@ __global__ void __launch_bounds__(256) head_group_sum_kernel(GroupSum<T> s0, Gro
 template <class K>
 void set_smem(K kernel, size_t bytes) {
   DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+// The tiles or key blocks of `rows` go on grid.y, which holds at most 65535.
+void check_grid_y(int64_t n, int per, const char* op, const char* what, const char* rows_name, int64_t rows) {
+  DT_CHECK(n <= kMaxGridY,
+           "{}: {} = {} needs {} {} of {} rows, more than the grid's y limit {} ---> hint: at most {} rows per call "
+           "(fewer tokens per micro-batch)",
+           op, rows_name, rows, n, what, per, kMaxGridY, kMaxGridY * per);
 }
 
 // Calls f.template operator()<T, DP>() for the dtype and padded head dim.
@@ -817,9 +838,10 @@ void rope_bwd(const TensorView& dx, const TensorView& dy, const TensorView& pos,
 
 void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView& q, const TensorView& k,
                    const TensorView& v, const AttnVarlen& meta, float scale, Stream s) {
+  const int Tq = int(q.shape[0]);
+  check_grid_y(tiles<16 * kNWf>(Tq), 16 * kNWf, "attention_fwd", "query tiles", "Tq", Tq);
   lc::Nvtx nv("attention_fwd");
   auto st = static_cast<cudaStream_t>(s.handle);
-  const int Tq = int(q.shape[0]);
   const Rows rows = make_rows(meta, Tq, st);
   Params p = make_params(q, k, v, meta, rows, scale);
   p.out_o = o.data;
@@ -829,7 +851,8 @@ void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView&
     constexpr int BN = 64, NW = kNWf;
     constexpr size_t bytes = fwd_smem<T, DP, BN>();
     set_smem(fwd_kernel<T, DP, BN>, bytes);
-    const dim3 grid(unsigned((Tq + 16 * NW - 1) / (16 * NW)), unsigned(p.Hq));
+    constexpr int BM = 16 * NW;
+    const dim3 grid(unsigned(p.Hq), unsigned(tiles<BM>(Tq)));  // (query head, query tile last-first)
     fwd_kernel<T, DP, BN><<<grid, 32 * NW, bytes, st>>>(p);
   });
   DT_CUDA_LAUNCH_CHECK();
@@ -838,9 +861,14 @@ void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView&
 void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& d_o,
                    const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                    const TensorView& lse, const AttnVarlen& meta, float scale, Stream s) {
+  const int Tq = int(q.shape[0]), Tk = int(k.shape[0]);
+  dispatch(q.dtype, int(q.shape[2]), [&]<class T, int DP>() {
+    constexpr int BM = 16 * kNW<T, DP>, BN = kBNk<T, DP>;
+    check_grid_y(tiles<BM>(Tq), BM, "attention_bwd", "query tiles", "Tq", Tq);
+    check_grid_y(tiles<BN>(Tk), BN, "attention_bwd", "key blocks", "Tk", Tk);
+  });
   lc::Nvtx nv("attention_bwd");
   auto st = static_cast<cudaStream_t>(s.handle);
-  const int Tq = int(q.shape[0]);
   const Rows rows = make_rows(meta, Tq, st);
   Params p = make_params(q, k, v, meta, rows, scale);
   p.o = o.data;
@@ -871,9 +899,10 @@ void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
     constexpr int NW = kNW<T, DP>, BM = 16 * NW, BN = kBNk<T, DP>;
     constexpr size_t qb = dq_smem<T, DP>(), kb = dkv_smem<T, DP>();
     set_smem(dq_kernel<T, DP>, qb);
-    dq_kernel<T, DP><<<dim3(unsigned((Tq + BM - 1) / BM), unsigned(p.Hq)), 32 * NW, qb, st>>>(p);
+    const dim3 qgrid(unsigned(p.Hq), unsigned(tiles<BM>(Tq)));  // (query head, query tile last-first)
+    dq_kernel<T, DP><<<qgrid, 32 * NW, qb, st>>>(p);
     DT_CUDA_LAUNCH_CHECK();
-    const dim3 kgrid(unsigned((p.Tk + BN - 1) / BN), unsigned(p.Hq));
+    const dim3 kgrid(unsigned(p.Hq), unsigned(tiles<BN>(p.Tk)));  // (query head, key block ascending)
     if (p.G == 1) {
       set_smem(dkv_kernel<T, DP, false>, kb);
       dkv_kernel<T, DP, false><<<kgrid, 32 * NW, kb, st>>>(p);
