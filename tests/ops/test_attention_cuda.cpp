@@ -7,6 +7,8 @@
 //    63, 64, 65, 127, 300} with alignment padding and a pure-padding sequence (outputs 0, never
 //    NaN; T = 657, not a multiple of the 64/128-row tiles or the 32/64-key blocks), K/V as
 //    row-strided column blocks of one [T, 2 Hkv D] buffer as the layer passes them;
+//  * one 2100-token document (33 query tiles: the dk/dv kernel's tile search and its two-stage
+//    Q/dO pipeline over many tiles);
 //  * CP zig-zag query rows (q_div = 2) against the CPU on the same rows;
 //  * two runs give the same bits (no atomics), in every case of the first test;
 //  * rope (in place on a strided view; out of place, with the pass-through copy), sigmoid gate
@@ -55,6 +57,25 @@ TEST(AttentionCuda, VarlenMatchesCpu) {
                              {&gpu.dq, &again.dq, "dq"}, {&gpu.dk, &again.dk, "dk"}, {&gpu.dv, &again.dv, "dv"}})
         EXPECT_TRUE(bitwise_equal(*a, *b)) << n << " differs between two runs";
     }
+}
+
+// One long document (2100 tokens, 33 query tiles of 64) and a short one: the last key blocks of
+// the long one are seen by none of its first 32 query tiles, so the dk/dv kernel's search for
+// the next visible tile crosses its 32-tile window; bf16 D 256 runs the two-stage Q/dO pipeline
+// over 33+ tiles of one block. Head dims 16 (f32, bf16) and 256 (bf16), G = 2.
+TEST(AttentionCuda, LongSequenceMatchesCpu) {
+  const Varlen L = packed({2100, 37}, {2104, 40});
+  const int64_t T = L.T(), Hq = 2, Hkv = 1;
+  for (auto [D, dt] : {std::pair{int64_t(16), DType::f32}, {int64_t(16), DType::bf16}, {int64_t(256), DType::bf16}}) {
+    const std::string what = fmt::format("long D {} {}", D, dtype_name(dt));
+    SCOPED_TRACE(what);
+    Tensor q = rounded(rand_host(Shape{T, Hq, D}, -2.f, 2.f), dt);
+    Tensor kv = rounded(rand_host(Shape{T, 2 * Hkv * D}, -2.f, 2.f), dt);
+    Tensor d_o = rounded(rand_host(Shape{T, Hq, D}), dt);
+    AttnOut cpu = run_attention(Device::cpu(), dt, L, q, kv, d_o, L.pos, 1, Hkv, D);
+    AttnOut gpu = run_attention(kGpu, dt, L, q, kv, d_o, L.pos, 1, Hkv, D);
+    expect_close(gpu, cpu, dt, what);
+  }
 }
 
 TEST(AttentionCuda, ZigzagQueryRowsMatchCpu) {

@@ -105,12 +105,12 @@ template <class T, int DP> constexpr int LD = DP + kPad<T>;
 // walk their query tiles last-first (blockIdx.y = 0 is the last tile): under the causal mask the
 // later rows of a sequence see more keys, so the long CTAs start in the first waves. dkv keeps its
 // key blocks ascending: the first block of a sequence is seen by all its query tiles, the longest
-// chain, and already comes first. Launchers size grid.y with the same tiles().
+// chain, and already comes first. Launchers size grid.y with the same num_tiles().
 constexpr int64_t kMaxGridY = 65535;
-template <int BM> __host__ __device__ constexpr int tiles(int rows) { return (rows + BM - 1) / BM; }
+template <int BM> __host__ __device__ constexpr int num_tiles(int rows) { return (rows + BM - 1) / BM; }
 // First query row of this CTA's BM-row tile, last tile first.
 template <int BM> __device__ __forceinline__ int tile_row0_last_first(int Tq) {
-  return (tiles<BM>(Tq) - 1 - int(blockIdx.y)) * BM;
+  return (num_tiles<BM>(Tq) - 1 - int(blockIdx.y)) * BM;
 }
 
 // ---- forward ---------------------------------------------------------------------------------
@@ -384,13 +384,26 @@ __global__ void __launch_bounds__(32 * kNW<T, DP>) dq_kernel(Params p) {
 // heads'. kSplit false (G == 1): dK, dV go straight to dk, dv. kSplit (G > 1): the head's f32
 // partials go to dk_part, dv_part (dK unscaled) and head_group_sum_kernel adds the G heads of
 // each KV head in head order.
+// Query-side stages: 2 (tile t+1's Q, dO and row data load while tile t computes) where the
+// second stage still fits one CTA per SM, bf16 DP 256 (already one CTA per SM by its registers);
+// 1 elsewhere (bf16 DP <= 128 would drop from 2 CTAs per SM to 1, f32 DP 256 does not fit).
 template <class T, int DP> constexpr int kBNk = (sizeof(T) == 4 && DP == 256) ? 32 : 64;
+template <class T, int DP> constexpr int kStagesK = (sizeof(T) == 2 && DP == 256) ? 2 : 1;
 template <class T, int DP>
 constexpr size_t dkv_smem() {
-  constexpr int BN = kBNk<T, DP>;
-  return size_t(2 * BN + 2 * kBM) * LD<T, DP> * sizeof(T) + size_t(2 * BN) * (kBM + kPad<T>) * sizeof(T) +
-         4 * kBM * sizeof(float);
+  constexpr int BN = kBNk<T, DP>, S = kStagesK<T, DP>;
+  return size_t(2 * BN + 2 * S * kBM) * LD<T, DP> * sizeof(T) + size_t(2 * BN) * (kBM + kPad<T>) * sizeof(T) +
+         size_t(S) * 4 * kBM * sizeof(float);
 }
+constexpr size_t kMaxSmem = 227 * 1024;  // per block on sm_90
+static_assert(dkv_smem<bf16, 256>() <= kMaxSmem && dkv_smem<bf16, 128>() <= kMaxSmem &&
+                  dkv_smem<bf16, 64>() <= kMaxSmem && dkv_smem<float, 256>() <= kMaxSmem &&
+                  dkv_smem<float, 128>() <= kMaxSmem && dkv_smem<float, 64>() <= kMaxSmem,
+              "dkv_kernel shared memory over the sm_90 limit");
+// bf16 DP 256: K, V and 2 stages of Q, dO (264-element rows), P^T, dS^T (72), 2 stages of row data.
+static_assert(dkv_smem<bf16, 256>() == (128 + 256) * 264 * 2 + 128 * 72 * 2 + 2 * 4 * 64 * 4 &&
+                  dkv_smem<bf16, 256>() == 223232,
+              "bf16 DP 256 dkv_kernel: 218 KB, one CTA per SM");
 
 template <class T, int DP, bool kSplit>
 __global__ void __launch_bounds__(32 * kNW<T, DP>) dkv_kernel(Params p) {
@@ -400,17 +413,15 @@ __global__ void __launch_bounds__(32 * kNW<T, DP>) dkv_kernel(Params p) {
   constexpr int WMR = BN / 16, WNC = NW / WMR, SW = kBM / 8 / WNC;
   // dK, dV [BN][DP]: every warp all BN rows, DP/NW columns.
   constexpr int AM = BN / 16, AN = DP / (8 * NW);
+  constexpr int S = kStagesK<T, DP>;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* sK = reinterpret_cast<T*>(smem);
-  T* sV = sK + BN * L;
-  T* sQ = sV + BN * L;
-  T* sdO = sQ + kBM * L;
-  T* sPt = sdO + kBM * L;
-  T* sdSt = sPt + BN * LQ;
-  int* s_ks = reinterpret_cast<int*>(sdSt + BN * LQ);
-  int* s_ke = s_ks + kBM;
-  float* s_lse = reinterpret_cast<float*>(s_ke + kBM);
-  float* s_d = s_lse + kBM;
+  T* sK = reinterpret_cast<T*>(smem);  // [BN][L]
+  T* sV = sK + BN * L;                 // [BN][L]
+  T* sQ0 = sV + BN * L;                // [S][kBM][L]
+  T* sdO0 = sQ0 + S * kBM * L;         // [S][kBM][L]
+  T* sPt = sdO0 + S * kBM * L;         // [BN][LQ]
+  T* sdSt = sPt + BN * LQ;             // [BN][LQ]
+  int* s_rows0 = reinterpret_cast<int*>(sdSt + BN * LQ);  // [S][4][kBM]: kstart, kend, lse log2(e), dsum
 
   const int j0 = blockIdx.y * BN, h = blockIdx.x;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
@@ -437,28 +448,77 @@ __global__ void __launch_bounds__(32 * kNW<T, DP>) dkv_kernel(Params p) {
               kThreads);
   }
   cp_commit();
+  // The query tiles that see this block, ascending: t in [qlo / kBM, tend) with the tile's key
+  // interval meeting [j0, j0 + nk). next_tile(t): the first such tile >= t (tend: none), 32
+  // candidates per step (one per lane; the ballot makes it warp-uniform).
+  const int tend = num_tiles<kBM>(qhi);
+  auto next_tile = [&](int t) {
+    for (; t < tend; t += 32) {
+      const int u = t + lane;
+      const unsigned m = __ballot_sync(0xffffffffu, u < tend && p.tile_hi[u] >= j0 && p.tile_lo[u] <= j0 + nk - 1);
+      if (m) return t + __ffs(m) - 1;
+    }
+    return tend;
+  };
+  // Tile t's Q, dO rows and per-row data into stage st (one cp.async group). The row data of thread
+  // tid < kBM: kstart, kend, lse, dsum of row r0 + tid, zero-filled past Tq (fixed in fix_rows).
+  auto issue = [&](int t, int st) {
+    const int r0 = t * kBM, nq = min(kBM, p.Tq - r0);
+    load_tile(sQ0 + st * kBM * L, L, static_cast<const T*>(p.q) + int64_t(r0) * p.q_rs + h * p.D, p.q_rs, kBM, nq,
+              p.D, DP, tid, kThreads);
+    load_tile(sdO0 + st * kBM * L, L, static_cast<const T*>(p.d_o) + int64_t(r0) * p.do_rs + h * p.D, p.do_rs, kBM,
+              nq, p.D, DP, tid, kThreads);
+    if (tid < kBM) {
+      int* r = s_rows0 + st * 4 * kBM + tid;
+      const int l = r0 + tid;
+      const bool in = l < p.Tq;
+      const int64_t lh = in ? int64_t(l) * p.Hq + h : 0;
+      cp_async4(r, p.kstart + (in ? l : 0), in);
+      cp_async4(r + kBM, p.kend + (in ? l : 0), in);
+      cp_async4(r + 2 * kBM, p.lse + lh, in);
+      cp_async4(r + 3 * kBM, p.dsum + lh, in);
+    }
+    cp_commit();
+  };
+  // Once this thread's copies of tile t landed: lse to the exp2 domain, and a row past Tq gets the
+  // empty key interval [0, -1] (lse = dsum = 0 from the zero fill), so it contributes nothing.
+  auto fix_rows = [&](int t, int st) {
+    if (tid < kBM) {
+      int* r = s_rows0 + st * 4 * kBM + tid;
+      float* lse2 = reinterpret_cast<float*>(r + 2 * kBM);
+      *lse2 *= kLog2e;
+      if (t * kBM + tid >= p.Tq) r[kBM] = -1;
+    }
+  };
+
   float dk[AM][AN][4], dv[AM][AN][4];
   zero(dk);
   zero(dv);
-  for (int t = qlo / kBM; t * kBM < qhi; ++t) {
-    if (p.tile_hi[t] < j0 || p.tile_lo[t] > j0 + nk - 1) continue;  // nothing here sees this block
-    const int r0 = t * kBM, nq = min(kBM, p.Tq - r0);
-    __syncthreads();  // the previous tile's smem is free
-    load_tile(sQ, L, static_cast<const T*>(p.q) + int64_t(r0) * p.q_rs + h * p.D, p.q_rs, kBM, nq, p.D, DP, tid,
-              kThreads);
-    load_tile(sdO, L, static_cast<const T*>(p.d_o) + int64_t(r0) * p.do_rs + h * p.D, p.do_rs, kBM, nq, p.D, DP,
-              tid, kThreads);
-    cp_commit();
-    if (tid < kBM) {
-      const int l = r0 + tid;
-      const bool in = l < p.Tq;
-      s_ks[tid] = in ? p.kstart[l] : 0;
-      s_ke[tid] = in ? p.kend[l] : -1;
-      s_lse[tid] = in ? p.lse[int64_t(l) * p.Hq + h] * kLog2e : 0.f;
-      s_d[tid] = in ? p.dsum[int64_t(l) * p.Hq + h] : 0.f;
+  int t = next_tile(qlo / kBM);
+  if constexpr (S == 2)
+    if (t < tend) issue(t, 0);
+  for (int it = 0; t < tend; ++it) {
+    const int st = S == 2 ? (it & 1) : 0, tn = next_tile(t + 1);
+    __syncthreads();  // every warp is done with the previous tile's stage and sPt, sdSt
+    if constexpr (S == 2) {
+      if (tn < tend) {
+        issue(tn, st ^ 1);  // the stage the previous tile used
+        cp_wait<1>();       // all but tile tn's group: K, V and tile t landed
+      } else {
+        cp_wait<0>();
+      }
+    } else {
+      issue(t, 0);
+      cp_wait<0>();
     }
-    cp_wait<0>();
+    fix_rows(t, st);
     __syncthreads();
+    const T* sQ = sQ0 + st * kBM * L;
+    const T* sdO = sdO0 + st * kBM * L;
+    const int* s_ks = s_rows0 + st * 4 * kBM;
+    const int* s_ke = s_ks + kBM;
+    const float* s_lse = reinterpret_cast<const float*>(s_ke + kBM);
+    const float* s_d = s_lse + kBM;
     float s[1][SW][4], dp[1][SW][4];
     zero(s);
     zero(dp);
@@ -483,6 +543,7 @@ __global__ void __launch_bounds__(32 * kNW<T, DP>) dkv_kernel(Params p) {
     __syncthreads();
     warp_gemm<AM, AN, false, false>(dv, sPt, LQ, sdO, L, 0, an0, kBM);   // dV += P^T dO
     warp_gemm<AM, AN, false, false>(dk, sdSt, LQ, sQ, L, 0, an0, kBM);  // dK += dS^T Q
+    t = tn;
   }
   cp_wait<0>();  // K/V of a block no query sees were never waited for
   // Every row r < nk and column c < D is written (zeros where no query sees the key).
@@ -839,7 +900,7 @@ void rope_bwd(const TensorView& dx, const TensorView& dy, const TensorView& pos,
 void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView& q, const TensorView& k,
                    const TensorView& v, const AttnVarlen& meta, float scale, Stream s) {
   const int Tq = int(q.shape[0]);
-  check_grid_y(tiles<16 * kNWf>(Tq), 16 * kNWf, "attention_fwd", "query tiles", "Tq", Tq);
+  check_grid_y(num_tiles<16 * kNWf>(Tq), 16 * kNWf, "attention_fwd", "query tiles", "Tq", Tq);
   lc::Nvtx nv("attention_fwd");
   auto st = static_cast<cudaStream_t>(s.handle);
   const Rows rows = make_rows(meta, Tq, st);
@@ -852,7 +913,7 @@ void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView&
     constexpr size_t bytes = fwd_smem<T, DP, BN>();
     set_smem(fwd_kernel<T, DP, BN>, bytes);
     constexpr int BM = 16 * NW;
-    const dim3 grid(unsigned(p.Hq), unsigned(tiles<BM>(Tq)));  // (query head, query tile last-first)
+    const dim3 grid(unsigned(p.Hq), unsigned(num_tiles<BM>(Tq)));  // (query head, query tile last-first)
     fwd_kernel<T, DP, BN><<<grid, 32 * NW, bytes, st>>>(p);
   });
   DT_CUDA_LAUNCH_CHECK();
@@ -864,8 +925,8 @@ void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
   const int Tq = int(q.shape[0]), Tk = int(k.shape[0]);
   dispatch(q.dtype, int(q.shape[2]), [&]<class T, int DP>() {
     constexpr int BM = 16 * kNW<T, DP>, BN = kBNk<T, DP>;
-    check_grid_y(tiles<BM>(Tq), BM, "attention_bwd", "query tiles", "Tq", Tq);
-    check_grid_y(tiles<BN>(Tk), BN, "attention_bwd", "key blocks", "Tk", Tk);
+    check_grid_y(num_tiles<BM>(Tq), BM, "attention_bwd", "query tiles", "Tq", Tq);
+    check_grid_y(num_tiles<BN>(Tk), BN, "attention_bwd", "key blocks", "Tk", Tk);
   });
   lc::Nvtx nv("attention_bwd");
   auto st = static_cast<cudaStream_t>(s.handle);
@@ -899,10 +960,10 @@ void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
     constexpr int NW = kNW<T, DP>, BM = 16 * NW, BN = kBNk<T, DP>;
     constexpr size_t qb = dq_smem<T, DP>(), kb = dkv_smem<T, DP>();
     set_smem(dq_kernel<T, DP>, qb);
-    const dim3 qgrid(unsigned(p.Hq), unsigned(tiles<BM>(Tq)));  // (query head, query tile last-first)
+    const dim3 qgrid(unsigned(p.Hq), unsigned(num_tiles<BM>(Tq)));  // (query head, query tile last-first)
     dq_kernel<T, DP><<<qgrid, 32 * NW, qb, st>>>(p);
     DT_CUDA_LAUNCH_CHECK();
-    const dim3 kgrid(unsigned(p.Hq), unsigned(tiles<BN>(p.Tk)));  // (query head, key block ascending)
+    const dim3 kgrid(unsigned(p.Hq), unsigned(num_tiles<BN>(p.Tk)));  // (query head, key block ascending)
     if (p.G == 1) {
       set_smem(dkv_kernel<T, DP, false>, kb);
       dkv_kernel<T, DP, false><<<kgrid, 32 * NW, kb, st>>>(p);
