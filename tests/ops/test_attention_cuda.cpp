@@ -2,11 +2,15 @@
 // and finite differences in test_attention_ops.cpp), on fresh random data every run:
 //  * varlen attention fwd + bwd, f32 (rel. L2 < 1e-4) and bf16 (< 1e-2; inputs rounded to bf16
 //    first so both sides see the same values), outputs NaN-poisoned, for head dims 16 (padded
-//    tiles), 64, 128, 256, GQA 1/2/4, packed lengths {1, 2, 63, 64, 65, 127, 300} with alignment
-//    padding and a pure-padding sequence (outputs 0, never NaN), K/V as row-strided column blocks
-//    of one [T, 2 Hkv D] buffer as the layer passes them;
+//    tiles), 64, 128, 256, GQA G = 1 (dk/dv written by the dkv kernel) and 2/4 (per-query-head
+//    partials summed by the group-sum kernel) on every padded head dim, packed lengths {1, 2,
+//    63, 64, 65, 127, 300} with alignment padding and a pure-padding sequence (outputs 0, never
+//    NaN; T = 657, not a multiple of the 64/128-row tiles or the 32/64-key blocks), K/V as
+//    row-strided column blocks of one [T, 2 Hkv D] buffer as the layer passes them;
+//  * one 2100-token document (33 query tiles: the dk/dv kernel's tile search and its two-stage
+//    Q/dO pipeline over many tiles);
 //  * CP zig-zag query rows (q_div = 2) against the CPU on the same rows;
-//  * two runs give the same bits (no atomics);
+//  * two runs give the same bits (no atomics), in every case of the first test;
 //  * rope (in place on a strided view; out of place, with the pass-through copy), sigmoid gate
 //    (16-byte path and element fallback), gather_rows, f32 and bf16.
 #include <gtest/gtest.h>
@@ -35,7 +39,9 @@ TEST(AttentionCuda, VarlenMatchesCpu) {
   struct Case {
     int64_t D, Hq, Hkv;
   };
-  for (Case c : {Case{16, 4, 4}, Case{64, 4, 2}, Case{128, 4, 1}, Case{256, 4, 2}})
+  // G = Hq / Hkv: 1 and > 1 for each padded head dim (DP 64, 128, 256); {256, 8, 2} is bench-0.8b's.
+  for (Case c : {Case{16, 4, 4}, Case{64, 4, 2}, Case{128, 4, 1}, Case{128, 2, 2}, Case{256, 4, 2}, Case{256, 4, 4},
+                 Case{256, 8, 2}})
     for (DType dt : {DType::f32, DType::bf16}) {
       const std::string what = fmt::format("D {} Hq {} Hkv {} {}", c.D, c.Hq, c.Hkv, dtype_name(dt));
       SCOPED_TRACE(what);
@@ -45,13 +51,31 @@ TEST(AttentionCuda, VarlenMatchesCpu) {
       AttnOut cpu = run_attention(Device::cpu(), dt, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D);
       AttnOut gpu = run_attention(kGpu, dt, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D);
       expect_close(gpu, cpu, dt, what);
-      if (c.D == 64 && dt == DType::bf16) {  // determinism: the same bits twice
-        AttnOut again = run_attention(kGpu, dt, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D);
-        for (auto [a, b, n] : {std::tuple{&gpu.o, &again.o, "o"}, {&gpu.dq, &again.dq, "dq"},
-                               {&gpu.dk, &again.dk, "dk"}, {&gpu.dv, &again.dv, "dv"}})
-          EXPECT_TRUE(bitwise_equal(*a, *b)) << n << " differs between two runs";
-      }
+      // Determinism: the same inputs give the same bits twice (fwd and every bwd output).
+      AttnOut again = run_attention(kGpu, dt, L, q, kv, d_o, L.pos, 1, c.Hkv, c.D);
+      for (auto [a, b, n] : {std::tuple{&gpu.o, &again.o, "o"}, {&gpu.lse, &again.lse, "lse"},
+                             {&gpu.dq, &again.dq, "dq"}, {&gpu.dk, &again.dk, "dk"}, {&gpu.dv, &again.dv, "dv"}})
+        EXPECT_TRUE(bitwise_equal(*a, *b)) << n << " differs between two runs";
     }
+}
+
+// One long document (2100 tokens, 33 query tiles of 64) and a short one: the last key blocks of
+// the long one are seen by none of its first 32 query tiles, so the dk/dv kernel's search for
+// the next visible tile crosses its 32-tile window; bf16 D 256 runs the two-stage Q/dO pipeline
+// over 33+ tiles of one block. Head dims 16 (f32, bf16) and 256 (bf16), G = 2.
+TEST(AttentionCuda, LongSequenceMatchesCpu) {
+  const Varlen L = packed({2100, 37}, {2104, 40});
+  const int64_t T = L.T(), Hq = 2, Hkv = 1;
+  for (auto [D, dt] : {std::pair{int64_t(16), DType::f32}, {int64_t(16), DType::bf16}, {int64_t(256), DType::bf16}}) {
+    const std::string what = fmt::format("long D {} {}", D, dtype_name(dt));
+    SCOPED_TRACE(what);
+    Tensor q = rounded(rand_host(Shape{T, Hq, D}, -2.f, 2.f), dt);
+    Tensor kv = rounded(rand_host(Shape{T, 2 * Hkv * D}, -2.f, 2.f), dt);
+    Tensor d_o = rounded(rand_host(Shape{T, Hq, D}), dt);
+    AttnOut cpu = run_attention(Device::cpu(), dt, L, q, kv, d_o, L.pos, 1, Hkv, D);
+    AttnOut gpu = run_attention(kGpu, dt, L, q, kv, d_o, L.pos, 1, Hkv, D);
+    expect_close(gpu, cpu, dt, what);
+  }
 }
 
 TEST(AttentionCuda, ZigzagQueryRowsMatchCpu) {

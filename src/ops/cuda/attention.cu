@@ -11,13 +11,15 @@
 // keys outside its interval.
 //
 // Kernels (4 or 8 warps per CTA, kNW; one CTA per (16*warps-row query tile, query head) or
-// (key block, KV head)):
+// (key block, query head)):
 //   fwd   : S = Q K^T -> mask -> online softmax (exp2, fp32 m, l) -> P (tile dtype) -> O += P V;
 //           o = O / l, lse = m + log l (natural log, fp32); rows that are not live: o = 0, lse = 0.
 //   bwd   : dsum (D_l = do_l . o_l) -> dq (per query tile: P, dP = dO V^T, dS = P (dP - D),
-//           dQ += dS K) -> dkv (per key block and KV head, over the G query heads and the query
-//           tiles that can see it: P^T, dP^T, dV += P^T dO, dK += dS^T Q). No atomics: every sum
-//           has a fixed order, two runs give the same bits. K/V of a KV head are never repeated.
+//           dQ += dS K) -> dkv (per key block and query head, over the query tiles that can see
+//           it in ascending order: P^T, dP^T, dV += P^T dO, dK += dS^T Q) -> head_group_sum
+//           (G > 1 only: dk, dv of a KV head = its G query heads' f32 partials added in head
+//           order; G == 1: dkv writes dk, dv itself). No atomics: every sum has a fixed order,
+//           two runs give the same bits. K/V of a KV head are never repeated.
 // Precision: bf16 tiles -> mma.sync bf16 with fp32 accumulation, P and dS rounded to bf16 for
 // the second product (as flash-attention does); f32 tiles -> the same kernels with exact fp32
 // FFMA products (mma_common.cuh). Head dim D: a multiple of 8 up to 256; tiles are padded to
@@ -89,6 +91,7 @@ struct Params {
   void *out_o, *dq, *dk, *dv;
   float* lse;         // [Tq, Hq]
   const float* dsum;  // [Tq, Hq]
+  float *dk_part, *dv_part;  // [Tk, Hq, D] f32 per-query-head dK (unscaled), dV when G > 1; else null
   int64_t q_rs, k_rs, v_rs, o_rs, do_rs, dq_rs, dk_rs, dv_rs;  // row strides (elements)
   int Tq, Tk, Hq, Hkv, G, D, N, q_div;
   float scale, scale_log2;
@@ -96,6 +99,19 @@ struct Params {
 };
 
 template <class T, int DP> constexpr int LD = DP + kPad<T>;
+
+// Grid order of fwd, dq and dkv: blockIdx.x = query head, so the heads of one tile (the G heads of
+// a KV head read the same K/V) start together; blockIdx.y = query tile or key block. fwd and dq
+// walk their query tiles last-first (blockIdx.y = 0 is the last tile): under the causal mask the
+// later rows of a sequence see more keys, so the long CTAs start in the first waves. dkv keeps its
+// key blocks ascending: the first block of a sequence is seen by all its query tiles, the longest
+// chain, and already comes first. Launchers size grid.y with the same num_tiles().
+constexpr int64_t kMaxGridY = 65535;
+template <int BM> __host__ __device__ constexpr int num_tiles(int rows) { return (rows + BM - 1) / BM; }
+// First query row of this CTA's BM-row tile, last tile first.
+template <int BM> __device__ __forceinline__ int tile_row0_last_first(int Tq) {
+  return (num_tiles<BM>(Tq) - 1 - int(blockIdx.y)) * BM;
+}
 
 // ---- forward ---------------------------------------------------------------------------------
 // The key interval of query rows [r0, r0 + BM): the union of its prep tiles.
@@ -152,9 +168,9 @@ __global__ void __launch_bounds__(32 * kNWf) fwd_kernel(Params p) {
   T* sK = sQ + BM * L;
   T* sV = sK + BN * L;
   T* sP = sV + BN * L;
-  const int h = blockIdx.y, hk = h / p.G;
+  const int h = blockIdx.x, hk = h / p.G;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int r0 = blockIdx.x * BM, m0 = warp * 16;
+  const int r0 = tile_row0_last_first<BM>(p.Tq), m0 = warp * 16;
   int lo, hi;
   tile_range<BM>(p, r0, lo, hi);
   const T* Q = static_cast<const T*>(p.q) + h * p.D;
@@ -292,9 +308,9 @@ __global__ void __launch_bounds__(32 * kNW<T, DP>) dq_kernel(Params p) {
   T* sK = sdO + BM * L;
   T* sV = sK + BN * L;
   T* sdS = sV + BN * L;
-  const int h = blockIdx.y, hk = h / p.G;
+  const int h = blockIdx.x, hk = h / p.G;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int r0 = blockIdx.x * BM, m0 = warp * 16;
+  const int r0 = tile_row0_last_first<BM>(p.Tq), m0 = warp * 16;
   int lo, hi;
   tile_range<BM>(p, r0, lo, hi);
   const T* K = static_cast<const T*>(p.k) + hk * p.D;
@@ -363,16 +379,33 @@ __global__ void __launch_bounds__(32 * kNW<T, DP>) dq_kernel(Params p) {
   });
 }
 
-// ---- backward: dk, dv per (key block, KV head) --------------------------------------------------
+// ---- backward: dk, dv per (key block, query head) -----------------------------------------------
+// One CTA per (key block, query head h), so the longest chain is one head's query tiles, not G
+// heads'. kSplit false (G == 1): dK, dV go straight to dk, dv. kSplit (G > 1): the head's f32
+// partials go to dk_part, dv_part (dK unscaled) and head_group_sum_kernel adds the G heads of
+// each KV head in head order.
+// Query-side stages: 2 (tile t+1's Q, dO and row data load while tile t computes) where the
+// second stage still fits one CTA per SM, bf16 DP 256 (already one CTA per SM by its registers);
+// 1 elsewhere (bf16 DP <= 128 would drop from 2 CTAs per SM to 1, f32 DP 256 does not fit).
 template <class T, int DP> constexpr int kBNk = (sizeof(T) == 4 && DP == 256) ? 32 : 64;
+template <class T, int DP> constexpr int kStagesK = (sizeof(T) == 2 && DP == 256) ? 2 : 1;
 template <class T, int DP>
 constexpr size_t dkv_smem() {
-  constexpr int BN = kBNk<T, DP>;
-  return size_t(2 * BN + 2 * kBM) * LD<T, DP> * sizeof(T) + size_t(2 * BN) * (kBM + kPad<T>) * sizeof(T) +
-         4 * kBM * sizeof(float);
+  constexpr int BN = kBNk<T, DP>, S = kStagesK<T, DP>;
+  return size_t(2 * BN + 2 * S * kBM) * LD<T, DP> * sizeof(T) + size_t(2 * BN) * (kBM + kPad<T>) * sizeof(T) +
+         size_t(S) * 4 * kBM * sizeof(float);
 }
+constexpr size_t kMaxSmem = 227 * 1024;  // per block on sm_90
+static_assert(dkv_smem<bf16, 256>() <= kMaxSmem && dkv_smem<bf16, 128>() <= kMaxSmem &&
+                  dkv_smem<bf16, 64>() <= kMaxSmem && dkv_smem<float, 256>() <= kMaxSmem &&
+                  dkv_smem<float, 128>() <= kMaxSmem && dkv_smem<float, 64>() <= kMaxSmem,
+              "dkv_kernel shared memory over the sm_90 limit");
+// bf16 DP 256: K, V and 2 stages of Q, dO (264-element rows), P^T, dS^T (72), 2 stages of row data.
+static_assert(dkv_smem<bf16, 256>() == (128 + 256) * 264 * 2 + 128 * 72 * 2 + 2 * 4 * 64 * 4 &&
+                  dkv_smem<bf16, 256>() == 223232,
+              "bf16 DP 256 dkv_kernel: 218 KB, one CTA per SM");
 
-template <class T, int DP>
+template <class T, int DP, bool kSplit>
 __global__ void __launch_bounds__(32 * kNW<T, DP>) dkv_kernel(Params p) {
   constexpr int NW = kNW<T, DP>, kThreads = 32 * NW;
   constexpr int BN = kBNk<T, DP>, L = LD<T, DP>, LQ = kBM + kPad<T>;
@@ -380,19 +413,17 @@ __global__ void __launch_bounds__(32 * kNW<T, DP>) dkv_kernel(Params p) {
   constexpr int WMR = BN / 16, WNC = NW / WMR, SW = kBM / 8 / WNC;
   // dK, dV [BN][DP]: every warp all BN rows, DP/NW columns.
   constexpr int AM = BN / 16, AN = DP / (8 * NW);
+  constexpr int S = kStagesK<T, DP>;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* sK = reinterpret_cast<T*>(smem);
-  T* sV = sK + BN * L;
-  T* sQ = sV + BN * L;
-  T* sdO = sQ + kBM * L;
-  T* sPt = sdO + kBM * L;
-  T* sdSt = sPt + BN * LQ;
-  int* s_ks = reinterpret_cast<int*>(sdSt + BN * LQ);
-  int* s_ke = s_ks + kBM;
-  float* s_lse = reinterpret_cast<float*>(s_ke + kBM);
-  float* s_d = s_lse + kBM;
+  T* sK = reinterpret_cast<T*>(smem);  // [BN][L]
+  T* sV = sK + BN * L;                 // [BN][L]
+  T* sQ0 = sV + BN * L;                // [S][kBM][L]
+  T* sdO0 = sQ0 + S * kBM * L;         // [S][kBM][L]
+  T* sPt = sdO0 + S * kBM * L;         // [BN][LQ]
+  T* sdSt = sPt + BN * LQ;             // [BN][LQ]
+  int* s_rows0 = reinterpret_cast<int*>(sdSt + BN * LQ);  // [S][4][kBM]: kstart, kend, lse log2(e), dsum
 
-  const int j0 = blockIdx.x * BN, hk = blockIdx.y;
+  const int j0 = blockIdx.y * BN, h = blockIdx.x;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int sm0 = (warp % WMR) * 16, sn0 = (warp / WMR) * (kBM / WNC);
   const int an0 = warp * (DP / NW);
@@ -409,76 +440,195 @@ __global__ void __launch_bounds__(32 * kNW<T, DP>) dkv_kernel(Params p) {
   };
   const int qlo = p.cu_pad[seq_of(j0)] / p.q_div, qhi = p.cu_pad[seq_of(j0 + nk - 1) + 1] / p.q_div;
 
-  load_tile(sK, L, static_cast<const T*>(p.k) + int64_t(j0) * p.k_rs + hk * p.D, p.k_rs, BN, nk, p.D, DP, tid,
-            kThreads);
-  load_tile(sV, L, static_cast<const T*>(p.v) + int64_t(j0) * p.v_rs + hk * p.D, p.v_rs, BN, nk, p.D, DP, tid,
-            kThreads);
+  {
+    const int hk = h / p.G;
+    load_tile(sK, L, static_cast<const T*>(p.k) + int64_t(j0) * p.k_rs + hk * p.D, p.k_rs, BN, nk, p.D, DP, tid,
+              kThreads);
+    load_tile(sV, L, static_cast<const T*>(p.v) + int64_t(j0) * p.v_rs + hk * p.D, p.v_rs, BN, nk, p.D, DP, tid,
+              kThreads);
+  }
   cp_commit();
+  // The query tiles that see this block, ascending: t in [qlo / kBM, tend) with the tile's key
+  // interval meeting [j0, j0 + nk). next_tile(t): the first such tile >= t (tend: none), 32
+  // candidates per step (one per lane; the ballot makes it warp-uniform).
+  const int tend = num_tiles<kBM>(qhi);
+  auto next_tile = [&](int t) {
+    for (; t < tend; t += 32) {
+      const int u = t + lane;
+      const unsigned m = __ballot_sync(0xffffffffu, u < tend && p.tile_hi[u] >= j0 && p.tile_lo[u] <= j0 + nk - 1);
+      if (m) return t + __ffs(m) - 1;
+    }
+    return tend;
+  };
+  // Tile t's Q, dO rows and per-row data into stage st (one cp.async group). The row data of thread
+  // tid < kBM: kstart, kend, lse, dsum of row r0 + tid, zero-filled past Tq (fixed in fix_rows).
+  auto issue = [&](int t, int st) {
+    const int r0 = t * kBM, nq = min(kBM, p.Tq - r0);
+    load_tile(sQ0 + st * kBM * L, L, static_cast<const T*>(p.q) + int64_t(r0) * p.q_rs + h * p.D, p.q_rs, kBM, nq,
+              p.D, DP, tid, kThreads);
+    load_tile(sdO0 + st * kBM * L, L, static_cast<const T*>(p.d_o) + int64_t(r0) * p.do_rs + h * p.D, p.do_rs, kBM,
+              nq, p.D, DP, tid, kThreads);
+    if (tid < kBM) {
+      int* r = s_rows0 + st * 4 * kBM + tid;
+      const int l = r0 + tid;
+      const bool in = l < p.Tq;
+      const int64_t lh = in ? int64_t(l) * p.Hq + h : 0;
+      cp_async4(r, p.kstart + (in ? l : 0), in);
+      cp_async4(r + kBM, p.kend + (in ? l : 0), in);
+      cp_async4(r + 2 * kBM, p.lse + lh, in);
+      cp_async4(r + 3 * kBM, p.dsum + lh, in);
+    }
+    cp_commit();
+  };
+  // Once this thread's copies of tile t landed: lse to the exp2 domain, and a row past Tq gets the
+  // empty key interval [0, -1] (lse = dsum = 0 from the zero fill), so it contributes nothing.
+  auto fix_rows = [&](int t, int st) {
+    if (tid < kBM) {
+      int* r = s_rows0 + st * 4 * kBM + tid;
+      float* lse2 = reinterpret_cast<float*>(r + 2 * kBM);
+      *lse2 *= kLog2e;
+      if (t * kBM + tid >= p.Tq) r[kBM] = -1;
+    }
+  };
+
   float dk[AM][AN][4], dv[AM][AN][4];
   zero(dk);
   zero(dv);
-  for (int gi = 0; gi < p.G; ++gi) {
-    const int h = hk * p.G + gi;
-    for (int t = qlo / kBM; t * kBM < qhi; ++t) {
-      if (p.tile_hi[t] < j0 || p.tile_lo[t] > j0 + nk - 1) continue;  // nothing here sees this block
-      const int r0 = t * kBM, nq = min(kBM, p.Tq - r0);
-      __syncthreads();  // the previous tile's smem is free
-      load_tile(sQ, L, static_cast<const T*>(p.q) + int64_t(r0) * p.q_rs + h * p.D, p.q_rs, kBM, nq, p.D, DP, tid,
-                kThreads);
-      load_tile(sdO, L, static_cast<const T*>(p.d_o) + int64_t(r0) * p.do_rs + h * p.D, p.do_rs, kBM, nq, p.D, DP,
-                tid, kThreads);
-      cp_commit();
-      if (tid < kBM) {
-        const int l = r0 + tid;
-        const bool in = l < p.Tq;
-        s_ks[tid] = in ? p.kstart[l] : 0;
-        s_ke[tid] = in ? p.kend[l] : -1;
-        s_lse[tid] = in ? p.lse[int64_t(l) * p.Hq + h] * kLog2e : 0.f;
-        s_d[tid] = in ? p.dsum[int64_t(l) * p.Hq + h] : 0.f;
+  int t = next_tile(qlo / kBM);
+  if constexpr (S == 2)
+    if (t < tend) issue(t, 0);
+  for (int it = 0; t < tend; ++it) {
+    const int st = S == 2 ? (it & 1) : 0, tn = next_tile(t + 1);
+    __syncthreads();  // every warp is done with the previous tile's stage and sPt, sdSt
+    if constexpr (S == 2) {
+      if (tn < tend) {
+        issue(tn, st ^ 1);  // the stage the previous tile used
+        cp_wait<1>();       // all but tile tn's group: K, V and tile t landed
+      } else {
+        cp_wait<0>();
       }
+    } else {
+      issue(t, 0);
       cp_wait<0>();
-      __syncthreads();
-      float s[1][SW][4], dp[1][SW][4];
-      zero(s);
-      zero(dp);
-      warp_gemm<1, SW, false, true>(s, sK, L, sQ, L, sm0, sn0, DP);    // S^T = K Q^T
-      warp_gemm<1, SW, false, true>(dp, sV, L, sdO, L, sm0, sn0, DP);  // dP^T = V dO^T
-#pragma unroll
-      for (int j = 0; j < SW; ++j) {
-        float pr[4], ds[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = j0 + sm0 + g + 8 * (e >> 1), c = sn0 + 8 * j + 2 * t4 + (e & 1);
-          const bool ok = key >= s_ks[c] && key <= s_ke[c];
-          pr[e] = ok ? exp2f(s[0][j][e] * p.scale_log2 - s_lse[c]) : 0.f;
-          ds[e] = pr[e] * (dp[0][j][e] - s_d[c]);
-        }
-        const int cc = sn0 + 8 * j + 2 * t4;
-        store2(sPt + (sm0 + g) * LQ + cc, pr[0], pr[1]);
-        store2(sPt + (sm0 + g + 8) * LQ + cc, pr[2], pr[3]);
-        store2(sdSt + (sm0 + g) * LQ + cc, ds[0], ds[1]);
-        store2(sdSt + (sm0 + g + 8) * LQ + cc, ds[2], ds[3]);
-      }
-      __syncthreads();
-      warp_gemm<AM, AN, false, false>(dv, sPt, LQ, sdO, L, 0, an0, kBM);   // dV += P^T dO
-      warp_gemm<AM, AN, false, false>(dk, sdSt, LQ, sQ, L, 0, an0, kBM);  // dK += dS^T Q
     }
+    fix_rows(t, st);
+    __syncthreads();
+    const T* sQ = sQ0 + st * kBM * L;
+    const T* sdO = sdO0 + st * kBM * L;
+    const int* s_ks = s_rows0 + st * 4 * kBM;
+    const int* s_ke = s_ks + kBM;
+    const float* s_lse = reinterpret_cast<const float*>(s_ke + kBM);
+    const float* s_d = s_lse + kBM;
+    float s[1][SW][4], dp[1][SW][4];
+    zero(s);
+    zero(dp);
+    warp_gemm<1, SW, false, true>(s, sK, L, sQ, L, sm0, sn0, DP);    // S^T = K Q^T
+    warp_gemm<1, SW, false, true>(dp, sV, L, sdO, L, sm0, sn0, DP);  // dP^T = V dO^T
+#pragma unroll
+    for (int j = 0; j < SW; ++j) {
+      float pr[4], ds[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = j0 + sm0 + g + 8 * (e >> 1), c = sn0 + 8 * j + 2 * t4 + (e & 1);
+        const bool ok = key >= s_ks[c] && key <= s_ke[c];
+        pr[e] = ok ? exp2f(s[0][j][e] * p.scale_log2 - s_lse[c]) : 0.f;
+        ds[e] = pr[e] * (dp[0][j][e] - s_d[c]);
+      }
+      const int cc = sn0 + 8 * j + 2 * t4;
+      store2(sPt + (sm0 + g) * LQ + cc, pr[0], pr[1]);
+      store2(sPt + (sm0 + g + 8) * LQ + cc, pr[2], pr[3]);
+      store2(sdSt + (sm0 + g) * LQ + cc, ds[0], ds[1]);
+      store2(sdSt + (sm0 + g + 8) * LQ + cc, ds[2], ds[3]);
+    }
+    __syncthreads();
+    warp_gemm<AM, AN, false, false>(dv, sPt, LQ, sdO, L, 0, an0, kBM);   // dV += P^T dO
+    warp_gemm<AM, AN, false, false>(dk, sdSt, LQ, sQ, L, 0, an0, kBM);  // dK += dS^T Q
+    t = tn;
   }
   cp_wait<0>();  // K/V of a block no query sees were never waited for
-  T* dK = static_cast<T*>(p.dk) + hk * p.D;
-  T* dV = static_cast<T*>(p.dv) + hk * p.D;
-  frag_pairs(dk, 0, an0, [&](int r, int c, float v0, float v1) {
-    if (r < nk && c < p.D) store2(dK + int64_t(j0 + r) * p.dk_rs + c, v0 * p.scale, v1 * p.scale);
-  });
-  frag_pairs(dv, 0, an0, [&](int r, int c, float v0, float v1) {
-    if (r < nk && c < p.D) store2(dV + int64_t(j0 + r) * p.dv_rs + c, v0, v1);
-  });
+  // Every row r < nk and column c < D is written (zeros where no query sees the key).
+  if constexpr (!kSplit) {
+    T* dK = static_cast<T*>(p.dk) + h * p.D;  // G == 1: KV head h
+    T* dV = static_cast<T*>(p.dv) + h * p.D;
+    frag_pairs(dk, 0, an0, [&](int r, int c, float v0, float v1) {
+      if (r < nk && c < p.D) store2(dK + int64_t(j0 + r) * p.dk_rs + c, v0 * p.scale, v1 * p.scale);
+    });
+    frag_pairs(dv, 0, an0, [&](int r, int c, float v0, float v1) {
+      if (r < nk && c < p.D) store2(dV + int64_t(j0 + r) * p.dv_rs + c, v0, v1);
+    });
+  } else {
+    const int64_t prs = int64_t(p.Hq) * p.D;  // row stride of the [Tk, Hq, D] partials
+    float* dKp = p.dk_part + int64_t(h) * p.D;
+    float* dVp = p.dv_part + int64_t(h) * p.D;
+    frag_pairs(dk, 0, an0, [&](int r, int c, float v0, float v1) {
+      if (r < nk && c < p.D) store2(dKp + int64_t(j0 + r) * prs + c, v0, v1);
+    });
+    frag_pairs(dv, 0, an0, [&](int r, int c, float v0, float v1) {
+      if (r < nk && c < p.D) store2(dVp + int64_t(j0 + r) * prs + c, v0, v1);
+    });
+  }
+}
+
+// ---- backward: dk, dv = the sum of the G query heads' partials of each KV head -------------------
+// out[j, hk, :] = mul * sum_{gi < G} part[j, hk G + gi, :], gi ascending then one multiply: a fixed
+// order, so the same bits every run and on either path. part: [rows, Hkv G, D] f32 contiguous;
+// out: [rows, Hkv, D] in T, head stride D, row stride out_rs. V output elements per item: kVec<T>
+// (float4 loads, one 16-byte store; needs D % kVec<T> == 0 and 16-byte aligned bases and row
+// stride) or 1 (the element fallback). blockIdx.y picks the sum (0: dk, 1: dv).
+template <class T>
+struct GroupSum {
+  T* out;
+  int64_t out_rs;
+  const float* part;
+  float mul;
+};
+template <class T, int V>
+__global__ void __launch_bounds__(256) head_group_sum_kernel(GroupSum<T> s0, GroupSum<T> s1, int64_t rows, int Hkv,
+                                                             int G, int D) {
+  static_assert(V == 1 || V == ew::kVec<T>, "one element or one 16-byte vector of T");
+  const GroupSum<T> s = blockIdx.y == 0 ? s0 : s1;
+  const int64_t nv = D / V, n = rows * Hkv * nv;  // items
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t rh = i / nv, c = (i - rh * nv) * V;  // rh = j Hkv + hk
+    const int64_t j = rh / Hkv, hk = rh - j * Hkv;
+    const float* g_src = s.part + rh * G * D + c;  // part[j, hk G, c]
+    float r_acc[V];
+    if constexpr (V == 1) {
+      r_acc[0] = __ldg(g_src);
+      for (int gi = 1; gi < G; ++gi) r_acc[0] += __ldg(g_src + int64_t(gi) * D);
+      r_acc[0] *= s.mul;
+      s.out[j * s.out_rs + hk * D + c] = from_f<T>(r_acc[0]);
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; v += 4) {
+        const float4 x = __ldg(reinterpret_cast<const float4*>(g_src + v));
+        r_acc[v] = x.x, r_acc[v + 1] = x.y, r_acc[v + 2] = x.z, r_acc[v + 3] = x.w;
+      }
+      for (int gi = 1; gi < G; ++gi)
+#pragma unroll
+        for (int v = 0; v < V; v += 4) {
+          const float4 x = __ldg(reinterpret_cast<const float4*>(g_src + int64_t(gi) * D + v));
+          r_acc[v] += x.x, r_acc[v + 1] += x.y, r_acc[v + 2] += x.z, r_acc[v + 3] += x.w;
+        }
+#pragma unroll
+      for (int v = 0; v < V; ++v) r_acc[v] *= s.mul;
+      ew::store16<T>(s.out + j * s.out_rs + hk * D + c, r_acc);
+    }
+  }
 }
 
 // ---- launchers ---------------------------------------------------------------------------------
 template <class K>
 void set_smem(K kernel, size_t bytes) {
   DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+// The tiles or key blocks of `rows` go on grid.y, which holds at most 65535.
+void check_grid_y(int64_t n, int per, const char* op, const char* what, const char* rows_name, int64_t rows) {
+  DT_CHECK(n <= kMaxGridY,
+           "{}: {} = {} needs {} {} of {} rows, more than the grid's y limit {} ---> hint: at most {} rows per call "
+           "(fewer tokens per micro-batch)",
+           op, rows_name, rows, n, what, per, kMaxGridY, kMaxGridY * per);
 }
 
 // Calls f.template operator()<T, DP>() for the dtype and padded head dim.
@@ -749,9 +899,10 @@ void rope_bwd(const TensorView& dx, const TensorView& dy, const TensorView& pos,
 
 void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView& q, const TensorView& k,
                    const TensorView& v, const AttnVarlen& meta, float scale, Stream s) {
+  const int Tq = int(q.shape[0]);
+  check_grid_y(num_tiles<16 * kNWf>(Tq), 16 * kNWf, "attention_fwd", "query tiles", "Tq", Tq);
   lc::Nvtx nv("attention_fwd");
   auto st = static_cast<cudaStream_t>(s.handle);
-  const int Tq = int(q.shape[0]);
   const Rows rows = make_rows(meta, Tq, st);
   Params p = make_params(q, k, v, meta, rows, scale);
   p.out_o = o.data;
@@ -761,7 +912,8 @@ void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView&
     constexpr int BN = 64, NW = kNWf;
     constexpr size_t bytes = fwd_smem<T, DP, BN>();
     set_smem(fwd_kernel<T, DP, BN>, bytes);
-    const dim3 grid(unsigned((Tq + 16 * NW - 1) / (16 * NW)), unsigned(p.Hq));
+    constexpr int BM = 16 * NW;
+    const dim3 grid(unsigned(p.Hq), unsigned(num_tiles<BM>(Tq)));  // (query head, query tile last-first)
     fwd_kernel<T, DP, BN><<<grid, 32 * NW, bytes, st>>>(p);
   });
   DT_CUDA_LAUNCH_CHECK();
@@ -770,9 +922,14 @@ void attention_fwd(const TensorView& o, const TensorView& lse, const TensorView&
 void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& d_o,
                    const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                    const TensorView& lse, const AttnVarlen& meta, float scale, Stream s) {
+  const int Tq = int(q.shape[0]), Tk = int(k.shape[0]);
+  dispatch(q.dtype, int(q.shape[2]), [&]<class T, int DP>() {
+    constexpr int BM = 16 * kNW<T, DP>, BN = kBNk<T, DP>;
+    check_grid_y(num_tiles<BM>(Tq), BM, "attention_bwd", "query tiles", "Tq", Tq);
+    check_grid_y(num_tiles<BN>(Tk), BN, "attention_bwd", "key blocks", "Tk", Tk);
+  });
   lc::Nvtx nv("attention_bwd");
   auto st = static_cast<cudaStream_t>(s.handle);
-  const int Tq = int(q.shape[0]);
   const Rows rows = make_rows(meta, Tq, st);
   Params p = make_params(q, k, v, meta, rows, scale);
   p.o = o.data;
@@ -788,16 +945,45 @@ void attention_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
   p.lse = lse.ptr<float>();
   Tensor dsum = Tensor::empty(Shape{int64_t(Tq) * p.Hq}, DType::f32, q.device);
   p.dsum = dsum.ptr<float>();
+  // GQA (G > 1): the per-query-head dK, dV partials of dkv_kernel, summed by head_group_sum_kernel.
+  // Transient, like dsum: freed here, reused only by later work on this stream.
+  Tensor dk_part, dv_part;  // [Tk, Hq, D] f32
+  if (p.G > 1) {
+    dk_part = Tensor::empty(Shape{p.Tk, p.Hq, p.D}, DType::f32, q.device);
+    dv_part = Tensor::empty(Shape{p.Tk, p.Hq, p.D}, DType::f32, q.device);
+    p.dk_part = dk_part.ptr<float>();
+    p.dv_part = dv_part.ptr<float>();
+  }
   dispatch(q.dtype, p.D, [&]<class T, int DP>() {
     dsum_kernel<T><<<unsigned((int64_t(Tq) * p.Hq + 7) / 8), 256, 0, st>>>(p, dsum.ptr<float>());
     DT_CUDA_LAUNCH_CHECK();
     constexpr int NW = kNW<T, DP>, BM = 16 * NW, BN = kBNk<T, DP>;
     constexpr size_t qb = dq_smem<T, DP>(), kb = dkv_smem<T, DP>();
     set_smem(dq_kernel<T, DP>, qb);
-    dq_kernel<T, DP><<<dim3(unsigned((Tq + BM - 1) / BM), unsigned(p.Hq)), 32 * NW, qb, st>>>(p);
+    const dim3 qgrid(unsigned(p.Hq), unsigned(num_tiles<BM>(Tq)));  // (query head, query tile last-first)
+    dq_kernel<T, DP><<<qgrid, 32 * NW, qb, st>>>(p);
     DT_CUDA_LAUNCH_CHECK();
-    set_smem(dkv_kernel<T, DP>, kb);
-    dkv_kernel<T, DP><<<dim3(unsigned((p.Tk + BN - 1) / BN), unsigned(p.Hkv)), 32 * NW, kb, st>>>(p);
+    const dim3 kgrid(unsigned(p.Hq), unsigned(num_tiles<BN>(p.Tk)));  // (query head, key block ascending)
+    if (p.G == 1) {
+      set_smem(dkv_kernel<T, DP, false>, kb);
+      dkv_kernel<T, DP, false><<<kgrid, 32 * NW, kb, st>>>(p);
+      DT_CUDA_LAUNCH_CHECK();
+    } else {
+      set_smem(dkv_kernel<T, DP, true>, kb);
+      dkv_kernel<T, DP, true><<<kgrid, 32 * NW, kb, st>>>(p);
+      DT_CUDA_LAUNCH_CHECK();
+      const GroupSum<T> gk{static_cast<T*>(p.dk), p.dk_rs, p.dk_part, p.scale};
+      const GroupSum<T> gv{static_cast<T*>(p.dv), p.dv_rs, p.dv_part, 1.f};
+      const int64_t sz = int64_t(sizeof(T));
+      const bool v16 = (p.D * sz) % 16 == 0 && ew::aligned16(p.dk) && ew::aligned16(p.dv) && (p.dk_rs * sz) % 16 == 0 &&
+                       (p.dv_rs * sz) % 16 == 0 && ew::aligned16(p.dk_part) && ew::aligned16(p.dv_part);
+      auto launch = [&]<int V>() {
+        const int64_t n = int64_t(p.Tk) * p.Hkv * (p.D / V);
+        head_group_sum_kernel<T, V><<<dim3(blocks(n), 2), 256, 0, st>>>(gk, gv, p.Tk, p.Hkv, p.G, p.D);
+      };
+      if (v16) launch.template operator()<ew::kVec<T>>();
+      else launch.template operator()<1>();
+    }
   });
   DT_CUDA_LAUNCH_CHECK();
 }
