@@ -32,6 +32,7 @@
 //   at the front of this grid (the conv's blocks and results unchanged); the backward's gate
 //   partials get their own fixed-order column sum after the conv's.
 #include <climits>
+#include <cstdlib>
 
 #include "ops/cuda/gdn_elementwise_common.cuh"
 #include "ops/cuda/gdn_gate.cuh"
@@ -568,12 +569,26 @@ void run_bwd(ConvParams& p, DType dt, Device dev, const TensorView& dw, const Te
     p.gb.part = gpart.ptr<float>();
   }
   dispatch_conv<true, GATE>(dt, p, ngroups, st);
-  ew::colsum_apply(ConvGradOut{dw.ptr<float>(), dw.stride[0], ew::is_absent(dbias) ? nullptr : dbias.ptr<float>(),
-                               p.W, WP},
-                   part.ptr<float>(), ngroups, p.D * (WP + 1), st);
-  if constexpr (GATE)
-    ew::colsum_add(gate->dA_log.ptr<float>(), gate->ddt_bias.ptr<float>(), p.gb.part, p.gate_blocks,
-                   2 * int64_t(p.gb.H), p.gb.H, st);
+  const ConvGradOut conv_out{dw.ptr<float>(), dw.stride[0], ew::is_absent(dbias) ? nullptr : dbias.ptr<float>(), p.W,
+                             WP};
+  if constexpr (GATE)  // both column sums in one dependent launch
+    ew::colsum_apply2(conv_out, part.ptr<float>(), ngroups, p.D * (WP + 1),
+                      ew::AddToSplit{gate->dA_log.ptr<float>(), gate->ddt_bias.ptr<float>(), p.gb.H}, p.gb.part,
+                      p.gate_blocks, 2 * int64_t(p.gb.H), st);
+  else
+    ew::colsum_apply(conv_out, part.ptr<float>(), ngroups, p.D * (WP + 1), st);
+}
+
+// The backward's gate-block cap: kGateBwdBlocks, or DT_CONV_GATE_BWD_BLOCKS (a tuning knob for
+// A/B runs: a positive integer; read on every call).
+int64_t gate_bwd_block_cap() {
+  const char* e = std::getenv("DT_CONV_GATE_BWD_BLOCKS");
+  if (e == nullptr || *e == '\0') return kGateBwdBlocks;
+  char* end = nullptr;
+  const long long v = std::strtoll(e, &end, 10);
+  DT_CHECK(end != e && *end == '\0' && v >= 1 && v <= (1 << 20),
+           "DT_CONV_GATE_BWD_BLOCKS = '{}' must be a whole number in [1, 1048576] (the backward's gate blocks)", e);
+  return v;
 }
 
 // The gates' views must share the conv's rows (T) and device.
@@ -636,7 +651,7 @@ void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const Te
     cuda::gdn_gate_bwd(gt.da, gt.db, gt.dA_log, gt.ddt_bias, gt.dg, gt.dbeta, gt.a, gt.b, gt.A_log, gt.dt_bias, s);
     return;
   }
-  p.gate_blocks = gate_bwd_blocks(p.gb.T, p.gb.cpr, kThreads, kGateRowsBwd, kGateBwdBlocks);
+  p.gate_blocks = gate_bwd_blocks(p.gb.T, p.gb.cpr, kThreads, kGateRowsBwd, gate_bwd_block_cap());
   ew::NvtxRange range(op);
   run_bwd<true>(p, x.dtype, x.device, dw, dbias, &gt, static_cast<cudaStream_t>(s.handle));
 }

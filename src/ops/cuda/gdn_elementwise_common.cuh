@@ -320,13 +320,12 @@ __device__ __forceinline__ void pdl_trigger() {
 // thread adds those 32 sums in index order. `Out` is a small functor that applies the result
 // (e.g. g_out[c] += v).
 constexpr int kColsumX = 32, kColsumY = 32;
+// One block's kColsumX columns [blk * kColsumX, ...) of the reduction (blockDim = kColsumX x kColsumY).
 template <class Out>
-__global__ __launch_bounds__(kColsumX* kColsumY) void colsum_kernel(Out out, const float* __restrict__ g_part,
-                                                                    int64_t nparts, int64_t ncols) {
-  __shared__ float s_sum[kColsumY][kColsumX + 1];
-  pdl_wait();  // the partials come from the previous kernel in the stream
+__device__ __forceinline__ void colsum_block(Out out, const float* __restrict__ g_part, int64_t nparts, int64_t ncols,
+                                             int64_t blk, float (*s_sum)[kColsumX + 1]) {
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const int64_t c = int64_t(blockIdx.x) * kColsumX + tx;
+  const int64_t c = blk * kColsumX + tx;
   float r_acc = 0.f;
   if (c < ncols) {
     int64_t b = ty;
@@ -353,10 +352,33 @@ __global__ __launch_bounds__(kColsumX* kColsumY) void colsum_kernel(Out out, con
 }
 
 template <class Out>
-inline void colsum_apply(Out out, const float* part, int64_t nparts, int64_t ncols, cudaStream_t st) {
-  if (ncols == 0) return;
+__global__ __launch_bounds__(kColsumX* kColsumY) void colsum_kernel(Out out, const float* __restrict__ g_part,
+                                                                    int64_t nparts, int64_t ncols) {
+  __shared__ float s_sum[kColsumY][kColsumX + 1];
+  pdl_wait();  // the partials come from the previous kernel in the stream
+  colsum_block(out, g_part, nparts, ncols, blockIdx.x, s_sum);
+}
+
+// Two independent reductions in one launch (the second's blocks first): a kernel that wrote two
+// sets of partials needs one dependent launch, not two in a row.
+template <class Out0, class Out1>
+__global__ __launch_bounds__(kColsumX* kColsumY) void colsum2_kernel(Out0 out0, const float* __restrict__ part0,
+                                                                     int64_t nparts0, int64_t ncols0, Out1 out1,
+                                                                     const float* __restrict__ part1,
+                                                                     int64_t nparts1, int64_t ncols1) {
+  __shared__ float s_sum[kColsumY][kColsumX + 1];
+  pdl_wait();
+  const int64_t nb1 = (ncols1 + kColsumX - 1) / kColsumX;
+  if (int64_t(blockIdx.x) < nb1) colsum_block(out1, part1, nparts1, ncols1, blockIdx.x, s_sum);
+  else colsum_block(out0, part0, nparts0, ncols0, int64_t(blockIdx.x) - nb1, s_sum);
+}
+
+// Launches `kernel` (grid blocks of kColsumX x kColsumY) as a programmatic dependent of the
+// previous kernel in the stream.
+template <class Kernel, class... Args>
+inline void launch_dependent(Kernel kernel, int64_t blocks, cudaStream_t st, Args... args) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned((ncols + kColsumX - 1) / kColsumX));
+  cfg.gridDim = dim3(unsigned(blocks));
   cfg.blockDim = dim3(kColsumX, kColsumY);
   cfg.dynamicSmemBytes = 0;
   cfg.stream = st;
@@ -365,8 +387,22 @@ inline void colsum_apply(Out out, const float* part, int64_t nparts, int64_t nco
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  DT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, colsum_kernel<Out>, out, part, nparts, ncols));
+  DT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
   DT_CUDA_LAUNCH_CHECK();
+}
+
+template <class Out>
+inline void colsum_apply(Out out, const float* part, int64_t nparts, int64_t ncols, cudaStream_t st) {
+  if (ncols == 0) return;
+  launch_dependent(colsum_kernel<Out>, (ncols + kColsumX - 1) / kColsumX, st, out, part, nparts, ncols);
+}
+template <class Out0, class Out1>
+inline void colsum_apply2(Out0 out0, const float* part0, int64_t nparts0, int64_t ncols0, Out1 out1,
+                          const float* part1, int64_t nparts1, int64_t ncols1, cudaStream_t st) {
+  const int64_t blocks = (ncols0 + kColsumX - 1) / kColsumX + (ncols1 + kColsumX - 1) / kColsumX;
+  if (blocks == 0) return;
+  launch_dependent(colsum2_kernel<Out0, Out1>, blocks, st, out0, part0, nparts0, ncols0, out1, part1, nparts1,
+                   ncols1);
 }
 
 // out0[c] += v for c < n0, out1[c - n0] += v otherwise (contiguous f32 parameter gradients).
