@@ -86,12 +86,14 @@ inline constexpr int kUnroll = BWD ? DT_CONV_UNROLL_BWD : DT_CONV_UNROLL_FWD;
 enum : unsigned { kVecX = 1, kVecDy = 2, kVecOut = 4 };
 
 // Gates carried by the launch (causal_conv1d_gate_fwd/bwd): gate_blocks blocks at the front of
-// the grid run the gates' row loops (gdn_gate.cuh), the rest the conv. Few blocks with several
-// rows in flight per thread, so they all start in the first wave and finish within about one
-// DRAM round trip, beside the conv blocks, instead of a launch of their own.
-constexpr int kGateRowsFwd = 4;          // forward rows per thread (T = 32k, Hv = 32: 512 blocks)
+// the grid run the gates' row loops (gdn_gate.cuh), the rest the conv. Few blocks that loop
+// over the rows (several rows in flight per thread), so they take few of the first wave's slots
+// from the conv: measured at T = 32k, Hv = 32 (docs/perf.md v0.6.0), the backward costs +4.8 us
+// with 128 blocks (8 tiles each) but +9.1 us with 512 (2 each).
+constexpr int kGateRowsFwd = 4;          // forward rows per thread per row block
 constexpr int kGateRowsBwd = 2;          // backward rows per thread in flight
-constexpr int64_t kGateBwdBlocks = 512;  // backward blocks (= partial rows) at most
+constexpr int64_t kGateFwdBlocks = 128;  // forward blocks at most
+constexpr int64_t kGateBwdBlocks = 128;  // backward blocks (= partial rows) at most
 
 struct ConvParams {
   const void* x;             // [T, D] (row stride xs)
@@ -183,7 +185,7 @@ conv1d_varlen_kernel(const ConvParams p) {
       static_assert(!BWD || 2 * kThreads * gate::kE * 4 <= kStages<BWD> * buf_bytes<T, BWD>(),
                     "the gates' block sums use the conv's shared memory");
       if constexpr (BWD) gate::bwd_tiles<T, kThreads, kGateRowsBwd>(p.gb, bid, p.gate_blocks, reinterpret_cast<float*>(s_raw));
-      else gate::fwd_rows<T, kThreads, kGateRowsFwd>(p.gf, bid);
+      else gate::fwd_rows<T, kThreads, kGateRowsFwd, true>(p.gf, bid, p.gate_blocks);
       return;
     }
     bid -= p.gate_blocks;
@@ -579,15 +581,15 @@ void run_bwd(ConvParams& p, DType dt, Device dev, const TensorView& dw, const Te
     ew::colsum_apply(conv_out, part.ptr<float>(), ngroups, p.D * (WP + 1), st);
 }
 
-// The backward's gate-block cap: kGateBwdBlocks, or DT_CONV_GATE_BWD_BLOCKS (a tuning knob for
-// A/B runs: a positive integer; read on every call).
-int64_t gate_bwd_block_cap() {
-  const char* e = std::getenv("DT_CONV_GATE_BWD_BLOCKS");
-  if (e == nullptr || *e == '\0') return kGateBwdBlocks;
+// The gate-block caps: kGateFwdBlocks / kGateBwdBlocks, or DT_CONV_GATE_FWD_BLOCKS /
+// DT_CONV_GATE_BWD_BLOCKS (tuning knobs for A/B runs: a positive integer; read on every call).
+int64_t gate_block_cap(const char* var, int64_t dflt) {
+  const char* e = std::getenv(var);
+  if (e == nullptr || *e == '\0') return dflt;
   char* end = nullptr;
   const long long v = std::strtoll(e, &end, 10);
   DT_CHECK(end != e && *end == '\0' && v >= 1 && v <= (1 << 20),
-           "DT_CONV_GATE_BWD_BLOCKS = '{}' must be a whole number in [1, 1048576] (the backward's gate blocks)", e);
+           "{} = '{}' must be a whole number in [1, 1048576] (the conv launch's gate blocks)", var, e);
   return v;
 }
 
@@ -631,8 +633,8 @@ void causal_conv1d_gate_fwd(const TensorView& y, const TensorView& x, const Tens
     cuda::gdn_gate_fwd(gt.g, gt.beta, gt.a, gt.b, gt.A_log, gt.dt_bias, s);
     return;
   }
-  const int64_t rows_per_block = int64_t(kThreads / p.gf.cpr) * kGateRowsFwd;
-  p.gate_blocks = (p.gf.T + rows_per_block - 1) / rows_per_block;
+  p.gate_blocks =
+      gate_block_count(p.gf.T, p.gf.cpr, kThreads, kGateRowsFwd, gate_block_cap("DT_CONV_GATE_FWD_BLOCKS", kGateFwdBlocks));
   ew::NvtxRange range(op);
   dispatch_conv<false, true>(x.dtype, p, num_groups(p.T, p.W, false), static_cast<cudaStream_t>(s.handle));
 }
@@ -651,7 +653,8 @@ void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const Te
     cuda::gdn_gate_bwd(gt.da, gt.db, gt.dA_log, gt.ddt_bias, gt.dg, gt.dbeta, gt.a, gt.b, gt.A_log, gt.dt_bias, s);
     return;
   }
-  p.gate_blocks = gate_bwd_blocks(p.gb.T, p.gb.cpr, kThreads, kGateRowsBwd, gate_bwd_block_cap());
+  p.gate_blocks =
+      gate_block_count(p.gb.T, p.gb.cpr, kThreads, kGateRowsBwd, gate_block_cap("DT_CONV_GATE_BWD_BLOCKS", kGateBwdBlocks));
   ew::NvtxRange range(op);
   run_bwd<true>(p, x.dtype, x.device, dw, dbias, &gt, static_cast<cudaStream_t>(s.handle));
 }

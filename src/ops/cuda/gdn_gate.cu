@@ -62,7 +62,7 @@ constexpr int kMaxBwdBlocks = 1024; // backward grid cap (= number of partial ro
 // grid.x = ceil(T / (kFwdThreads / cpr)); block = kFwdThreads; thread = (row, 4-head chunk).
 template <typename T>
 __global__ __launch_bounds__(kFwdThreads) void gdn_gate_fwd_kernel(const GateFwdParams p) {
-  fwd_rows<T, kFwdThreads, 1>(p, blockIdx.x);
+  fwd_rows<T, kFwdThreads, 1, false>(p, blockIdx.x, gridDim.x);
 }
 
 // grid.x = nblocks <= kMaxBwdBlocks (fixed by the shape); block b handles the row tiles b,
@@ -182,7 +182,7 @@ void gdn_gate_bwd(const TensorView& da, const TensorView& db, const TensorView& 
   if (p.T == 0) return;
   ew::NvtxRange range(op);
   const cudaStream_t st = static_cast<cudaStream_t>(s.handle);
-  const int64_t nblocks = gate_bwd_blocks(p.T, p.cpr, kBwdThreads, kBwdRows, kMaxBwdBlocks);
+  const int64_t nblocks = gate_block_count(p.T, p.cpr, kBwdThreads, kBwdRows, kMaxBwdBlocks);
   Tensor part = Tensor::empty(Shape{nblocks, 2 * int64_t(p.H)}, DType::f32, a.device);  // [nblocks, 2*Hv] f32 scratch
   p.part = part.ptr<float>();
   if (a.dtype == DType::bf16) gdn_gate_bwd_kernel<__nv_bfloat16><<<unsigned(nblocks), kBwdThreads, 0, st>>>(p);

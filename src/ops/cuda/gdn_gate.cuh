@@ -7,6 +7,9 @@
 // ddt_bias are summed over a different (still fixed) block tiling.
 // Math and accuracy: gdn_gate.cu's header.
 #pragma once
+#include <algorithm>
+#include <cstdint>
+
 #include "ops/cuda/gdn_elementwise_common.cuh"
 
 namespace dt::ops::cuda {
@@ -48,9 +51,10 @@ GateBwdParams gate_bwd_params(const TensorView& da, const TensorView& db, const 
                               const TensorView& ddt_bias, const TensorView& dg, const TensorView& dbeta,
                               const TensorView& a, const TensorView& b, const TensorView& A_log,
                               const TensorView& dt_bias, const char* op);
-// Backward block count for kThr threads and R rows per thread in flight: one partial row per
-// block, a function of the shape only (determinism).
-inline int64_t gate_bwd_blocks(int64_t T, int cpr, int threads, int rows, int64_t max_blocks) {
+// Block count for `threads` threads and `rows` rows per thread: one block per row tile, at most
+// max_blocks (which then loop). In the backward one partial row per block, so the count must be
+// a function of the shape (and the cap) only: determinism.
+inline int64_t gate_block_count(int64_t T, int cpr, int threads, int rows, int64_t max_blocks) {
   const int64_t per_tile = int64_t(threads / cpr) * rows;
   return std::min<int64_t>((T + per_tile - 1) / per_tile, max_blocks);
 }
@@ -117,40 +121,52 @@ __device__ __forceinline__ float log1p_f(float e) {
   return e < 0.25f ? series : lg;
 }
 
-// Forward rows of block `blk` of a kThr-thread block: thread = (row, 4-head chunk), R rows
-// each (stride kThr / cpr), every load issued before the math. Rows per block: (kThr / cpr) * R.
-template <typename T, int kThr, int R>
-__device__ __forceinline__ void fwd_rows(const GateFwdParams& p, int64_t blk) {
+// Forward of block `blk` of `nblk`: row blocks blk, blk + nblk, ... of (kThr / cpr) * R tokens;
+// thread = (row, 4-head chunk), R rows each (stride kThr / cpr), every load of a row block issued
+// before its math. kLoop = false: one row block per block (the standalone grid), which keeps
+// the loop's registers out of the kernel (31 instead of 45: one wave at T = 32k).
+template <typename T, int kThr, int R, bool kLoop>
+__device__ __forceinline__ void fwd_rows(const GateFwdParams& p, int64_t blk, int64_t nblk) {
   const int cpr = p.cpr, H = p.H, gpb = kThr / cpr;
-  const int64_t tb = blk * gpb * R + int64_t(threadIdx.x) / cpr;
   const int64_t h0 = int64_t(threadIdx.x & (cpr - 1)) * kE;
-  if (tb >= p.T || h0 >= H) return;
+  if (h0 >= H) return;
+  const int64_t per_blk = int64_t(gpb) * R;
   const T* g_a = static_cast<const T*>(p.a);
   const T* g_b = static_cast<const T*>(p.b);
-  float r_a[R][kE], r_b[R][kE], r_nA[kE], r_dtb[kE];
+  auto row_block = [&](int64_t rb) {
+    const int64_t tb = rb * per_blk + int64_t(threadIdx.x) / cpr;
+    if (tb >= p.T) return;
+    float r_a[R][kE], r_b[R][kE], r_nA[kE], r_dtb[kE];
 #pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const int64_t t = tb + int64_t(i) * gpb;
-    if (t < p.T) {
-      load4<T>(g_a + t * p.as, h0, H, p.vec & kVecA, r_a[i]);
-      load4<T>(g_b + t * p.bs, h0, H, p.vec & kVecB, r_b[i]);
-    }
-  }
-  load_head_consts(p.A_log, p.dt_bias, h0, H, p.vec & kVecP, r_nA, r_dtb);
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const int64_t t = tb + int64_t(i) * gpb;
-    if (t < p.T) {
-      float r_g[kE], r_be[kE];
-#pragma unroll
-      for (int k = 0; k < kE; ++k) {
-        const float x = r_a[i][k] + r_dtb[k];
-        r_g[k] = r_nA[k] * (x > 20.f ? x : log1p_f(exp_f(x)));
-        r_be[k] = ew::sigmoid_f(r_b[i][k]);
+    for (int i = 0; i < R; ++i) {
+      const int64_t t = tb + int64_t(i) * gpb;
+      if (t < p.T) {
+        load4<T>(g_a + t * p.as, h0, H, p.vec & kVecA, r_a[i]);
+        load4<T>(g_b + t * p.bs, h0, H, p.vec & kVecB, r_b[i]);
       }
-      store4<float>(p.g + t * p.gs, h0, H, p.vec & kVecG, r_g);
-      store4<float>(p.beta + t * p.betas, h0, H, p.vec & kVecBeta, r_be);
     }
+    load_head_consts(p.A_log, p.dt_bias, h0, H, p.vec & kVecP, r_nA, r_dtb);
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int64_t t = tb + int64_t(i) * gpb;
+      if (t < p.T) {
+        float r_g[kE], r_be[kE];
+#pragma unroll
+        for (int k = 0; k < kE; ++k) {
+          const float x = r_a[i][k] + r_dtb[k];
+          r_g[k] = r_nA[k] * (x > 20.f ? x : log1p_f(exp_f(x)));
+          r_be[k] = ew::sigmoid_f(r_b[i][k]);
+        }
+        store4<float>(p.g + t * p.gs, h0, H, p.vec & kVecG, r_g);
+        store4<float>(p.beta + t * p.betas, h0, H, p.vec & kVecBeta, r_be);
+      }
+    }
+  };
+  if constexpr (kLoop) {
+    const int64_t nrb = (p.T + per_blk - 1) / per_blk;
+    for (int64_t rb = blk; rb < nrb; rb += nblk) row_block(rb);
+  } else {
+    row_block(blk);
   }
 }
 
