@@ -33,6 +33,7 @@
 //   partials get their own fixed-order column sum after the conv's.
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 
 #include "ops/cuda/gdn_elementwise_common.cuh"
 #include "ops/cuda/gdn_gate.cuh"
@@ -108,7 +109,8 @@ struct ConvParams {
   int W;
   int silu;
   unsigned vec;              // kVecX | kVecDy: rows 16-byte aligned; kVecOut: channel pairs aligned
-  int64_t gate_blocks;       // GATE kernels: leading blocks that run the gates
+  int64_t gate_blocks;       // GATE kernels: blocks that run the gates ...
+  int gate_first;            // ... at the front of the grid (1) or at its end (0)
   GateFwdParams gf;          // forward gates
   GateBwdParams gb;          // backward gates
 };
@@ -172,8 +174,8 @@ __device__ __forceinline__ void store_pair(T* g_p, int64_t c, int64_t D, bool ve
 // Forward: streams rows [A - (WP-1), Bc) of its group [A, Bc) and writes y[A:Bc].
 // Backward: streams rows [A - (WP-1), Bc + WP - 1), writes dx[A:Bc] and the group's partials
 // p.part[group, c, 0:WP] (dw, padded taps first) and p.part[group, c, WP] (dbias).
-// GATE: blocks [0, gate_blocks) run the gates instead (forward rows, or backward tiles and
-// their partial rows p.gb.part), the conv's blocks follow.
+// GATE: blocks [0, gate_blocks) (or the last gate_blocks) run the gates instead (forward rows, or
+// backward tiles and their partial rows p.gb.part), the conv's blocks the rest in order.
 template <typename T, int WP, bool BWD, bool GATE>
 __global__ __launch_bounds__(kThreads, BWD ? (WP > 4 ? kMinBlocksBwdWide : kMinBlocksBwd)
                                            : (GATE && WP == 4 ? kMinBlocksFwdGate : kMinBlocksFwd)) void
@@ -181,14 +183,16 @@ conv1d_varlen_kernel(const ConvParams p) {
   extern __shared__ __align__(16) unsigned char s_raw[];
   int64_t bid = blockIdx.x;
   if constexpr (GATE) {
-    if (bid < p.gate_blocks) {
+    // The gate blocks are [0, gate_blocks) or, with gate_first = 0, the last gate_blocks.
+    const int64_t gb = p.gate_first ? bid : bid - (int64_t(gridDim.x) - p.gate_blocks);
+    if (gb >= 0 && gb < p.gate_blocks) {
       static_assert(!BWD || 2 * kThreads * gate::kE * 4 <= kStages<BWD> * buf_bytes<T, BWD>(),
                     "the gates' block sums use the conv's shared memory");
-      if constexpr (BWD) gate::bwd_tiles<T, kThreads, kGateRowsBwd>(p.gb, bid, p.gate_blocks, reinterpret_cast<float*>(s_raw));
-      else gate::fwd_rows<T, kThreads, kGateRowsFwd, true>(p.gf, bid, p.gate_blocks);
+      if constexpr (BWD) gate::bwd_tiles<T, kThreads, kGateRowsBwd>(p.gb, gb, p.gate_blocks, reinterpret_cast<float*>(s_raw));
+      else gate::fwd_rows<T, kThreads, kGateRowsFwd, true>(p.gf, gb, p.gate_blocks);
       return;
     }
-    bid -= p.gate_blocks;
+    if (p.gate_first) bid -= p.gate_blocks;
   }
   constexpr int V = ew::kVec<T>;
   constexpr int kTileElems = kTT * kCB;
@@ -593,6 +597,14 @@ int64_t gate_block_cap(const char* var, int64_t dflt) {
   return v;
 }
 
+// Where the gate blocks go: the front (default), or the end with DT_CONV_GATE_LAST=1 (A/B knob).
+int gate_first() {
+  const char* e = std::getenv("DT_CONV_GATE_LAST");
+  if (e == nullptr || *e == '\0' || std::strcmp(e, "0") == 0) return 1;
+  DT_CHECK(std::strcmp(e, "1") == 0, "DT_CONV_GATE_LAST = '{}' must be 0 or 1", e);
+  return 0;
+}
+
 // The gates' views must share the conv's rows (T) and device.
 void check_gate_rows(int64_t T_gate, int64_t T, Device gdev, Device dev, const char* op) {
   DT_CHECK(T_gate == T && gdev == dev, "{}: the gates' a has {} rows on {}, the conv's x {} rows on {}", op, T_gate,
@@ -633,6 +645,7 @@ void causal_conv1d_gate_fwd(const TensorView& y, const TensorView& x, const Tens
     cuda::gdn_gate_fwd(gt.g, gt.beta, gt.a, gt.b, gt.A_log, gt.dt_bias, s);
     return;
   }
+  p.gate_first = gate_first();
   p.gate_blocks =
       gate_block_count(p.gf.T, p.gf.cpr, kThreads, kGateRowsFwd, gate_block_cap("DT_CONV_GATE_FWD_BLOCKS", kGateFwdBlocks));
   ew::NvtxRange range(op);
@@ -653,6 +666,7 @@ void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const Te
     cuda::gdn_gate_bwd(gt.da, gt.db, gt.dA_log, gt.ddt_bias, gt.dg, gt.dbeta, gt.a, gt.b, gt.A_log, gt.dt_bias, s);
     return;
   }
+  p.gate_first = gate_first();
   p.gate_blocks =
       gate_block_count(p.gb.T, p.gb.cpr, kThreads, kGateRowsBwd, gate_block_cap("DT_CONV_GATE_BWD_BLOCKS", kGateBwdBlocks));
   ew::NvtxRange range(op);
