@@ -1,6 +1,8 @@
 // Varlen causal attention (the gated-attention kernel of issue 5), fwd and fwd+bwd, bf16:
 //   16 query heads / 2 KV heads of dim 256 (the Qwen3-Next full-attention shape),
-//   (a) T = 32768 packed from lengths drawn in [256, 8192]; (b) T = 8192 from lengths in [16, 300].
+//   (a) T = 32768 packed from lengths drawn in [256, 8192]; (b) T = 8192 from lengths in [16, 300];
+//   (c) bench-0.8b's attention: 8 query heads / 2 KV heads of dim 256, T = 8192 from lengths in
+//   [256, 4096] (what bench/train_step's six attention layers see).
 // Each case runs the native kernels and, when cuDNN's path can run here (cuDNN >= 9.19 and the
 // frontend headers: attention.backend=cudnn), cuDNN's SDPA too, after printing how far the
 // cuDNN outputs are from the native ones (rel. L2 of o, dq, dk, dv; both bf16: ~1e-3 expected).
@@ -51,8 +53,8 @@ struct Outs {
   Tensor o, lse, dq, dk, dv;
 };
 
-void bench(const char* name, const std::vector<int32_t>& cu, uint64_t seed, bool with_cudnn) {
-  const int64_t Hq = 16, Hkv = 2, D = 256, T = cu.back(), N = int64_t(cu.size()) - 1;
+void bench(const char* name, const std::vector<int32_t>& cu, uint64_t seed, bool with_cudnn, int64_t Hq = 16) {
+  const int64_t Hkv = 2, D = 256, T = cu.back(), N = int64_t(cu.size()) - 1;
   const Device dev = Device::cuda();
   dt::Stream s{};
   cudaStream_t st = static_cast<cudaStream_t>(s.handle);
@@ -110,7 +112,7 @@ void bench(const char* name, const std::vector<int32_t>& cu, uint64_t seed, bool
 int main(int argc, char** argv) {
   const uint64_t seed = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1234;
   std::mt19937_64 gen(seed);
-  std::printf("varlen causal attention, bf16, Hq 16, Hkv 2, D 256 (target: fwd >= 400 TFLOP/s)\n");
+  std::printf("varlen causal attention, bf16, Hq 16 ((c): 8), Hkv 2, D 256 (target: fwd >= 400 TFLOP/s)\n");
   const std::string why = dt::ops::cuda::cudnn_attention_unavailable();
   if (!why.empty()) std::printf("cuDNN path not run: %s\n", why.c_str());
   const auto cu_a = draw_cu(gen, 32768, 256, 8192);
@@ -120,5 +122,6 @@ int main(int argc, char** argv) {
   }
   bench("(a) 32K tok, lengths 256..8192", cu_a, seed, why.empty());
   bench("(b) 8K tok, lengths 16..300", draw_cu(gen, 8192, 16, 300), seed, why.empty());
+  bench("(c) 8K tok, lengths 256..4096, Hq 8", draw_cu(gen, 8192, 256, 4096), seed, why.empty(), 8);
   return 0;
 }
