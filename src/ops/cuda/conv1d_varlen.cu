@@ -516,28 +516,20 @@ void dispatch_conv(DType dt, const ConvParams& p, int64_t ngroups, cudaStream_t 
   }
 }
 
-// What the forward and the backward share: x, the weights, the sequence map, the sizes.
-ConvParams common_params(const ConvDims& d, const TensorView& x, const Act& xa, const TensorView& w,
-                         const TensorView& bias, bool silu, const VarlenMeta& m) {
-  ConvParams p{};
-  p.x = x.data, p.xs = xa.stride;
-  p.w = w.ptr<float>(), p.ws = w.stride[0];
-  p.bias = ew::is_absent(bias) ? nullptr : bias.ptr<float>();
-  p.seq_idx = m.seq_idx_dev;
-  p.T = d.T, p.D = d.D, p.W = d.W, p.silu = silu ? 1 : 0;
-  p.vec = xa.vec16 ? kVecX : 0;
-  return p;
-}
-
 // The forward's parameters (views checked); false when there is nothing to compute.
 bool fwd_params(ConvParams* p, const TensorView& y, const TensorView& x, const TensorView& w, const TensorView& bias,
                 bool silu, const VarlenMeta& m, const char* op) {
   const ConvDims d = check_common(x, w, bias, m, op);
   const Act xa = check_act(x, x, op, "x");  // [T, D]
   const Act ya = check_act(y, x, op, "y");  // [T, D] (=)
-  *p = common_params(d, x, xa, w, bias, silu, m);
+  *p = ConvParams{};
+  p->x = x.data, p->xs = xa.stride;
   p->out = y.data, p->outs = ya.stride;
-  p->vec |= ya.vec_pair ? kVecOut : 0;
+  p->w = w.ptr<float>(), p->ws = w.stride[0];
+  p->bias = ew::is_absent(bias) ? nullptr : bias.ptr<float>();
+  p->seq_idx = m.seq_idx_dev;
+  p->T = d.T, p->D = d.D, p->W = d.W, p->silu = silu ? 1 : 0;
+  p->vec = (xa.vec16 ? kVecX : 0) | (ya.vec_pair ? kVecOut : 0);
   return d.T > 0 && d.D > 0;
 }
 
@@ -556,10 +548,15 @@ bool bwd_params(ConvParams* p, const TensorView& dx, const TensorView& dw, const
   if (!ew::is_absent(dbias))
     DT_CHECK(dbias.device == x.device && dbias.dtype == DType::f32 && dbias.numel() == d.D && dbias.is_contiguous(),
              "{}: dbias must be an empty view or a contiguous f32 [{}] view, got {}", op, d.D, dbias.str());
-  *p = common_params(d, x, xa, w, bias, silu, m);
+  *p = ConvParams{};
+  p->x = x.data, p->xs = xa.stride;
   p->dy = dy.data, p->dys = dya.stride;
   p->out = dx.data, p->outs = dxa.stride;
-  p->vec |= (dya.vec16 ? kVecDy : 0) | (dxa.vec_pair ? kVecOut : 0);
+  p->w = w.ptr<float>(), p->ws = w.stride[0];
+  p->bias = ew::is_absent(bias) ? nullptr : bias.ptr<float>();
+  p->seq_idx = m.seq_idx_dev;
+  p->T = d.T, p->D = d.D, p->W = d.W, p->silu = silu ? 1 : 0;
+  p->vec = (xa.vec16 ? kVecX : 0) | (dya.vec16 ? kVecDy : 0) | (dxa.vec_pair ? kVecOut : 0);
   return d.T > 0 && d.D > 0;
 }
 

@@ -121,20 +121,6 @@ __device__ __forceinline__ float log1p_f(float e) {
   return e < 0.25f ? series : lg;
 }
 
-// a and b of this thread's 4 heads in rows tb + i * gpb (i < R, rows below T), loads only.
-template <typename T, int R, class P>
-__device__ __forceinline__ void load_ab(const P& p, int64_t tb, int gpb, int64_t h0, float (&r_a)[R][kE],
-                                        float (&r_b)[R][kE]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const int64_t t = tb + int64_t(i) * gpb;
-    if (t < p.T) {
-      load4<T>(static_cast<const T*>(p.a) + t * p.as, h0, p.H, p.vec & kVecA, r_a[i]);
-      load4<T>(static_cast<const T*>(p.b) + t * p.bs, h0, p.H, p.vec & kVecB, r_b[i]);
-    }
-  }
-}
-
 // Forward of block `blk` of `nblk`: row blocks blk, blk + nblk, ... of (kThr / cpr) * R tokens;
 // thread = (row, 4-head chunk), R rows each (stride kThr / cpr), every load of a row block issued
 // before its math. kLoop = false: one row block per block (the standalone grid), which keeps
@@ -145,11 +131,20 @@ __device__ __forceinline__ void fwd_rows(const GateFwdParams& p, int64_t blk, in
   const int64_t h0 = int64_t(threadIdx.x & (cpr - 1)) * kE;
   if (h0 >= H) return;
   const int64_t per_blk = int64_t(gpb) * R;
+  const T* g_a = static_cast<const T*>(p.a);
+  const T* g_b = static_cast<const T*>(p.b);
   auto row_block = [&](int64_t rb) {
     const int64_t tb = rb * per_blk + int64_t(threadIdx.x) / cpr;
     if (tb >= p.T) return;
     float r_a[R][kE], r_b[R][kE], r_nA[kE], r_dtb[kE];
-    load_ab<T, R>(p, tb, gpb, h0, r_a, r_b);
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int64_t t = tb + int64_t(i) * gpb;
+      if (t < p.T) {
+        load4<T>(g_a + t * p.as, h0, H, p.vec & kVecA, r_a[i]);
+        load4<T>(g_b + t * p.bs, h0, H, p.vec & kVecB, r_b[i]);
+      }
+    }
     load_head_consts(p.A_log, p.dt_bias, h0, H, p.vec & kVecP, r_nA, r_dtb);
 #pragma unroll
     for (int i = 0; i < R; ++i) {
@@ -189,6 +184,8 @@ __device__ __forceinline__ void bwd_tiles(const GateBwdParams& p, int64_t blk, i
   const bool active = h0 < H;
   const int64_t per_tile = int64_t(gpb) * R;
   const int64_t ntiles = (p.T + per_tile - 1) / per_tile;
+  const T* g_a = static_cast<const T*>(p.a);
+  const T* g_b = static_cast<const T*>(p.b);
   T* g_da = static_cast<T*>(p.da);
   T* g_db = static_cast<T*>(p.db);
 
@@ -201,11 +198,12 @@ __device__ __forceinline__ void bwd_tiles(const GateBwdParams& p, int64_t blk, i
     for (int64_t tile = blk; tile < ntiles; tile += nblk) {
       const int64_t tb = tile * per_tile + group;
       float r_a[R][kE], r_b[R][kE], r_dg[R][kE], r_dbe[R][kE];  // [rows in flight, heads]
-      load_ab<T, R>(p, tb, gpb, h0, r_a, r_b);
 #pragma unroll
       for (int i = 0; i < R; ++i) {
         const int64_t t = tb + int64_t(i) * gpb;
         if (t < p.T) {
+          load4<T>(g_a + t * p.as, h0, H, p.vec & kVecA, r_a[i]);
+          load4<T>(g_b + t * p.bs, h0, H, p.vec & kVecB, r_b[i]);
           load4<float>(p.dg + t * p.dgs, h0, H, p.vec & kVecDg, r_dg[i]);
           load4<float>(p.dbeta + t * p.dbetas, h0, H, p.vec & kVecDbeta, r_dbe[i]);
         }
