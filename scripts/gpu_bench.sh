@@ -47,6 +47,8 @@ for n in "${names[@]}"; do
         run "train_step 1 GPU cudnn_fwd" "$B/train_step" --set attention.backend=cudnn_fwd
       fi
       two "train_step CP=2" "$B/train_step" --set parallel.cp=2 --set data.max_tokens=16384
+      two "train_step CP=2 overlap_embedding_reduce" "$B/train_step" --set parallel.cp=2 --set data.max_tokens=16384 \
+        --set train.overlap_embedding_reduce=true
       four "train_step CP=4" "$B/train_step" --set parallel.cp=4 --set data.max_tokens=32768
       four "train_step TP=2 SP x CP=2" "$B/train_step" --set parallel.tp=2 --set parallel.sp=true \
         --set parallel.cp=2 --set data.max_tokens=16384 ;;

@@ -81,6 +81,7 @@ const std::vector<Field>& fields() {
       DT_FIELD(train, grad_accum, i64, "micro-batches per optimizer step"),
       DT_FIELD(train, max_nonfinite_in_a_row, i64, "stop after this many skipped non-finite steps in a row"),
       DT_FIELD(train, overlap_grad_reduce, boolean, "start each layer's dp x cp gradient all-reduce as soon as its backward is done (CUDA: on a second stream, overlapping the rest of the backward); the same sums, up to the order NCCL's algorithm choice gives"),
+      DT_FIELD(train, overlap_embedding_reduce, boolean, "with overlap_grad_reduce and dp x cp > 1: the embedding's dp x cp gradient all-reduce starts right after the last forward (the tied LM head's part is complete there) and overlaps the whole backward; the last backward's embedding rows are all-gathered and added after it in rank order (the same sums in another order)"),
       DT_FIELD(checkpoint, dir, str, "checkpoint directory (empty: no checkpoints)"),
       DT_FIELD(checkpoint, interval, i64, "save every N steps; 0 = only at the end"),
       DT_FIELD(checkpoint, keep_last, i64, "checkpoints kept"),

@@ -57,8 +57,41 @@ void VocabEmbedding::backward(const TensorView& dy) {
     ctx_.pg->tp->all_gather(dyg_t, dy, ctx_.stream);
     dyg = dyg_t;
   }
+  if (defer_) {
+    defer_ = false;
+    deferred_ids_ = std::move(ids_);
+    if (dyg_t.defined()) {
+      deferred_rows_ = std::move(dyg_t);
+    } else {
+      deferred_rows_ = Tensor::empty(Shape{T_cp, H}, dy.dtype, ctx_.device);
+      ops::copy(deferred_rows_, dy, ctx_.stream);
+    }
+    return;
+  }
   ops::embedding_bwd(params_[0].grad, dyg, ids_, vocab_begin_, ctx_.stream);
   ids_ = Tensor();
+}
+
+void VocabEmbedding::apply_deferred(dist::Communicator& group, int64_t max_rows, Stream s) {
+  DT_CHECK(has_deferred(), "VocabEmbedding: apply_deferred without a deferred backward");
+  const int64_t n = deferred_ids_.numel(), H = cfg_.hidden, R = max_rows, P = group.size();
+  DT_CHECK(n <= R, "VocabEmbedding: {} deferred rows exceed max_rows={}", n, R);
+  // This rank's rows padded to R: ids -1 (owned by no rank: skipped), rows never read.
+  Tensor rows = Tensor::empty(Shape{R, H}, deferred_rows_.dtype(), ctx_.device);        // [R, H]
+  Tensor ids = Tensor::empty(Shape{R}, DType::i32, ctx_.device);                       // [R] i32
+  ops::fill(ids, -1.0, s);
+  if (n > 0) {
+    ops::copy(rows.view().slice(0, 0, n), deferred_rows_, s);
+    ops::copy(ids.view().slice(0, 0, n), deferred_ids_, s);
+  }
+  Tensor all_rows = Tensor::empty(Shape{P * R, H}, rows.dtype(), ctx_.device);          // [P*R, H]
+  Tensor all_ids = Tensor::empty(Shape{P * R}, DType::i32, ctx_.device);               // [P*R] i32
+  group.all_gather(all_rows, rows, s);
+  group.all_gather(all_ids, ids, s);
+  // One call: equal ids are summed in index order (rank, then token), on every rank alike.
+  ops::embedding_bwd(params_[0].grad, all_rows, all_ids, vocab_begin_, s);
+  deferred_rows_ = Tensor();
+  deferred_ids_ = Tensor();
 }
 
 Tensor local_token_ids(std::span<const int32_t> ids_global, const data::PackedSeqParams& psp, Device dev, Stream s) {

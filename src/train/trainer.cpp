@@ -166,8 +166,10 @@ Trainer::Trainer(const io::Config& cfg) : cfg_(cfg), guard_(cfg.train.max_nonfin
       net_->layer(i).collect_params(layer_params_.back());
       in_layers.insert(layer_params_.back().begin(), layer_params_.back().end());
     }
+    model::Param* embed = &net_->embedding().weight();
+    const bool early_embed = cfg_.train.overlap_embedding_reduce && dims_.dp * dims_.cp > 1;
     for (model::Param* p : params_)
-      if (!in_layers.count(p)) other_params_.push_back(p);
+      if (!in_layers.count(p)) (early_embed && p == embed ? embed_params_ : other_params_).push_back(p);
 #if DELTATRON_HAVE_CUDA
     if (dev.is_cuda()) {
       cudaStream_t rs = nullptr;
@@ -279,14 +281,22 @@ StepResult Trainer::step() {
     // The scale is known before the forward: the LM head computes its gradient right away.
     layers::LmHeadLoss::Result r = net_->forward(m.ids, *m.psp, m.tg, /*backward_scale=*/scale);
     ops::add(loss_sum, loss_sum, r.loss_sum, s);
-    if (overlap && i + 1 == micro.size())  // the last micro-batch completes each layer's gradients
+    if (overlap && i + 1 == micro.size()) {  // the last micro-batch completes each layer's gradients
+      if (!embed_params_.empty()) {
+        // The embedding's gradient is complete but for this backward's rows (the tied head's
+        // part came with the forward): its sum runs under the whole backward, the rows after it.
+        net_->embedding().defer_next_backward();
+        reduce_async(embed_params_);
+      }
       net_->backward(scale, [&](int64_t l) { reduce_async(layer_params_[size_t(l)]); });
-    else
+    } else {
       net_->backward(scale);
+    }
   }
   if (overlap) {
-    reduce_async(other_params_);  // embedding (and the tied head), final norm, untied head
+    reduce_async(other_params_);  // embedding (and the tied head) unless sent already, final norm, untied head
     join_reductions();            // before the loss all-reduce reuses the dp_cp communicator
+    if (!embed_params_.empty()) net_->embedding().apply_deferred(*pg_.dp_cp, pc_.max_tokens / dims_.cp, s);
   }
   if (pg_.dp_cp->size() > 1) pg_.dp_cp->all_reduce(loss_sum, dist::ReduceOp::sum, s);
   if (!overlap) model::reduce_grads(params_, pg_, s);

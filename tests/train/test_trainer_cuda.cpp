@@ -157,12 +157,17 @@ TEST_P(TrainerCuda, OverlappedGradReductionMatches) {
   const bool gdn_only = GetParam();
   for (const char* layout : {"parallel.dp=2", "parallel.cp=2"}) {
     SCOPED_TRACE(layout);
-    auto run = [&](bool overlap) {
+    auto run = [&](bool overlap, bool embed = false) {
       return losses(gdn_only, {"train.device=cuda", "train.precision=bf16", "train.steps=10", layout,
                                "train.grad_accum=2", "data.pad_multiple=8",
-                               std::string("train.overlap_grad_reduce=") + (overlap ? "true" : "false")});
+                               std::string("train.overlap_grad_reduce=") + (overlap ? "true" : "false"),
+                               std::string("train.overlap_embedding_reduce=") + (embed ? "true" : "false")});
     };
-    expect_curves_close(run(true), run(false), 1e-6, "overlapped vs in-order gradient sums");
+    const std::vector<double> in_order = run(false);
+    expect_curves_close(run(true), in_order, 1e-6, "overlapped vs in-order gradient sums");
+    // The embedding's sum in another order (fp32, ~1e-7 relative) may move a bf16 weight copy by
+    // one ulp now and then: 1e-3 over 10 steps (not yet run on GPUs).
+    expect_curves_close(run(true, true), in_order, 1e-3, "embedding sum under the backward vs in-order sums");
   }
 }
 

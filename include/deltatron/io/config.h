@@ -69,6 +69,7 @@ struct TrainConfig {
   int64_t grad_accum = 1;
   int64_t max_nonfinite_in_a_row = 5;
   bool overlap_grad_reduce = true;  // dp x cp gradient sums of each layer during the rest of the backward
+  bool overlap_embedding_reduce = false;  // with it: the embedding's sum starts after the last forward
 };
 
 struct AttentionKernelConfig {  // section `attention`: kernel choice of the gated attention layers

@@ -35,8 +35,18 @@ class VocabEmbedding {
 
   // ids: [T/cp] i32 on the device; y (=): [T/cp / sp, H] act_dtype (sp = tp under SP, else 1).
   void forward(const TensorView& y, const TensorView& ids);
-  // dy: like y. Accumulates (+=) into weight().grad.
+  // dy: like y. Accumulates (+=) into weight().grad; after defer_next_backward() it keeps its
+  // rows and ids instead (weight().grad untouched), for apply_deferred.
   void backward(const TensorView& dy);
+
+  // train.overlap_embedding_reduce: the weight's dp x cp gradient all-reduce can start before
+  // the last backward when that backward's rows stay out of it. apply_deferred, called on every
+  // rank of `group` once the all-reduce is complete, all-gathers every rank's kept rows (padded to
+  // max_rows, the largest T/cp a micro-batch can have) and adds them in rank order, then token
+  // order: the same bits on every rank, so the replicas stay equal.
+  void defer_next_backward() { defer_ = true; }
+  bool has_deferred() const { return deferred_rows_.defined(); }
+  void apply_deferred(dist::Communicator& group, int64_t max_rows, Stream s);
 
  private:
   EmbeddingConfig cfg_;
@@ -46,6 +56,8 @@ class VocabEmbedding {
   int64_t vocab_begin_ = 0;
   std::vector<model::Param> params_;
   Tensor ids_;  // saved [T/cp] i32
+  bool defer_ = false;
+  Tensor deferred_rows_, deferred_ids_;  // [T/cp, H] act_dtype, [T/cp] i32
 };
 
 // This CP rank's token ids [T/cp] (zig-zag rows) of the global packed ids [T] (host), uploaded to

@@ -114,6 +114,7 @@ class Qwen35Model {
   const io::ModelConfig& config() const { return cfg_; }
   int64_t num_layers() const { return int64_t(layers_.size()); }
   DecoderLayer& layer(int64_t i) { return *layers_.at(size_t(i)); }
+  layers::VocabEmbedding& embedding() { return *embed_; }
   // Every Param once, in HF order: embedding, layers, final norm, lm_head (unless tied).
   std::vector<Param*> params();
   Param* find_param(const std::string& name);  // nullptr when absent

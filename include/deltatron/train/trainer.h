@@ -96,6 +96,8 @@ class Trainer {
   // head); on CUDA the dp x cp sums run on reduce_stream_, joined before the loss all-reduce.
   std::vector<std::vector<model::Param*>> layer_params_;
   std::vector<model::Param*> other_params_;
+  // train.overlap_embedding_reduce (dp x cp > 1): the embedding weight, out of other_params_.
+  std::vector<model::Param*> embed_params_;
   void* reduce_stream_ = nullptr;  // cudaStream_t
   void* ev_ready_ = nullptr;       // cudaEvent_t: compute -> reduce stream
   void* ev_done_ = nullptr;        // cudaEvent_t: reduce stream -> compute
