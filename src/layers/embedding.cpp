@@ -50,44 +50,43 @@ void VocabEmbedding::backward(const TensorView& dy) {
   DT_CHECK(ids_.defined(), "VocabEmbedding: backward without forward");
   const int64_t H = cfg_.hidden, T_cp = ids_.numel(), T_in = T_cp / (sp_ ? tp_ : 1);
   check_shape(dy, Shape{T_in, H}, "VocabEmbedding dy [T_local, hidden]");
+  const Stream s = ctx_.stream;
+  const int64_t R = defer_rows_;  // > 0: deferred (defer_next_backward)
+  defer_rows_ = 0;
+  if (R > 0) {
+    // The rows and ids go straight into the padded buffers apply_deferred gathers; padding ids
+    // are -1 (owned by no rank: skipped), padding rows are never read.
+    DT_CHECK(T_cp <= R, "VocabEmbedding: {} rows exceed the deferred backward's max_rows={}", T_cp, R);
+    deferred_rows_ = Tensor::empty(Shape{R, H}, dy.dtype, ctx_.device);  // [R, H]
+    deferred_ids_ = Tensor::empty(Shape{R}, DType::i32, ctx_.device);    // [R] i32
+    ops::fill(deferred_ids_, -1.0, s);
+    if (T_cp > 0) {
+      ops::copy(deferred_ids_.view().slice(0, 0, T_cp), ids_, s);
+      const TensorView rows = deferred_rows_.view().slice(0, 0, T_cp);
+      if (sp_) ctx_.pg->tp->all_gather(rows, dy, s);
+      else ops::copy(rows, dy, s);
+    }
+    ids_ = Tensor();
+    return;
+  }
   Tensor dyg_t;  // [T/cp, H]
   TensorView dyg = dy;
   if (sp_) {
     dyg_t = Tensor::empty(Shape{T_cp, H}, dy.dtype, ctx_.device);
-    ctx_.pg->tp->all_gather(dyg_t, dy, ctx_.stream);
+    ctx_.pg->tp->all_gather(dyg_t, dy, s);
     dyg = dyg_t;
   }
-  if (defer_) {
-    defer_ = false;
-    deferred_ids_ = std::move(ids_);
-    if (dyg_t.defined()) {
-      deferred_rows_ = std::move(dyg_t);
-    } else {
-      deferred_rows_ = Tensor::empty(Shape{T_cp, H}, dy.dtype, ctx_.device);
-      ops::copy(deferred_rows_, dy, ctx_.stream);
-    }
-    return;
-  }
-  ops::embedding_bwd(params_[0].grad, dyg, ids_, vocab_begin_, ctx_.stream);
+  ops::embedding_bwd(params_[0].grad, dyg, ids_, vocab_begin_, s);
   ids_ = Tensor();
 }
 
-void VocabEmbedding::apply_deferred(dist::Communicator& group, int64_t max_rows, Stream s) {
-  DT_CHECK(has_deferred(), "VocabEmbedding: apply_deferred without a deferred backward");
-  const int64_t n = deferred_ids_.numel(), H = cfg_.hidden, R = max_rows, P = group.size();
-  DT_CHECK(n <= R, "VocabEmbedding: {} deferred rows exceed max_rows={}", n, R);
-  // This rank's rows padded to R: ids -1 (owned by no rank: skipped), rows never read.
-  Tensor rows = Tensor::empty(Shape{R, H}, deferred_rows_.dtype(), ctx_.device);        // [R, H]
-  Tensor ids = Tensor::empty(Shape{R}, DType::i32, ctx_.device);                       // [R] i32
-  ops::fill(ids, -1.0, s);
-  if (n > 0) {
-    ops::copy(rows.view().slice(0, 0, n), deferred_rows_, s);
-    ops::copy(ids.view().slice(0, 0, n), deferred_ids_, s);
-  }
-  Tensor all_rows = Tensor::empty(Shape{P * R, H}, rows.dtype(), ctx_.device);          // [P*R, H]
-  Tensor all_ids = Tensor::empty(Shape{P * R}, DType::i32, ctx_.device);               // [P*R] i32
-  group.all_gather(all_rows, rows, s);
-  group.all_gather(all_ids, ids, s);
+void VocabEmbedding::apply_deferred(dist::Communicator& group, Stream s) {
+  DT_CHECK(deferred_rows_.defined(), "VocabEmbedding: apply_deferred without a deferred backward");
+  const int64_t R = deferred_ids_.numel(), P = group.size();
+  Tensor all_rows = Tensor::empty(Shape{P * R, cfg_.hidden}, deferred_rows_.dtype(), ctx_.device);  // [P*R, H]
+  Tensor all_ids = Tensor::empty(Shape{P * R}, DType::i32, ctx_.device);                           // [P*R] i32
+  group.all_gather(all_rows, deferred_rows_, s);
+  group.all_gather(all_ids, deferred_ids_, s);
   // One call: equal ids are summed in index order (rank, then token), on every rank alike.
   ops::embedding_bwd(params_[0].grad, all_rows, all_ids, vocab_begin_, s);
   deferred_rows_ = Tensor();

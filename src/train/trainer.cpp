@@ -285,7 +285,7 @@ StepResult Trainer::step() {
       if (!embed_params_.empty()) {
         // The embedding's gradient is complete but for this backward's rows (the tied head's
         // part came with the forward): its sum runs under the whole backward, the rows after it.
-        net_->embedding().defer_next_backward();
+        net_->embedding().defer_next_backward(pc_.max_tokens / dims_.cp);
         reduce_async(embed_params_);
       }
       net_->backward(scale, [&](int64_t l) { reduce_async(layer_params_[size_t(l)]); });
@@ -296,7 +296,7 @@ StepResult Trainer::step() {
   if (overlap) {
     reduce_async(other_params_);  // embedding (and the tied head) unless sent already, final norm, untied head
     join_reductions();            // before the loss all-reduce reuses the dp_cp communicator
-    if (!embed_params_.empty()) net_->embedding().apply_deferred(*pg_.dp_cp, pc_.max_tokens / dims_.cp, s);
+    if (!embed_params_.empty()) net_->embedding().apply_deferred(*pg_.dp_cp, s);
   }
   if (pg_.dp_cp->size() > 1) pg_.dp_cp->all_reduce(loss_sum, dist::ReduceOp::sum, s);
   if (!overlap) model::reduce_grads(params_, pg_, s);

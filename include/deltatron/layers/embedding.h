@@ -40,13 +40,13 @@ class VocabEmbedding {
   void backward(const TensorView& dy);
 
   // train.overlap_embedding_reduce: the weight's dp x cp gradient all-reduce can start before
-  // the last backward when that backward's rows stay out of it. apply_deferred, called on every
-  // rank of `group` once the all-reduce is complete, all-gathers every rank's kept rows (padded to
-  // max_rows, the largest T/cp a micro-batch can have) and adds them in rank order, then token
-  // order: the same bits on every rank, so the replicas stay equal.
-  void defer_next_backward() { defer_ = true; }
-  bool has_deferred() const { return deferred_rows_.defined(); }
-  void apply_deferred(dist::Communicator& group, int64_t max_rows, Stream s);
+  // the last backward when that backward's rows stay out of it. The next backward keeps its rows
+  // and ids padded to max_rows (the largest T/cp a micro-batch can have, the same on every rank);
+  // apply_deferred, called on every rank of `group` once the all-reduce is complete, all-gathers
+  // them and adds them in rank order, then token order: the same bits on every rank, so the
+  // replicas stay equal.
+  void defer_next_backward(int64_t max_rows) { defer_rows_ = max_rows; }
+  void apply_deferred(dist::Communicator& group, Stream s);
 
  private:
   EmbeddingConfig cfg_;
@@ -56,8 +56,8 @@ class VocabEmbedding {
   int64_t vocab_begin_ = 0;
   std::vector<model::Param> params_;
   Tensor ids_;  // saved [T/cp] i32
-  bool defer_ = false;
-  Tensor deferred_rows_, deferred_ids_;  // [T/cp, H] act_dtype, [T/cp] i32
+  int64_t defer_rows_ = 0;               // > 0: the next backward is deferred, padded to this
+  Tensor deferred_rows_, deferred_ids_;  // [max_rows, H] act_dtype, [max_rows] i32
 };
 
 // This CP rank's token ids [T/cp] (zig-zag rows) of the global packed ids [T] (host), uploaded to
