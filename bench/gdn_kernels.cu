@@ -3,6 +3,9 @@
 //   (a) T = 32768 packed from lengths drawn in [256, 8192], Hk = 16, Hv = 32  (FLA fwd 2.70, fwd+bwd 8.34 ms)
 //   (b) same packing, Hk = 8, Hv = 16                                          (FLA fwd 1.97, fwd+bwd 5.22 ms)
 //   (c) T = 8192 from ~50 sequences of 16..300 tokens, Hk = 16, Hv = 32       (FLA fwd+bwd 4.34 ms)
+//   (d) T = 8192 from lengths in [256, 4096], Hk = Hv = 16: bench-0.8b's GDN layers (no FLA number)
+// DT_GDN_SERIAL=tile|warp4|warp8 picks the serial kernels (src/ops/cuda/gdn_chunk.cu); the header
+// line prints it.
 // Timing: CUDA events around each call on one stream, 3 warm-up calls, median of 20 repetitions.
 // TFLOP/s use the FLA-style count of gdn-math.md 9.1 (with the backward's recomputation):
 //   F_fwd = 6 C dk + 4 C dv + 6 dk dv + C^2/2,  F_bwd = 18 C dk + 10 C dv + 18 dk dv + 4 C^2  per token and v-head.
@@ -107,13 +110,16 @@ Row bench(const char* name, const std::vector<int32_t>& cu, int64_t Hk, int64_t 
 int main(int argc, char** argv) {
   const uint64_t seed = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1234;
   std::mt19937_64 gen(seed);
-  std::printf("gdn_chunk bench, bf16, dk = dv = 128, seed %llu; TFLOP/s by the FLA-style count (gdn-math.md 9.1)\n",
-              (unsigned long long)seed);
+  const char* serial = std::getenv("DT_GDN_SERIAL");
+  std::printf("gdn_chunk bench, bf16, dk = dv = 128, seed %llu, DT_GDN_SERIAL=%s; TFLOP/s by the FLA-style count "
+              "(gdn-math.md 9.1)\n",
+              (unsigned long long)seed, serial && *serial ? serial : "(unset)");
   const auto cu_a = draw_cu(gen, 32768, 256, 8192);
   std::vector<Row> rows;
   rows.push_back(bench("(a) 32K tok, 256..8192, Hk16 Hv32", cu_a, 16, 32, seed, 2.70, 8.34));
   rows.push_back(bench("(b) 32K tok, 256..8192, Hk8 Hv16", cu_a, 8, 16, seed, 1.97, 5.22));
   rows.push_back(bench("(c) 8K tok, 16..300, Hk16 Hv32", draw_cu(gen, 8192, 16, 300), 16, 32, seed, NAN, 4.34));
+  rows.push_back(bench("(d) 8K tok, 256..4096, Hk16 Hv16", draw_cu(gen, 8192, 256, 4096), 16, 16, seed, NAN, NAN));
   std::printf("\n| shape | T | N | fwd ms | FLA fwd | fwd+bwd ms | saved: fwd+bwd ms | FLA fwd+bwd | fwd+bwd TFLOP/s |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows)

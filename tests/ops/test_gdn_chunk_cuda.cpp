@@ -12,8 +12,11 @@
 //   * the serial kernels (rev, state) with one and with two stages of tile loads (DT_GDN_REV_STAGES,
 //     DT_GDN_STATE_STAGES) are bitwise equal, on a grid of one CTA per SM and on a larger one; bad
 //     values of the variables are fatal
+//   * the warp-owned serial kernels (DT_GDN_SERIAL=warp4|warp8, bf16) match the CPU recurrence
+//     and give the tiled kernels' bits (same products, same order, same roundings)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -377,6 +380,55 @@ TEST(GdnChunkCuda, SerialKernelStagesOneAndTwoAreBitwiseEqual) {
       expect_same("1", "2");
       if (dt == DType::bf16) expect_same("2", "1");  // f32 rev_kernel: one stage only
     }
+}
+
+// DT_GDN_SERIAL picks the serial kernels: tile (CTA-tiled) or warp4 / warp8 (each warp owns 16
+// rows of the transposed state, gdn_serial_warp.cuh). They run the same bf16 products in the same
+// k order on the same rounded operands, so the outputs are bitwise equal; and within 1e-2 of the
+// CPU recurrence on accuracy_cases() (odd head dims, inactive warps, zero-length sequences).
+TEST(GdnChunkCuda, WarpSerialKernelsMatchTiled) {
+  const ScopedEnv serial("DT_GDN_SERIAL"), rev("DT_GDN_REV_STAGES");
+  std::vector<Case> cases = accuracy_cases();
+  const std::vector<int32_t> mix{1, 63, 64, 65, 300, 1000};
+  cases.push_back({"large grid d128 GQA2 dht", mix, 8, 16, 128, 128, false, true});  // 1-stage rev for warp4
+  uint64_t salt = 200;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Inputs in = make_inputs(c, true, ++salt);
+    serial.set("tile");
+    const auto ref = to_vecs(run(c, in, Device::cuda(), DType::bf16));
+    const Outputs cpu = run(c, in, Device::cpu(), DType::f32);
+    for (const char* kind : {"warp4", "warp8"})
+      for (const char* stages : {static_cast<const char*>(nullptr), "1", "2"}) {
+        if (stages && std::string(kind) == "warp8" && std::string(stages) == "1") continue;  // two stages only
+        serial.set(kind);
+        rev.set(stages);
+        const Outputs got = run(c, in, Device::cuda(), DType::bf16);
+        const auto v = to_vecs(got);
+        const std::string what = std::string(kind) + " rev stages " + (stages ? stages : "auto");
+        for (int i = 0; i < 8; ++i) {
+          double worst = 0;
+          for (size_t j = 0; j < v[i].size() && j < ref[i].size(); ++j)
+            worst = std::max(worst, double(std::fabs(v[i][j] - ref[i][j])));
+          EXPECT_TRUE(bitwise_eq(ref[i], v[i])) << what << " vs tile: " << kNames[i] << " max |diff| " << worst;
+        }
+        if (!stages) expect_close(got, cpu, 1e-2, what + " vs CPU " + c.name);
+      }
+  }
+}
+
+TEST(GdnChunkCuda, WarpSerialKernelsEnvErrors) {
+  const Case c{"tiny", {65, 3}, 1, 2, 32, 32, false, false};
+  const ScopedEnv serial("DT_GDN_SERIAL"), rev("DT_GDN_REV_STAGES");
+  serial.set("warp");
+  EXPECT_DEATH(run(c, make_inputs(c, true, 60), Device::cuda(), DType::bf16),
+               "DT_GDN_SERIAL='warp' is not one of: tile");
+  serial.set("warp4");
+  EXPECT_DEATH(run(c, make_inputs(c, false, 61), Device::cuda(), DType::f32), "DT_GDN_SERIAL=warp4 needs bf16 inputs");
+  serial.set("warp8");
+  rev.set("1");
+  EXPECT_DEATH(run(c, make_inputs(c, true, 62), Device::cuda(), DType::bf16),
+               "DT_GDN_REV_STAGES=1 with DT_GDN_SERIAL=warp8");
 }
 
 TEST(GdnChunkCuda, SerialKernelStagesEnvErrors) {

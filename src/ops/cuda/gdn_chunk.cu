@@ -24,6 +24,11 @@
 // state always two (they cost it no occupancy). DT_GDN_REV_STAGES=1|2 and DT_GDN_STATE_STAGES=1|2
 // force the counts (rev_stages, state_stages). Both forms do the same arithmetic in the same
 // order: the same bits.
+// Two forms of the serial kernels (serial_warps, DT_GDN_SERIAL=tile|warp4|warp8): the CTA-tiled
+// state_kernel / rev_kernel below, and gdn_serial_warp.cuh's warp-owned rows of the transposed
+// state (bf16 only; no shared-memory state operand and no CTA barrier inside a chunk step). The
+// same products in the same order: the same bits (tested). Default: tile until the warp form has
+// been measured on a GPU.
 //
 // Precision: bf16 inputs -> mma.sync m16n8k16 bf16 tensor-core products with fp32 accumulation;
 // the staged intermediates (W, U, Tm, chunk states, Delta, dDelta, dS1, dW) are bf16 as in FLA
@@ -802,6 +807,8 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
     });
 }
 
+#include "ops/cuda/gdn_serial_warp.cuh"  // state_warp_kernel, rev_warp_kernel (bf16)
+
 // ---- dqk (B5): ds, dq, dk (state + intra part), dW, dgamma (partial) ------------------------------
 template <class T>
 struct DqkSmem {
@@ -1375,6 +1382,33 @@ int state_stages() {
   return forced ? forced : 2;
 }
 
+// Which serial kernels (state K4, rev B4) run. DT_GDN_SERIAL=tile: the CTA-tiled kernels (8 warps
+// share a [dk, 64] state tile; both dtypes); warp4 / warp8: gdn_serial_warp.cuh's warp-owned rows
+// of the transposed state (4 warps and a 64-wide V tile, or 8 warps and 128; bf16 only). Unset or
+// empty: kDefaultSerialWarps for bf16, tile for f32. Returns the warp count, 0 for tile. Read at
+// every launch.
+constexpr int kDefaultSerialWarps = 0;
+template <class T>
+int serial_warps() {
+  const char* e = std::getenv("DT_GDN_SERIAL");
+  if (e == nullptr || *e == '\0') return sizeof(T) == 2 ? kDefaultSerialWarps : 0;
+  const std::string v(e);
+  DT_CHECK(v == "tile" || v == "warp4" || v == "warp8",
+           "DT_GDN_SERIAL='{}' is not one of: tile (CTA-tiled serial kernels), warp4, warp8 (warp-owned state "
+           "rows, bf16); unset it for the automatic choice",
+           v);
+  if (v == "tile") return 0;
+  DT_CHECK(sizeof(T) == 2, "DT_GDN_SERIAL={} needs bf16 inputs: the warp-owned serial kernels are bf16 only; set "
+                           "tile or unset it",
+           v);
+  return v == "warp4" ? 4 : 8;
+}
+// The serial grid in V tiles of 16 * nw columns.
+Params warp_params(Params p, int nw) {
+  p.nvt = (p.dv + 16 * nw - 1) / (16 * nw);
+  return p;
+}
+
 template <class T>
 T* tptr(const TensorView& v) {
   return absent(v) ? nullptr : static_cast<T*>(v.data);
@@ -1392,6 +1426,30 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
     DT_CUDA_LAUNCH_CHECK();
   }
   if (p.N > 0 && (p.NT > 0 || ht)) {
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (const int nw = serial_warps<T>()) {
+        const Params pw = warp_params(p, nw);
+        auto state = [&](auto warps, auto stages) {
+          constexpr int NW = decltype(warps)::value, NS = decltype(stages)::value;
+          constexpr size_t bytes = WStateSmem<NW, NS>::bytes;
+          set_smem(state_warp_kernel<NW, NS>, bytes);
+          state_warp_kernel<NW, NS><<<seq_ctas(pw), 32 * NW, bytes, st>>>(pw, tptr<T>(k), W, U, gam, tptr<float>(h0),
+                                                                          h, Dl, ht);
+          DT_CUDA_LAUNCH_CHECK();
+        };
+        const int ns = state_stages();
+        if (nw == 8) {
+          DT_CHECK(ns == 2, "DT_GDN_STATE_STAGES=1 with DT_GDN_SERIAL=warp8: the 8-warp state kernel has two stages "
+                            "only; unset one of them");
+          state(std::integral_constant<int, 8>{}, std::integral_constant<int, 2>{});
+        } else if (ns == 2) {
+          state(std::integral_constant<int, 4>{}, std::integral_constant<int, 2>{});
+        } else {
+          state(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{});
+        }
+        return;
+      }
+    }
     auto state = [&](auto stages) {
       constexpr int NS = decltype(stages)::value;
       constexpr size_t bytes = StateSmem<T, NS>::bytes;
@@ -1467,7 +1525,36 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
         p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), tptr<T>(do_), dDl.ptr<T>());
     DT_CUDA_LAUNCH_CHECK();
   }
-  if (p.N > 0) {
+  const int nw = p.N > 0 ? serial_warps<T>() : 0;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (nw) {
+      const Params pw = warp_params(p, nw);
+      const unsigned ctas = seq_ctas(pw);
+      auto rev = [&](auto warps, auto stages) {
+        constexpr int NW = decltype(warps)::value, NS = decltype(stages)::value;
+        constexpr size_t bytes = WRevSmem<NW, NS>::bytes;
+        set_smem(rev_warp_kernel<NW, NS>, bytes);
+        rev_warp_kernel<NW, NS><<<ctas, 32 * NW, bytes, st>>>(pw, tptr<T>(q), tptr<T>(k), W.ptr<T>(), gam.ptr<float>(),
+                                                              tptr<T>(do_), dDl.ptr<T>(), tptr<float>(dht),
+                                                              dS1.ptr<T>(), dD.ptr<T>(), tptr<float>(dh0));
+        DT_CUDA_LAUNCH_CHECK();
+      };
+      // 4 warps: two stages (162.5 KB, one CTA per SM) when the grid fits one CTA per SM, else one
+      // (93.3 KB, two per SM), as for the tiled kernel; 8 warps: always two (one CTA per SM anyway).
+      const int ns = rev_stages<T>(ctas);
+      if (nw == 8) {
+        DT_CHECK(ns == 2 || forced_stages("DT_GDN_REV_STAGES") == 0,
+                 "DT_GDN_REV_STAGES=1 with DT_GDN_SERIAL=warp8: the 8-warp rev kernel has two stages only; unset "
+                 "one of them");
+        rev(std::integral_constant<int, 8>{}, std::integral_constant<int, 2>{});
+      } else if (ns == 2) {
+        rev(std::integral_constant<int, 4>{}, std::integral_constant<int, 2>{});
+      } else {
+        rev(std::integral_constant<int, 4>{}, std::integral_constant<int, 1>{});
+      }
+    }
+  }
+  if (p.N > 0 && !nw) {
     const unsigned ctas = seq_ctas(p);
     auto rev = [&](auto stages) {
       constexpr int NS = decltype(stages)::value;

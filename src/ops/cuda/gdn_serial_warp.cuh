@@ -1,0 +1,425 @@
+// Internal to gdn_chunk.cu (included inside its gck namespace): the serial kernels (state K4 and
+// rev B4) with WARP-OWNED state rows, bf16 only.
+//
+// The tiled serial kernels keep S [dk, BV] spread over 8 warps as mma accumulators; every chunk
+// step then stores S to shared memory (it is the B operand of Delta = U - W S), syncs the CTA,
+// stages Delta~ in shared memory again for S += K^T Delta~, and syncs once more: a ~5.6 us step
+// at bench-0.8b of which the ~110 MMAs per warp are a small part (docs/perf.md, v0.4.0 ncu).
+// Here each warp owns 16 rows of the TRANSPOSED state S^T [dv, dk] (all dk columns), so both
+// products of a step use the warp's own registers as the A operand:
+//   Delta^T [16, C] = U^T - S^T W^T          A = bf16(S^T) from the accumulators, B = W rows
+//   S^T     [16, dk] = e^{gam_e} S^T + Delta~^T K     A = bf16(Delta~^T) from the accumulators
+// (the m16n8 accumulator layout of two adjacent n-tiles is the m16n8k16 A-fragment layout).
+// No shared-memory round trip and no CTA barrier inside a step: the CTA's warps (NW = BVw / 16)
+// share only the cp.async tile loads of W, K, U (one __syncthreads per chunk, at the pipeline).
+// The same products in the same k order as the tiled kernels, on the same bf16-rounded operands.
+//
+// Outputs leave through a per-warp staging tile: stmatrix.trans writes the accumulators' bf16
+// values transposed ([dk rows][16 v] for h / dS1, [C rows][16 v] for Delta / dDelta), and each
+// row of 16 v (32 bytes, one sector) goes to global memory in two 16-byte stores.
+//
+// Fragment ownership (lane = 4 g + tq): S^T element (row v0 + 16 warp + g + 8 h2, col 8 j + 2 tq + e)
+// sits in r_S[j][2 h2 + e], j < dk / 8.
+
+constexpr int LDW = 24;  // staging tile row stride (bf16): 48-byte rows keep stmatrix conflict-free
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // the rounding of store2
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ float bf16_lo(uint32_t x) { return __uint_as_float(x << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t x) { return __uint_as_float(x & 0xffff0000u); }
+__device__ __forceinline__ void stsm_x4_t(void* p, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_addr(p)), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+// The A fragment of k-step kk (columns 16 kk .. 16 kk + 15) from fp32 accumulators of n-tiles 2kk, 2kk+1.
+template <int NJ>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&acc)[NJ][4], int kk) {
+  a[0] = pack_bf16(acc[2 * kk][0], acc[2 * kk][1]);
+  a[1] = pack_bf16(acc[2 * kk][2], acc[2 * kk][3]);
+  a[2] = pack_bf16(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+  a[3] = pack_bf16(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+}
+template <int NJ>
+__device__ __forceinline__ void zero_tiles(float (&acc)[NJ][4]) {
+#pragma unroll
+  for (int j = 0; j < NJ; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+}
+// Staging address of this lane for the stmatrix.trans of k-step kk's fragment: row 16 kk + (8 if
+// matrix 2, 3) + lane % 8, column 8 if matrix 1, 3 (matrix = lane / 8).
+__device__ __forceinline__ bf16* stage_row(bf16* s_stg, int kk, int lane) {
+  return s_stg + (16 * kk + 8 * (lane >> 4) + (lane & 7)) * LDW + 8 * ((lane >> 3) & 1);
+}
+// Rows [0, rows) of the warp's staging tile [rows][16] -> g[r * gstride + 0..15] (16-byte stores).
+__device__ __forceinline__ void stage_out(const bf16* s_stg, bf16* g, int64_t gstride, int rows, int lane) {
+  __syncwarp();
+  for (int it = lane; it < 2 * rows; it += 32) {
+    const int r = it >> 1, half = it & 1;
+    *reinterpret_cast<uint4*>(g + r * gstride + 8 * half) =
+        *reinterpret_cast<const uint4*>(s_stg + r * LDW + 8 * half);
+  }
+  __syncwarp();
+}
+// fp32 state [dk, dv] (h0, dht) <-> the warp's S^T fragments (once per CTA: plain loads / stores).
+template <class F>
+__device__ __forceinline__ void state_elems(float (&r)[16][4], int dk, int row0, F&& f) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = 8 * j + 2 * tq + (e & 1), row = row0 + g + 8 * (e >> 1);
+      if (8 * j < dk) f(r[j][e], col, row);
+    }
+}
+
+template <int NW>
+struct WarpTiles {
+  static constexpr int BV = 16 * NW;        // V tile of a CTA
+  static constexpr int LDU = BV + 8;        // [C][BV] tiles (U, dO, dDelta_local): +16 bytes per row
+  static constexpr size_t big = sizeof(bf16) * C * LDD<bf16>;  // one [C][LDD] tile
+  static constexpr size_t narrow = sizeof(bf16) * C * LDU;     // one [C][LDU] tile
+  static constexpr size_t staging = sizeof(bf16) * NW * D * LDW;
+};
+
+template <int NW, int Stages>
+struct WStateSmem {
+  using W = WarpTiles<NW>;
+  static constexpr size_t w = 0;                     // bf16 [C][LDD]
+  static constexpr size_t k = w + W::big;            // bf16 [C][LDD]
+  static constexpr size_t u = k + W::big;            // bf16 [C][LDU]
+  static constexpr size_t gam = u + W::narrow;       // f32 [C]
+  static constexpr size_t stage = gam + sizeof(float) * C;
+  static constexpr size_t stg = Stages * stage;      // bf16 [NW][D][LDW] staging
+  static constexpr size_t bytes = stg + W::staging;
+  static_assert(stage % 16 == 0, "state_warp_kernel: stages must be 16-byte aligned");
+};
+template <int NW, int Stages>
+struct WRevSmem {
+  using W = WarpTiles<NW>;
+  static constexpr size_t q = 0;                     // bf16 [C][LDD]
+  static constexpr size_t k = q + W::big;            // bf16 [C][LDD]
+  static constexpr size_t w = k + W::big;            // bf16 [C][LDD]
+  static constexpr size_t dO = w + W::big;           // bf16 [C][LDU], then scale e^gamma dO in place
+  static constexpr size_t ddl = dO + W::narrow;      // bf16 [C][LDU]
+  static constexpr size_t gam = ddl + W::narrow;     // f32 [C]
+  static constexpr size_t stage = gam + sizeof(float) * C;
+  static constexpr size_t stg = Stages * stage;
+  static constexpr size_t bytes = stg + W::staging;
+  static_assert(stage % 16 == 0, "rev_warp_kernel: stages must be 16-byte aligned");
+};
+// 4 warps: state 2 stages 112.5 KB (two CTAs per SM); rev 1 stage 93.3 KB (two per SM), 2 stages
+// 162.5 KB (one). 8 warps: state 150.5 KB, rev 2 stages 218.5 KB (one CTA per SM each).
+static_assert(2 * (WStateSmem<4, 2>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "4-warp state: two CTAs per SM");
+static_assert(2 * (WRevSmem<4, 1>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "4-warp rev: two CTAs per SM");
+static_assert(WRevSmem<4, 2>::bytes <= kMaxSmem && WStateSmem<8, 2>::bytes <= kMaxSmem &&
+                  WRevSmem<8, 2>::bytes <= kMaxSmem,
+              "warp serial kernels: shared memory over the 227 KB opt-in limit");
+
+// ---- state (K4), warp-owned rows: h[c] = S, Delta = U - W S, S = e^{gam_e} S + K^T (Delta (.) eL) ----
+template <int NW, int Stages>
+__global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf16* __restrict__ g_k,
+                                                             const bf16* __restrict__ g_W,
+                                                             const bf16* __restrict__ g_U,
+                                                             const float* __restrict__ g_gam,
+                                                             const float* __restrict__ g_h0,  // or null
+                                                             bf16* __restrict__ g_h,          // or null
+                                                             bf16* __restrict__ g_D,
+                                                             float* __restrict__ g_ht) {      // or null
+  extern __shared__ __align__(16) unsigned char smem[];
+  using S = WStateSmem<NW, Stages>;
+  constexpr int NTHR = 32 * NW, BVw = WarpTiles<NW>::BV, LDU = WarpTiles<NW>::LDU;
+  const SeqCta cta = seq_cta(p);  // p.nvt counts V tiles of BVw
+  const int n = cta.n, h = cta.h, hk = h / p.G;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, mi = lane >> 3, r8 = lane & 7;
+  const int v0 = cta.vt * BVw, wv = 16 * warp;  // the warp's rows: v0 + wv .. + 15
+  const bool active = wv < min(BVw, p.dv - v0);  // dv % 16 == 0: a warp's rows are all valid or none
+  const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1], eos = p.cu[n + 1];
+  const int nkk = p.dk / 16;
+  const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + v0 + wv;
+  bf16* s_stg = reinterpret_cast<bf16*>(smem + S::stg) + warp * D * LDW;
+
+  float r_S[16][4];
+  state_elems(r_S, D, 0, [&](float& x, int, int) { x = 0.f; });
+  if (g_h0 && active)
+    state_elems(r_S, p.dk, 0, [&](float& x, int col, int row) { x = g_h0[state_base + int64_t(col) * p.dv + row]; });
+
+  auto issue = [&](int c, int st) {
+    const int64_t bos = p.chunk_start[c];
+    const int L = min(C, eos - int(bos));
+    unsigned char* base = smem + st * S::stage;
+    load_tile(reinterpret_cast<bf16*>(base + S::w), LDD<bf16>, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk,
+              C, L, p.dk, D, tid, NTHR);
+    load_tile(reinterpret_cast<bf16*>(base + S::k), LDD<bf16>, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk,
+              C, L, p.dk, D, tid, NTHR);
+    load_tile(reinterpret_cast<bf16*>(base + S::u), LDU, g_U + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv, C,
+              L, min(BVw, p.dv - v0), BVw, tid, NTHR);
+    load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
+  };
+
+  if constexpr (Stages == 2) {
+    if (c0 < c1) issue(c0, 0);
+    cp_commit();
+  }
+  for (int c = c0; c < c1; ++c) {
+    int st = 0;
+    if constexpr (Stages == 2) {
+      st = (c - c0) & 1;
+      cp_wait<0>();
+      __syncthreads();  // stage st visible; every warp done with stage st ^ 1 (chunk c - 1)
+      if (c + 1 < c1) issue(c + 1, st ^ 1);
+      cp_commit();
+    } else {
+      __syncthreads();
+      issue(c, 0);
+      cp_commit();
+      cp_wait<0>();
+      __syncthreads();
+    }
+    if (!active) continue;
+    const unsigned char* base = smem + st * S::stage;
+    const bf16* s_w = reinterpret_cast<const bf16*>(base + S::w);
+    const bf16* s_k = reinterpret_cast<const bf16*>(base + S::k);
+    const bf16* s_u = reinterpret_cast<const bf16*>(base + S::u);
+    const float* s_gam = reinterpret_cast<const float*>(base + S::gam);
+    const int64_t bos = p.chunk_start[c];
+    const int L = min(C, eos - int(bos));
+    const float gam_e = s_gam[L - 1];
+
+    // 1. h[c] = S (staged), X = S^T W^T  [16, C]
+    float r_X[8][4];
+    zero_tiles(r_X);
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      if (kk >= nkk) break;
+      uint32_t a[4];
+      acc_to_a(a, r_S, kk);
+      if (g_h) stsm_x4_t(stage_row(s_stg, kk, lane), a);
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {  // token columns 16 jj .. 16 jj + 15
+        if (16 * jj >= L) break;
+        uint32_t b[4];
+        ldsm_x4(b, s_w + (16 * jj + r8 + (mi >> 1) * 8) * LDD<bf16> + 16 * kk + (mi & 1) * 8);
+        mma_bf16(r_X[2 * jj], a, b[0], b[1]);
+        mma_bf16(r_X[2 * jj + 1], a, b[2], b[3]);
+      }
+    }
+    if (g_h) stage_out(s_stg, g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv, p.dv, p.dk, lane);
+
+    // 2. Delta^T = U^T - X (stored, t < L); Delta~^T = Delta^T e^{gam_e - gam_t} (0 for t >= L) as A fragments
+    uint32_t a2[4][4];
+    {
+      const int tq = lane & 3;
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        uint32_t u[4], d[4];
+        ldsm_x4_t(u, s_u + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {  // q: n-tile 2 jj + (q >> 1), row half q & 1
+          const float* x = r_X[2 * jj + (q >> 1)] + 2 * (q & 1);
+          const int t = 16 * jj + 8 * (q >> 1) + 2 * tq;
+          const float d0 = bf16_lo(u[q]) - x[0], d1 = bf16_hi(u[q]) - x[1];
+          d[q] = pack_bf16(d0, d1);
+          const float f0 = t < L ? expf(gam_e - s_gam[t]) : 0.f, f1 = t + 1 < L ? expf(gam_e - s_gam[t + 1]) : 0.f;
+          a2[jj][q] = pack_bf16(t < L ? d0 * f0 : 0.f, t + 1 < L ? d1 * f1 : 0.f);
+        }
+        stsm_x4_t(stage_row(s_stg, jj, lane), d);
+      }
+    }
+    stage_out(s_stg, g_D + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, L, lane);
+
+    // 3. S^T = e^{gam_e} S^T + Delta~^T K
+    const float de = expf(gam_e);
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) r_S[j][e] *= de;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      if (16 * jj >= L) break;
+#pragma unroll
+      for (int jn = 0; jn < 8; ++jn) {  // dk columns 16 jn .. 16 jn + 15
+        if (jn >= nkk) break;
+        uint32_t b[4];
+        ldsm_x4_t(b, s_k + (16 * jj + r8 + (mi & 1) * 8) * LDD<bf16> + 16 * jn + (mi >> 1) * 8);
+        mma_bf16(r_S[2 * jn], a2[jj], b[0], b[1]);
+        mma_bf16(r_S[2 * jn + 1], a2[jj], b[2], b[3]);
+      }
+    }
+  }
+  if (g_ht && active)
+    state_elems(r_S, p.dk, 0, [&](float& x, int col, int row) { g_ht[state_base + int64_t(col) * p.dv + row] = x; });
+}
+
+// ---- rev (B4), warp-owned rows: dS1[c] = dS; dDelta = dDelta_local + eL (.) (K dS);
+//      dS = e^{gam_e} dS + Q^T (scale e^gamma (.) dO) - W^T dDelta;  dh0 = dS ---------------------
+template <int NW, int Stages>
+__global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16* __restrict__ g_q,
+                                                           const bf16* __restrict__ g_k,
+                                                           const bf16* __restrict__ g_W,
+                                                           const float* __restrict__ g_gam,
+                                                           const bf16* __restrict__ g_do,
+                                                           const bf16* __restrict__ g_dDl,
+                                                           const float* __restrict__ g_dht,  // or null
+                                                           bf16* __restrict__ g_dS1, bf16* __restrict__ g_dD,
+                                                           float* __restrict__ g_dh0) {      // or null
+  extern __shared__ __align__(16) unsigned char smem[];
+  using S = WRevSmem<NW, Stages>;
+  constexpr int NTHR = 32 * NW, BVw = WarpTiles<NW>::BV, LDU = WarpTiles<NW>::LDU;
+  const SeqCta cta = seq_cta(p);
+  const int n = cta.n, h = cta.h, hk = h / p.G;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, mi = lane >> 3, r8 = lane & 7;
+  const int v0 = cta.vt * BVw, wv = 16 * warp, nv = min(BVw, p.dv - v0);
+  const bool active = wv < nv;
+  const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1], eos = p.cu[n + 1];
+  const int nkk = p.dk / 16;
+  const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + v0 + wv;
+  bf16* s_stg = reinterpret_cast<bf16*>(smem + S::stg) + warp * D * LDW;
+
+  float r_dS[16][4];
+  state_elems(r_dS, D, 0, [&](float& x, int, int) { x = 0.f; });
+  if (g_dht && active)
+    state_elems(r_dS, p.dk, 0, [&](float& x, int col, int row) { x = g_dht[state_base + int64_t(col) * p.dv + row]; });
+
+  auto issue = [&](int c, int st) {
+    const int64_t bos = p.chunk_start[c];
+    const int L = min(C, eos - int(bos));
+    unsigned char* base = smem + st * S::stage;
+    load_tile(reinterpret_cast<bf16*>(base + S::q), LDD<bf16>, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk,
+              C, L, p.dk, D, tid, NTHR);
+    load_tile(reinterpret_cast<bf16*>(base + S::k), LDD<bf16>, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk,
+              C, L, p.dk, D, tid, NTHR);
+    load_tile(reinterpret_cast<bf16*>(base + S::w), LDD<bf16>, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk,
+              C, L, p.dk, D, tid, NTHR);
+    load_tile(reinterpret_cast<bf16*>(base + S::dO), LDU, g_do + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv,
+              C, L, nv, BVw, tid, NTHR);
+    load_tile(reinterpret_cast<bf16*>(base + S::ddl), LDU, g_dDl + (bos * p.Hv + h) * p.dv + v0,
+              int64_t(p.Hv) * p.dv, C, L, nv, BVw, tid, NTHR);
+    load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
+  };
+
+  if constexpr (Stages == 2) {
+    if (c0 < c1) issue(c1 - 1, 0);
+    cp_commit();
+  }
+  for (int c = c1 - 1; c >= c0; --c) {
+    const int st = Stages == 2 ? (c1 - 1 - c) & 1 : 0;
+    if constexpr (Stages == 1) {
+      __syncthreads();  // every warp is done with the previous chunk's tiles
+      issue(c, 0);
+      cp_commit();
+    }
+    cp_wait<0>();
+    __syncthreads();  // stage st visible; with 2 stages also: every warp is done with chunk c + 1
+    if constexpr (Stages == 2) {
+      if (c > c0) issue(c - 1, st ^ 1);
+      cp_commit();
+    }
+    if (!active) continue;
+    unsigned char* base = smem + st * S::stage;
+    const bf16* s_q = reinterpret_cast<const bf16*>(base + S::q);
+    const bf16* s_k = reinterpret_cast<const bf16*>(base + S::k);
+    const bf16* s_w = reinterpret_cast<const bf16*>(base + S::w);
+    bf16* s_do = reinterpret_cast<bf16*>(base + S::dO);
+    const bf16* s_ddl = reinterpret_cast<const bf16*>(base + S::ddl);
+    const float* s_gam = reinterpret_cast<const float*>(base + S::gam);
+    const int64_t bos = p.chunk_start[c];
+    const int L = min(C, eos - int(bos));
+    const float gam_e = s_gam[L - 1];
+
+    // 1. dS1[c] = dS (staged), X = dS^T K^T  [16, C]
+    float r_X[8][4];
+    zero_tiles(r_X);
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      if (kk >= nkk) break;
+      uint32_t a[4];
+      acc_to_a(a, r_dS, kk);
+      stsm_x4_t(stage_row(s_stg, kk, lane), a);
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        if (16 * jj >= L) break;
+        uint32_t b[4];
+        ldsm_x4(b, s_k + (16 * jj + r8 + (mi >> 1) * 8) * LDD<bf16> + 16 * kk + (mi & 1) * 8);
+        mma_bf16(r_X[2 * jj], a, b[0], b[1]);
+        mma_bf16(r_X[2 * jj + 1], a, b[2], b[3]);
+      }
+    }
+    stage_out(s_stg, g_dS1 + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv, p.dv, p.dk, lane);
+
+    // 2. dDelta^T = dDelta_local^T + (t < L ? X e^{gam_e - gam_t} : 0) (stored, t < L); -dDelta^T as A fragments
+    uint32_t a3[4][4];
+    {
+      const int tq = lane & 3;
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        uint32_t dl[4], d[4];
+        ldsm_x4_t(dl, s_ddl + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const float* x = r_X[2 * jj + (q >> 1)] + 2 * (q & 1);
+          const int t = 16 * jj + 8 * (q >> 1) + 2 * tq;
+          const float f0 = t < L ? expf(gam_e - s_gam[t]) : 0.f, f1 = t + 1 < L ? expf(gam_e - s_gam[t + 1]) : 0.f;
+          const float d0 = bf16_lo(dl[q]) + (t < L ? x[0] * f0 : 0.f);
+          const float d1 = bf16_hi(dl[q]) + (t + 1 < L ? x[1] * f1 : 0.f);
+          d[q] = pack_bf16(d0, d1);
+          a3[jj][q] = pack_bf16(-d0, -d1);
+        }
+        stsm_x4_t(stage_row(s_stg, jj, lane), d);
+      }
+    }
+    stage_out(s_stg, g_dD + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, L, lane);
+
+    // 3. dO~ = scale e^{gam_t} dO (0 for t >= L): this warp's 16 columns, in place
+    for (int it = lane; it < 2 * C; it += 32) {
+      const int r = it >> 1, cc = wv + 8 * (it & 1);
+      const float f = r < L ? p.scale * expf(s_gam[r]) : 0.f;
+      uint4* pd = reinterpret_cast<uint4*>(s_do + r * LDU + cc);
+      uint4 x = *pd;
+      bf16* ex = reinterpret_cast<bf16*>(&x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ex[e] = from_f<bf16>(to_f(ex[e]) * f);
+      *pd = x;
+    }
+    __syncwarp();
+
+    // 4. dS^T = e^{gam_e} dS^T + dO~^T Q - dDelta^T W
+    const float de = expf(gam_e);
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) r_dS[j][e] *= de;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      if (16 * jj >= L) break;
+      uint32_t a[4];
+      ldsm_x4_t(a, s_do + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
+#pragma unroll
+      for (int jn = 0; jn < 8; ++jn) {
+        if (jn >= nkk) break;
+        uint32_t b[4];
+        ldsm_x4_t(b, s_q + (16 * jj + r8 + (mi & 1) * 8) * LDD<bf16> + 16 * jn + (mi >> 1) * 8);
+        mma_bf16(r_dS[2 * jn], a, b[0], b[1]);
+        mma_bf16(r_dS[2 * jn + 1], a, b[2], b[3]);
+      }
+    }
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      if (16 * jj >= L) break;
+#pragma unroll
+      for (int jn = 0; jn < 8; ++jn) {
+        if (jn >= nkk) break;
+        uint32_t b[4];
+        ldsm_x4_t(b, s_w + (16 * jj + r8 + (mi & 1) * 8) * LDD<bf16> + 16 * jn + (mi >> 1) * 8);
+        mma_bf16(r_dS[2 * jn], a3[jj], b[0], b[1]);
+        mma_bf16(r_dS[2 * jn + 1], a3[jj], b[2], b[3]);
+      }
+    }
+  }
+  if (g_dh0 && active)
+    state_elems(r_dS, p.dk, 0, [&](float& x, int col, int row) { g_dh0[state_base + int64_t(col) * p.dv + row] = x; });
+}
