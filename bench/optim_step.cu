@@ -6,8 +6,10 @@
 // against the bytes each must move (median of 20 after warm-up). Last, the grad norm over g cut
 // into 220 views (the bench model's parameter count; every 4th a 1024-element norm weight): one
 // sum_squares per view (the launch-bound loop global_grad_norm ran before) against one
-// sum_squares_list.
+// sum_squares_list; and the fused AdamW over the same views, one launch each against
+// adamw_update_multi (DT_OPTIM_MULTI=1).
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "bench_util.h"
@@ -58,7 +60,8 @@ int main() {
   std::printf("fused / separate: %.2fx faster; fused at %.0f%% of the 34 B/elem byte time at 4.3 TB/s\n",
               separate / rows[4].ms, 100.0 * (34.0 * double(n) / 4.3e12 * 1e3) / rows[4].ms);
 
-  const int64_t kViews = 220, small = 1024, nsmall = kViews / 4, big = (n - nsmall * small) / (kViews - nsmall);
+  // Views 16-byte aligned like separately allocated parameters (big: a multiple of 4 elements).
+  const int64_t kViews = 220, small = 1024, nsmall = kViews / 4, big = (n - nsmall * small) / (kViews - nsmall) / 4 * 4;
   std::vector<dt::TensorView> views;
   for (int64_t i = 0, at = 0; i < kViews; ++i) {
     const int64_t len = i % 4 == 3 ? small : i + 1 == kViews ? n - at : big;
@@ -77,5 +80,22 @@ int main() {
   std::printf("%-36s %8.3f ms %8.0f GB/s\n", "sum_squares per view + sum", per_view, 4.0 * double(n) / (per_view * 1e6));
   std::printf("%-36s %8.3f ms %8.0f GB/s (%.2fx)\n", "sum_squares_list", list, 4.0 * double(n) / (list * 1e6),
               per_view / list);
+
+  // The optimizer pass over the same 220 parameters: one launch each against adamw_update_multi's
+  // batches of 48 (DT_OPTIM_MULTI=1).
+  std::vector<dt::ops::AdamWItem> items;
+  for (const dt::TensorView& gv : views) {
+    const int64_t at = (static_cast<const float*>(gv.data) - g.ptr<float>()), len = gv.numel();
+    auto cut = [&](const Tensor& t) { return t.view().slice(0, at, at + len); };
+    items.push_back({cut(p), cut(m), cut(v), gv, dt::ops::UpdateWrites{cut(c), true}, len == small ? 0.f : 0.1f});
+  }
+  setenv("DT_OPTIM_MULTI", "0", 1);
+  const float per_param = dt::bench::median_ms([&] { dt::ops::adamw_update_multi(items, a, s); }, st);
+  setenv("DT_OPTIM_MULTI", "1", 1);
+  const float batched = dt::bench::median_ms([&] { dt::ops::adamw_update_multi(items, a, s); }, st);
+  std::printf("fused adamw over %lld views (34 B/elem):\n", static_cast<long long>(kViews));
+  std::printf("%-36s %8.3f ms %8.0f GB/s\n", "one launch per view", per_param, 34.0 * double(n) / (per_param * 1e6));
+  std::printf("%-36s %8.3f ms %8.0f GB/s (%.2fx)\n", "adamw_update_multi (48 per launch)", batched,
+              34.0 * double(n) / (batched * 1e6), per_param / batched);
   return 0;
 }

@@ -21,6 +21,7 @@ struct SgdConsts {
 #define DT_OPTIM_DECLS                                                                                        \
   void adamw_update(const TensorView& p, const TensorView& m, const TensorView& v, const TensorView& g,      \
                     const AdamWConsts& c, const UpdateWrites& w, Stream s);                                   \
+  void adamw_update_multi(std::span<const AdamWItem> items, std::span<const AdamWConsts> c, Stream s);         \
   void sgd_update(const TensorView& p, const TensorView& g, const SgdConsts& c, const UpdateWrites& w, Stream s);
 
 namespace dt::ops::cpu {

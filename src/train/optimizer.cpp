@@ -70,26 +70,34 @@ void Optimizer::step(const std::vector<model::Param*>& params, float lr, float c
   DT_CHECK(params.size() == state_.size(), "Optimizer::step: {} parameters, but the state was built for {}",
            params.size(), state_.size());
   ++t_;
-  for (size_t i = 0; i < params.size(); ++i) {
-    model::Param& p = *params[i];
-    const float wd = decays(p.spec) ? float(cfg_.weight_decay) : 0.f;
-    // The compute-copy refresh and the gradient reset ride in the update's pass (one launch).
+  // The compute-copy refresh and the gradient reset ride in the update's pass.
+  auto writes = [](const model::Param& p) {
     ops::UpdateWrites w;
     if (p.compute.defined()) w.compute = p.compute;
     w.zero_grad = true;
-    if (kind_ == Kind::adamw) {
-      ops::AdamWArgs a;
-      a.lr = lr;
-      a.beta1 = float(cfg_.beta1);
-      a.beta2 = float(cfg_.beta2);
-      a.eps = float(cfg_.eps);
-      a.weight_decay = wd;
-      a.step = t_;
-      a.grad_scale = clip_coef;
-      ops::adamw_update(p.master, state_[i].m, state_[i].v, p.grad, a, w, s);
-    } else {
-      ops::sgd_update(p.master, p.grad, ops::SgdArgs{lr, wd, clip_coef}, w, s);
+    return w;
+  };
+  if (kind_ == Kind::adamw) {  // one call for every parameter (batched launches on CUDA)
+    std::vector<ops::AdamWItem> items;
+    items.reserve(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      model::Param& p = *params[i];
+      items.push_back({p.master, state_[i].m, state_[i].v, p.grad, writes(p),
+                       decays(p.spec) ? float(cfg_.weight_decay) : 0.f});
     }
+    ops::AdamWArgs a;
+    a.lr = lr;
+    a.beta1 = float(cfg_.beta1);
+    a.beta2 = float(cfg_.beta2);
+    a.eps = float(cfg_.eps);
+    a.step = t_;
+    a.grad_scale = clip_coef;
+    ops::adamw_update_multi(items, a, s);
+    return;
+  }
+  for (model::Param* p : params) {
+    const float wd = decays(p->spec) ? float(cfg_.weight_decay) : 0.f;
+    ops::sgd_update(p->master, p->grad, ops::SgdArgs{lr, wd, clip_coef}, writes(*p), s);
   }
 }
 

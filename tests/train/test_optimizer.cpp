@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 #include <numbers>
 #include <algorithm>
 
@@ -231,6 +232,44 @@ TEST(Optimizer, FusedWritesChecks) {
                "adamw_update: compute must not overlap p, m, v or g");
   Tensor v7 = Tensor::zeros(Shape{n - 1}, DType::f32);
   EXPECT_DEATH(ops::adamw_update(p, m, v7, g, a), "adamw_update v: shapes differ");
+}
+
+// adamw_update_multi on the CPU: each item gets its own weight decay (a.weight_decay is not used)
+// and the bits of adamw_update with it; an empty item is skipped; each item is checked, and the
+// message names it.
+TEST(Optimizer, AdamWMultiEqualsPerItemAndChecksEachItem) {
+  const int64_t sizes[] = {5, 0, 1000, 3};
+  const float wds[] = {0.f, 0.1f, 0.3f, 0.05f};
+  std::vector<dt::testing::UpdateCase> per, multi;
+  for (int64_t n : sizes) {
+    per.push_back(dt::testing::make_update_case(n, DType::bf16, {0, 0, 0, 0, 0}));
+    multi.push_back(per.back());
+    for (size_t k = 0; k < 5; ++k) {  // a copy of the same bytes
+      multi.back().buf[k] = Tensor::empty(per.back().buf[k].shape(), per.back().buf[k].dtype());
+      ops::copy(multi.back().buf[k], per.back().buf[k]);
+    }
+    dt::testing::set_views(multi.back());
+  }
+  const ops::AdamWArgs a{2e-3f, 0.9f, 0.95f, 1e-8f, 0.7f /* not used */, 2, 0.5f};
+  std::vector<ops::AdamWItem> items;
+  for (size_t i = 0; i < per.size(); ++i) {
+    ops::AdamWArgs ai = a;
+    ai.weight_decay = wds[i];
+    ops::adamw_update(per[i].p(), per[i].m(), per[i].v(), per[i].g(), ai, ops::UpdateWrites{per[i].c(), true});
+    items.push_back({multi[i].p(), multi[i].m(), multi[i].v(), multi[i].g(), ops::UpdateWrites{multi[i].c(), true},
+                     wds[i]});
+  }
+  ops::adamw_update_multi(items, a);
+  for (size_t i = 0; i < per.size(); ++i)
+    for (size_t j = 0; j < 5; ++j)
+      EXPECT_TRUE(dt::testing::same_bits(multi[i].buf[j], per[i].buf[j])) << "item " << i << " operand " << j;
+  Tensor v7 = Tensor::zeros(Shape{sizes[2] - 1}, DType::f32);
+  std::vector<ops::AdamWItem> bad = items;
+  bad[2].v = v7;
+  EXPECT_DEATH(ops::adamw_update_multi(bad, a), "adamw_update_multi item 2 v: shapes differ");
+  ops::AdamWArgs a0 = a;
+  a0.step = 0;
+  EXPECT_DEATH(ops::adamw_update_multi(items, a0), "adamw_update_multi item 0: step is the 1-based update count");
 }
 
 TEST(Optimizer, GradNormAndClipSerial) {

@@ -6,7 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include "deltatron/ops/basic.h"
 #include "deltatron/ops/optim.h"
@@ -85,6 +89,54 @@ TEST(OptimizerCuda, FusedUpdateMatchesCpuBits) {
           for (size_t j = 0; j < 5; ++j)
             EXPECT_TRUE(dt::testing::same_bits(gpu.buf[j], cpu.buf[j])) << "buffer of operand " << j;
         }
+}
+
+// adamw_update_multi with DT_OPTIM_MULTI=1 (batched launches of up to 48 items) against one
+// adamw_update per item on the same bytes, bit for bit over whole buffers: 61 items (two launches
+// and a partial third), sizes with n % 4 tails and chunk-edge sizes (4096 +- 1), every compute
+// kind (none, f32, bf16, f16), weight decay and zero_grad on and off, and views off their 16-byte
+// boundaries (the scalar path) between aligned ones. Then DT_OPTIM_MULTI=2 is refused.
+TEST(OptimizerCuda, MultiTensorAdamWMatchesPerItemBits) {
+  const char* old = std::getenv("DT_OPTIM_MULTI");
+  const std::string saved = old ? old : "";
+  const int64_t sizes[] = {1, 3, 4, 5, 1023, 4095, 4096, 4097, 12289, 100003, (int64_t(1) << 20) + 7};
+  const DType kinds[] = {DType::f32, DType::bf16, DType::f16};
+  std::vector<dt::testing::UpdateCase> per, multi;
+  std::vector<ops::UpdateWrites> writes;
+  std::vector<float> wds;
+  for (int i = 0; i < 61; ++i) {
+    const int64_t n = sizes[size_t(i) % std::size(sizes)];
+    const int64_t o = i % 7 == 3 ? 1 : 0;  // every 7th item off its boundary: scalar path
+    dt::testing::UpdateCase u = dt::testing::make_update_case(n, kinds[size_t(i) % 3], {o, o, o, o, o});
+    per.push_back(dt::testing::clone_to(u, kGpu));
+    multi.push_back(dt::testing::clone_to(u, kGpu));
+    ops::UpdateWrites w;
+    if (i % 4 != 1) w.compute = per.back().c();  // every 4th item without a compute copy
+    w.zero_grad = i % 5 != 2;
+    writes.push_back(w);
+    wds.push_back(i % 3 == 0 ? 0.f : 0.1f);
+  }
+  const ops::AdamWArgs a{2e-3f, 0.9f, 0.95f, 1e-8f, 0.f, 3, 0.5f};
+  for (size_t i = 0; i < per.size(); ++i) {
+    ops::AdamWArgs ai = a;
+    ai.weight_decay = wds[i];
+    ops::adamw_update(per[i].p(), per[i].m(), per[i].v(), per[i].g(), ai, writes[i]);
+  }
+  std::vector<ops::AdamWItem> items;
+  for (size_t i = 0; i < multi.size(); ++i) {
+    ops::UpdateWrites w = writes[i];
+    if (w.compute.data) w.compute = multi[i].c();
+    items.push_back({multi[i].p(), multi[i].m(), multi[i].v(), multi[i].g(), w, wds[i]});
+  }
+  setenv("DT_OPTIM_MULTI", "1", 1);
+  ops::adamw_update_multi(items, a);
+  for (size_t i = 0; i < per.size(); ++i)
+    for (size_t j = 0; j < 5; ++j)
+      EXPECT_TRUE(dt::testing::same_bits(multi[i].buf[j], per[i].buf[j])) << "item " << i << " operand " << j;
+  setenv("DT_OPTIM_MULTI", "2", 1);
+  EXPECT_DEATH(ops::adamw_update_multi(items, a), "DT_OPTIM_MULTI='2' is not 0 or 1");
+  if (old) setenv("DT_OPTIM_MULTI", saved.c_str(), 1);
+  else unsetenv("DT_OPTIM_MULTI");
 }
 
 TEST(OptimizerCuda, OptimizerWithBf16ComputeMatchesCpu) {

@@ -13,6 +13,7 @@
 // moves each byte once instead of three launches re-reading p and g.
 #pragma once
 #include <cstdint>
+#include <span>
 
 #include "deltatron/core/tensor.h"
 
@@ -41,6 +42,18 @@ void adamw_update(const TensorView& p, const TensorView& m, const TensorView& v,
 // The same update, plus the writes `w` in the same pass (p, m, v get the same bits).
 void adamw_update(const TensorView& p, const TensorView& m, const TensorView& v, const TensorView& g,
                   const AdamWArgs& a, const UpdateWrites& w, Stream s = {});
+
+// One AdamW step over many parameters: the same bits as adamw_update(item.p, item.m, item.v,
+// item.g, a with weight_decay = item.weight_decay, item.w) on each item in turn (a.weight_decay
+// is not used). Every item is checked as adamw_update checks its views; all on one device. CUDA:
+// up to 48 items per launch (a few launches for a whole model instead of one per parameter,
+// whose fixed cost dominates the small ones); CPU: adamw_update per item.
+struct AdamWItem {
+  TensorView p, m, v, g;
+  UpdateWrites w;
+  float weight_decay = 0.f;
+};
+void adamw_update_multi(std::span<const AdamWItem> items, const AdamWArgs& a, Stream s = {});
 
 struct SgdArgs {
   float lr = 0.f;

@@ -38,6 +38,11 @@ void adamw_update(const TensorView& p, const TensorView& m, const TensorView& v,
   }
 }
 
+void adamw_update_multi(std::span<const AdamWItem> items, std::span<const AdamWConsts> c, Stream s) {
+  for (size_t i = 0; i < items.size(); ++i)
+    adamw_update(items[i].p, items[i].m, items[i].v, items[i].g, c[i], items[i].w, s);
+}
+
 void sgd_update(const TensorView& p, const TensorView& g, const SgdConsts& c, const UpdateWrites& w, Stream) {
   float* P = p.ptr<float>();
   float* G = g.ptr<float>();  // written only when w.zero_grad

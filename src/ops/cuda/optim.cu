@@ -14,11 +14,18 @@
 // up to it, when every view reaches its own boundary at the same element; otherwise, and for
 // the n % 4 tail, elements go one at a time. The arithmetic per element is the same on both
 // paths.
+//
+// adamw_update_multi: up to kMultiItems parameters per launch (the item table travels in the
+// kernel's parameter space), each cut into chunks of kChunk elements, one block per chunk, with
+// adamw_elem per element: the bits of adamw_kernel. DT_OPTIM_MULTI=1 turns it on; unset or 0,
+// the items go one adamw_update launch each (until the batched form is measured on a GPU).
 #include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
+#include <string>
 
 #include "core/cuda_check.h"
 #include "deltatron/core/numeric.h"
@@ -126,6 +133,84 @@ __global__ void sgd_kernel(float* g_p, float* g_g, void* g_c, bool zero_g, SgdCo
 }
 
 constexpr int kThreads = 256;
+
+// ---- multi-tensor AdamW -----------------------------------------------------------------------
+constexpr int kMultiItems = 48;                       // items per launch: 64 B each, ~3.1 KB of parameters
+constexpr int64_t kChunk = int64_t(4) * 4 * kThreads;  // elements per block: four float4 per thread
+struct MultiItem {
+  float *p, *m, *v, *g;
+  void* c;       // compute copy or null
+  int64_t n;
+  float decay;   // 1 - lr * weight_decay of this item
+  int kind;      // ComputeKind
+  int flags;     // kVec: p, m, v, g 16-byte aligned and the compute copy 4-element aligned; kZero: zero g
+  int chunk0;    // the item's first chunk (block) in the launch
+};
+constexpr int kVec = 1, kZero = 2;
+struct MultiArgs {
+  MultiItem item[kMultiItems];
+  AdamWConsts c;  // shared by every item but for decay
+  int nitems;
+};
+
+// Elements [e0, e1) of one item (e0 a multiple of 4): float4 groups, then the scalar rest.
+template <int kC>
+__device__ __forceinline__ void adamw_chunk(const MultiItem& it, const AdamWConsts& c, int64_t e0, int64_t e1) {
+  int64_t s0 = e0;
+  if (it.flags & kVec) {
+    s0 = e0 + ((e1 - e0) & ~int64_t(3));
+    for (int64_t i = e0 + 4 * int64_t(threadIdx.x); i < s0; i += 4 * int64_t(blockDim.x)) {
+      float4 r_p = ld4(it.p, i), r_m = ld4(it.m, i), r_v = ld4(it.v, i);
+      const float4 r_g = ld4(it.g, i);
+      adamw_elem(r_p.x, r_m.x, r_v.x, r_g.x, c);
+      adamw_elem(r_p.y, r_m.y, r_v.y, r_g.y, c);
+      adamw_elem(r_p.z, r_m.z, r_v.z, r_g.z, c);
+      adamw_elem(r_p.w, r_m.w, r_v.w, r_g.w, c);
+      st4(it.p, i, r_p);
+      st4(it.m, i, r_m);
+      st4(it.v, i, r_v);
+      store_compute4<kC>(it.c, i, r_p);
+      if (it.flags & kZero) st4(it.g, i, make_float4(0.f, 0.f, 0.f, 0.f));
+    }
+  }
+  for (int64_t i = s0 + threadIdx.x; i < e1; i += blockDim.x) {
+    float r_p = it.p[i], r_m = it.m[i], r_v = it.v[i];
+    adamw_elem(r_p, r_m, r_v, it.g[i], c);
+    it.p[i] = r_p;
+    it.m[i] = r_m;
+    it.v[i] = r_v;
+    store_compute<kC>(it.c, i, r_p);
+    if (it.flags & kZero) it.g[i] = 0.f;
+  }
+}
+
+__global__ __launch_bounds__(kThreads) void adamw_multi_kernel(const __grid_constant__ MultiArgs a) {
+  int k = 0;  // the item of this block: the last whose first chunk is <= blockIdx.x (uniform walk)
+  while (k + 1 < a.nitems && a.item[k + 1].chunk0 <= int(blockIdx.x)) ++k;
+  const MultiItem& it = a.item[k];
+  AdamWConsts c = a.c;
+  c.decay = it.decay;
+  const int64_t e0 = int64_t(int(blockIdx.x) - it.chunk0) * kChunk, e1 = min(e0 + kChunk, it.n);
+  switch (it.kind) {
+    case kNone: adamw_chunk<kNone>(it, c, e0, e1); break;
+    case kF32: adamw_chunk<kF32>(it, c, e0, e1); break;
+    case kBf16: adamw_chunk<kBf16>(it, c, e0, e1); break;
+    default: adamw_chunk<kF16>(it, c, e0, e1); break;
+  }
+}
+
+// DT_OPTIM_MULTI: 1 = batched launches, 0 or unset = one adamw_update per item. Read per call.
+bool multi_enabled() {
+  const char* e = std::getenv("DT_OPTIM_MULTI");
+  if (e == nullptr || *e == '\0') return false;
+  const std::string v(e);
+  DT_CHECK(v == "0" || v == "1",
+           "DT_OPTIM_MULTI='{}' is not 0 or 1: set 1 (up to {} parameters per AdamW launch), 0 (one launch per "
+           "parameter), or unset it",
+           v, kMultiItems);
+  return v == "1";
+}
+
 unsigned blocks_for(int64_t n) {
   const int64_t b = (n + kThreads - 1) / kThreads;
   return unsigned(b < 65536 ? (b > 0 ? b : 1) : 65536);  // grid-stride loops cover the rest
@@ -179,6 +264,36 @@ void adamw_update(const TensorView& p, const TensorView& m, const TensorView& v,
     default: launch(adamw_kernel<kF16>); break;
   }
   DT_CUDA_LAUNCH_CHECK();
+}
+
+void adamw_update_multi(std::span<const AdamWItem> items, std::span<const AdamWConsts> c, Stream s) {
+  if (!multi_enabled()) {
+    for (size_t i = 0; i < items.size(); ++i)
+      adamw_update(items[i].p, items[i].m, items[i].v, items[i].g, c[i], items[i].w, s);
+    return;
+  }
+  Range r("dt::adamw_update_multi");
+  const auto aligned = [](const void* x, size_t bytes) { return reinterpret_cast<uintptr_t>(x) % bytes == 0; };
+  for (size_t i = 0; i < items.size();) {
+    MultiArgs a{};
+    a.c = c[i];  // optim.cpp derived every item's constants from one AdamWArgs: only decay differs
+    int64_t chunks = 0;
+    while (i < items.size() && a.nitems < kMultiItems) {
+      const AdamWItem& x = items[i];
+      const int64_t n = x.p.numel(), nch = (n + kChunk - 1) / kChunk;
+      if (a.nitems > 0 && chunks + nch >= (int64_t(1) << 31)) break;  // the grid's x range
+      MultiItem& it = a.item[a.nitems++];
+      it = MultiItem{x.p.ptr<float>(), x.m.ptr<float>(), x.v.ptr<float>(), x.g.ptr<float>(), x.w.compute.data, n,
+                     c[i].decay, compute_kind(x.w.compute), 0, int(chunks)};
+      const bool vec = aligned(it.p, 16) && aligned(it.m, 16) && aligned(it.v, 16) && aligned(it.g, 16) &&
+                       (!it.c || aligned(it.c, 4 * dtype_size(x.w.compute.dtype)));
+      it.flags = (vec ? kVec : 0) | (x.w.zero_grad ? kZero : 0);
+      chunks += nch;
+      ++i;
+    }
+    adamw_multi_kernel<<<unsigned(chunks), kThreads, 0, cuda_stream(s)>>>(a);
+    DT_CUDA_LAUNCH_CHECK();
+  }
 }
 
 void sgd_update(const TensorView& p, const TensorView& g, const SgdConsts& c, const UpdateWrites& w, Stream s) {
