@@ -32,9 +32,12 @@ two() { on 2 "$@"; }
 four() { on 4 "$@"; }
 for n in "${names[@]}"; do
   case $n in
-    gdn_kernels | gdn_elementwise | dense_elementwise | attention | optim_step) run "$n" "$B/$n" ;;
+    gdn_kernels)  # the serial kernels both ways (DT_GDN_SERIAL: src/ops/cuda/gdn_chunk.cu)
+      for k in tile warp4 warp8; do run "gdn_kernels DT_GDN_SERIAL=$k" env DT_GDN_SERIAL=$k "$B/$n"; done ;;
+    gdn_elementwise | dense_elementwise | attention | optim_step) run "$n" "$B/$n" ;;
     gdn_layer)
       run "gdn_layer 1 GPU" "$B/gdn_layer"
+      run "gdn_layer 1 GPU DT_GDN_SERIAL=warp4" env DT_GDN_SERIAL=warp4 "$B/gdn_layer"
       two "gdn_layer TP=2 SP" "$B/gdn_layer" --tp 2 --sp
       for comm in all_to_all all_gather; do  # the trainer's gdn.cp_comm=auto picks all_gather in all three
         two "gdn_layer CP=2 $comm" "$B/gdn_layer" --cp 2 --cp-comm $comm
@@ -43,6 +46,10 @@ for n in "${names[@]}"; do
       done ;;
     train_step)  # from the repo root: configs/ are found relative to the source tree either way
       run "train_step 1 GPU" "$B/train_step" --phases 5
+      # the knobs not yet on by default: warp-owned GDN serial kernels, batched AdamW launches
+      run "train_step 1 GPU DT_GDN_SERIAL=warp4" env DT_GDN_SERIAL=warp4 "$B/train_step" --phases 5
+      run "train_step 1 GPU DT_GDN_SERIAL=warp4 DT_OPTIM_MULTI=1" env DT_GDN_SERIAL=warp4 DT_OPTIM_MULTI=1 \
+        "$B/train_step" --phases 5
       if [ -n "${CUDNN_LIB_DIR:-}" ]; then  # cuDNN's forward + the native backward (attention.backend auto is native)
         run "train_step 1 GPU cudnn_fwd" "$B/train_step" --set attention.backend=cudnn_fwd
       fi
