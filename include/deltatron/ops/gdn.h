@@ -69,6 +69,9 @@ void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const Te
 // with S = h0[n, h] (or 0) at the sequence start; ht[n, h] = S at its end.
 //   q, k: [T, Hk, dk]; v, o: [T, Hv, dv] (bf16|f32, one dtype); g, beta: [T, Hv] f32 (g: natural
 //   log decay per token, NOT cumulated); h0, ht: [N, Hv, dk, dv] f32 or empty views.
+//   v and (backward) dv may be token-strided: packed [Hv, dv] rows, any token stride (CUDA: a
+//   multiple of 16 bytes, 16-byte aligned start), e.g. v's columns of the conv output read in
+//   place; every other activation is contiguous on CUDA.
 // Forward intermediates handed to the backward, which then skips recomputing them (the prep
 // and state kernels: ~1.9 of 9.7 ms fwd+bwd at bench shape (a)); bitwise the same result.
 // CUDA only: the CPU recurrence ignores it. Memory: gamma [T, Hv] f32; W, U, Delta [T, Hv, dk|dv]

@@ -57,6 +57,7 @@
 
 #include "core/cuda_check.h"
 #include "deltatron/core/tensor.h"
+#include "deltatron/ops/basic.h"
 #include "ops/cuda/mma_common.cuh"
 #include "ops/gdn_backends.h"
 
@@ -90,6 +91,7 @@ constexpr int LDT = 72;     // fp32 Tm during the solve (conflict-free column wa
 
 struct Params {
   int64_t T;
+  int64_t sv, sdv;             // token strides (elements) of v and dv: Hv * dv, or wider for in-place column views
   int N, NT, Hk, Hv, G, dk, dv, nvt;
   float scale;
   const int32_t* cu;           // [N+1]
@@ -252,7 +254,7 @@ __global__ __launch_bounds__(kChunkThreads) void prep_kernel(Params p, const T* 
   const int L = ci.L;
   load_tile(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid,
             kChunkThreads);
-  load_tile(s_v, LDD<T>, g_v + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid,
+  load_tile(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, C, L, p.dv, D, tid,
             kChunkThreads);
   cp_commit();
   if (warp == 0) chunk_gates(p, g_g, g_beta, ci.bos, ci.h, L, s_gam, s_beta, s_eg, g_gam);
@@ -1063,7 +1065,7 @@ __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L, Lk = round16(L);
   const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
   load_tile(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
-  load_tile(s_v, LDD<T>, g_v + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
+  load_tile(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, C, L, p.dv, D, tid, kChunkThreads);
   load_tile(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
   load_tile(s_dd, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
   load_tile(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, C, C, tid, kChunkThreads);
@@ -1199,7 +1201,8 @@ __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __
         for (int h2 = 0; h2 < 2; ++h2) s_red2[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
     if (active)
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-        if (r < L && c < p.dv) store2(g_dv + (vrow + int64_t(r) * p.Hv) * p.dv + c, s_beta[r] * x0, s_beta[r] * x1);
+        if (r < L && c < p.dv)
+          store2(g_dv + (ci.bos + r) * p.sdv + int64_t(ci.h) * p.dv + c, s_beta[r] * x0, s_beta[r] * x1);
       });
   }
   __syncthreads();
@@ -1278,6 +1281,22 @@ void check_act(const TensorView& x, const Shape& s, DType t, Device dev, const c
   DT_CHECK(reinterpret_cast<uintptr_t>(x.data) % 16 == 0 || x.numel() == 0,
            "cuda::{}: {} must be 16-byte aligned, got {}", op, name, x.str());
 }
+// [T, H, d] with packed [H, d] rows and any token stride that keeps every row 16-byte aligned
+// (v, dv: column views of a wider buffer, such as the conv output, read / written in place).
+void check_token_rows(const TensorView& x, const Shape& s, DType t, Device dev, const char* op, const char* name) {
+  DT_CHECK(x.shape == s, "cuda::{}: {} must be {}, got {}", op, name, s.str(), x.str());
+  DT_CHECK(x.dtype == t, "cuda::{}: {} must be {} like q, got {}", op, name, dtype_name(t), x.str());
+  DT_CHECK(x.device == dev, "cuda::{}: {} must be on {} like q, got {}", op, name, dev.str(), x.str());
+  DT_CHECK(x.numel() == 0 || (x.stride[2] == 1 && x.stride[1] == s[2]),
+           "cuda::{}: {} must have packed [{}, {}] rows (strides [*, {}, 1]), got {}", op, name, s[1], s[2], s[2],
+           x.str());
+  const int64_t vec = 16 / int64_t(dtype_size(t));
+  DT_CHECK(x.numel() == 0 || (x.stride[0] >= s[1] * s[2] && x.stride[0] % vec == 0 &&
+                              reinterpret_cast<uintptr_t>(x.data) % 16 == 0),
+           "cuda::{}: {} needs a 16-byte aligned start and a token stride >= {} that is a multiple of {} elements, got "
+           "{}",
+           op, name, s[1] * s[2], vec, x.str());
+}
 void check_state(const TensorView& x, const Dims& d, Device dev, const char* op, const char* name) {
   if (absent(x)) return;
   check_act(x, Shape{d.N, d.Hv, d.dk, d.dv}, DType::f32, dev, op, name);
@@ -1299,7 +1318,7 @@ Dims check_common(const TensorView& q, const TensorView& k, const TensorView& v,
   DT_CHECK(d.T < (int64_t(1) << 31), "cuda::{}: T = {} exceeds int32 cu_seqlens", op, d.T);
   check_act(k, q.shape, q.dtype, q.device, op, "k");
   check_act(q, q.shape, q.dtype, q.device, op, "q");
-  check_act(v, Shape{d.T, d.Hv, d.dv}, q.dtype, q.device, op, "v");
+  check_token_rows(v, Shape{d.T, d.Hv, d.dv}, q.dtype, q.device, op, "v");
   check_act(g, Shape{d.T, d.Hv}, DType::f32, q.device, op, "g");
   check_act(beta, Shape{d.T, d.Hv}, DType::f32, q.device, op, "beta");
   return d;
@@ -1308,6 +1327,7 @@ Dims check_common(const TensorView& q, const TensorView& k, const TensorView& v,
 Params make_params(const Dims& d, const GdnArgs& args, const VarlenMeta& m) {
   Params p;
   p.T = d.T;
+  p.sv = p.sdv = d.Hv * d.dv;
   p.N = int(d.N);
   p.NT = int(d.NT);
   p.Hk = int(d.Hk);
@@ -1597,6 +1617,31 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   DT_CUDA_LAUNCH_CHECK();
 }
 
+// v and dv may be token-strided views (packed [Hv, dv] rows, check_token_rows): the layer passes
+// v and dv as column views of its conv output / conv-input gradient. DT_GDN_STRIDED_V=1: the
+// kernels read and write them in place; unset or 0 (until measured on a GPU): a strided v is
+// copied to a contiguous tensor first and a strided dv written through one (the copies the layer
+// made before). Read at every call.
+bool strided_v_in_place() {
+  const char* e = std::getenv("DT_GDN_STRIDED_V");
+  if (e == nullptr || *e == '\0') return false;
+  const std::string v(e);
+  DT_CHECK(v == "0" || v == "1",
+           "DT_GDN_STRIDED_V='{}' is not 0 or 1: set 1 (the chunk kernels read a token-strided v and write dv in "
+           "place), 0 (through contiguous copies), or unset it",
+           v);
+  return v == "1";
+}
+// x itself when contiguous or when the kernels take it in place, else a contiguous tensor `tmp`
+// (filled from x when `fill`).
+TensorView packed_or_temp(const TensorView& x, Tensor& tmp, bool fill, cudaStream_t st) {
+  if (x.is_contiguous() || x.numel() == 0 || strided_v_in_place()) return x;
+  tmp = Tensor::empty(x.shape, x.dtype, x.device);
+  if (fill) ops::copy(tmp, x, Stream{st});
+  return tmp.view();
+}
+int64_t token_stride(const TensorView& x, int64_t packed) { return x.numel() > 0 ? x.stride[0] : packed; }
+
 }  // namespace gck
 }  // namespace
 
@@ -1609,12 +1654,15 @@ void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& 
   gck::check_state(h0, d, q.device, op, "h0");
   gck::check_state(ht, d, q.device, op, "ht");
   gck::NvtxRange range("gdn_chunk_fwd");
-  const gck::Params p = gck::make_params(d, args, m);
   cudaStream_t st = cuda_stream(s);
+  Tensor vt;  // [T, Hv, dv] contiguous copy of a strided v (gck::strided_v_in_place)
+  const TensorView vin = gck::packed_or_temp(v, vt, true, st);
+  gck::Params p = gck::make_params(d, args, m);
+  p.sv = gck::token_stride(vin, d.Hv * d.dv);
   if (q.dtype == DType::bf16)
-    gck::run_fwd<gck::bf16>(o, ht, q, k, v, g, beta, h0, p, q.device, st, args.saved);
+    gck::run_fwd<gck::bf16>(o, ht, q, k, vin, g, beta, h0, p, q.device, st, args.saved);
   else
-    gck::run_fwd<float>(o, ht, q, k, v, g, beta, h0, p, q.device, st, args.saved);
+    gck::run_fwd<float>(o, ht, q, k, vin, g, beta, h0, p, q.device, st, args.saved);
 }
 
 void gdn_chunk_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& dg,
@@ -1626,7 +1674,7 @@ void gdn_chunk_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
   const gck::Dims d = gck::check_common(q, k, v, g, beta, m, op);
   gck::check_act(dq, q.shape, q.dtype, q.device, op, "dq");
   gck::check_act(dk, q.shape, q.dtype, q.device, op, "dk");
-  gck::check_act(dv, v.shape, q.dtype, q.device, op, "dv");
+  gck::check_token_rows(dv, v.shape, q.dtype, q.device, op, "dv");
   gck::check_act(do_, v.shape, q.dtype, q.device, op, "do");
   gck::check_act(dg, Shape{d.T, d.Hv}, DType::f32, q.device, op, "dg");
   gck::check_act(dbeta, Shape{d.T, d.Hv}, DType::f32, q.device, op, "dbeta");
@@ -1634,12 +1682,17 @@ void gdn_chunk_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
   gck::check_state(dht, d, q.device, op, "dht");
   gck::check_state(dh0, d, q.device, op, "dh0");
   gck::NvtxRange range("gdn_chunk_bwd");
-  const gck::Params p = gck::make_params(d, args, m);
   cudaStream_t st = cuda_stream(s);
+  Tensor vt, dvt;  // contiguous stand-ins for a strided v (copied in) and dv (copied out)
+  const TensorView vin = gck::packed_or_temp(v, vt, true, st), dvo = gck::packed_or_temp(dv, dvt, false, st);
+  gck::Params p = gck::make_params(d, args, m);
+  p.sv = gck::token_stride(vin, d.Hv * d.dv);
+  p.sdv = gck::token_stride(dvo, d.Hv * d.dv);
   if (q.dtype == DType::bf16)
-    gck::run_bwd<gck::bf16>(dq, dk, dv, dg, dbeta, dh0, do_, dht, q, k, v, g, beta, h0, p, q.device, st, args.saved);
+    gck::run_bwd<gck::bf16>(dq, dk, dvo, dg, dbeta, dh0, do_, dht, q, k, vin, g, beta, h0, p, q.device, st, args.saved);
   else
-    gck::run_bwd<float>(dq, dk, dv, dg, dbeta, dh0, do_, dht, q, k, v, g, beta, h0, p, q.device, st, args.saved);
+    gck::run_bwd<float>(dq, dk, dvo, dg, dbeta, dh0, do_, dht, q, k, vin, g, beta, h0, p, q.device, st, args.saved);
+  if (dvt.defined()) ops::copy(dv, dvt, s);
 }
 
 }  // namespace dt::ops::cuda

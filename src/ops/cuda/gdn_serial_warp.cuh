@@ -112,7 +112,7 @@ struct WRevSmem {
   static constexpr size_t bytes = stg + W::staging;
   static_assert(stage % 16 == 0, "rev_warp_kernel: stages must be 16-byte aligned");
 };
-// 4 warps: state 2 stages 112.5 KB (two CTAs per SM); rev 1 stage 93.3 KB (two per SM), 2 stages
+// 4 warps: state 2 stages 110.5 KB (two CTAs per SM); rev 1 stage 93.3 KB (two per SM), 2 stages
 // 162.5 KB (one). 8 warps: state 150.5 KB, rev 2 stages 218.5 KB (one CTA per SM each).
 static_assert(2 * (WStateSmem<4, 2>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "4-warp state: two CTAs per SM");
 static_assert(2 * (WRevSmem<4, 1>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "4-warp rev: two CTAs per SM");
