@@ -14,6 +14,7 @@
 //     values of the variables are fatal
 //   * the warp-owned serial kernels (DT_GDN_SERIAL=warp4|warp8, bf16) match the CPU recurrence
 //     and give the tiled kernels' bits (same products, same order, same roundings)
+//   * token-strided v / dv (column views, as the layer passes them) give the contiguous bits
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -68,6 +69,7 @@ struct Inputs {
 };
 struct Outputs {
   Tensor o, ht, dq, dk, dv, dg, dbeta, dh0;
+  Tensor v_wide;  // run(v_pad > 0): dv's [T, Hv dv + 2 v_pad] buffer
 };
 const char* kNames[] = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
 std::vector<const Tensor*> fields(const Outputs& r) {
@@ -134,7 +136,10 @@ TensorView view_or_none(const Tensor& t) { return t.shape().ndim > 0 ? t.view() 
 // Runs forward then backward on `dev` (CPU: f32 reference; CUDA: dtype dt). Outputs are
 // NaN-poisoned before each launch.
 // save: the forward hands its intermediates to the backward (GdnChunkSaved).
-Outputs run(const Case& c, const Inputs& in, Device dev, DType dt, bool backward = true, bool save = false) {
+// v_pad > 0 (CUDA): v and dv are token-strided column views [v_pad, v_pad + Hv dv) of
+// [T, Hv dv + 2 v_pad] buffers (as the layer passes them); r.v_wide keeps dv's buffer.
+Outputs run(const Case& c, const Inputs& in, Device dev, DType dt, bool backward = true, bool save = false,
+            int64_t v_pad = 0) {
   const int64_t T = c.T(), N = c.N();
   const bool cuda = dev.is_cuda();
   dt::ops::VarlenBatch vb(cu_of(c.lens), dev);
@@ -145,6 +150,20 @@ Outputs run(const Case& c, const Inputs& in, Device dev, DType dt, bool backward
     return x;
   };
   Tensor q = put(in.q, dt), k = put(in.k, dt), v = put(in.v, dt), dO = put(in.dO, dt);
+  const int64_t VW = c.Hv * c.dv + 2 * v_pad;
+  auto wide_cols = [&](const Tensor& w) {  // [T, Hv, dv] view of columns [v_pad, v_pad + Hv dv)
+    TensorView x = w.view().slice(1, v_pad, v_pad + c.Hv * c.dv);
+    x.shape = Shape{T, c.Hv, c.dv};
+    x.stride = {VW, c.dv, 1};
+    return x;
+  };
+  Tensor v_wide, dv_wide;
+  TensorView vin = v;
+  if (v_pad > 0) {
+    v_wide = out({T, VW}, dt);
+    dt::ops::copy(wide_cols(v_wide), v);
+    vin = wide_cols(v_wide);
+  }
   Tensor g = put(in.g, DType::f32), beta = put(in.beta, DType::f32);
   Tensor h0 = put(in.h0, DType::f32), dht = put(in.dht, DType::f32);
   const Shape ss{N, c.Hv, c.dk, c.dv};
@@ -154,7 +173,7 @@ Outputs run(const Case& c, const Inputs& in, Device dev, DType dt, bool backward
   dt::ops::GdnArgs args;
   dt::ops::GdnChunkSaved saved;
   if (save) args.saved = &saved;
-  dt::ops::gdn_chunk_fwd(r.o, r.ht, q, k, v, g, beta, view_or_none(h0), args, vb.meta());
+  dt::ops::gdn_chunk_fwd(r.o, r.ht, q, k, vin, g, beta, view_or_none(h0), args, vb.meta());
   if (backward) {
     r.dq = out({T, c.Hk, c.dk}, dt);
     r.dk = out({T, c.Hk, c.dk}, dt);
@@ -162,8 +181,17 @@ Outputs run(const Case& c, const Inputs& in, Device dev, DType dt, bool backward
     r.dg = out({T, c.Hv}, DType::f32);
     r.dbeta = out({T, c.Hv}, DType::f32);
     r.dh0 = out(ss, DType::f32);
-    dt::ops::gdn_chunk_bwd(r.dq, r.dk, r.dv, r.dg, r.dbeta, r.dh0, dO, view_or_none(dht), q, k, v, g, beta,
+    TensorView dvo = r.dv;
+    if (v_pad > 0) {
+      dv_wide = out({T, VW}, dt);
+      dvo = wide_cols(dv_wide);
+    }
+    dt::ops::gdn_chunk_bwd(r.dq, r.dk, dvo, r.dg, r.dbeta, r.dh0, dO, view_or_none(dht), q, k, vin, g, beta,
                            view_or_none(h0), args, vb.meta());
+    if (v_pad > 0) {
+      dt::ops::copy(r.dv, dvo);
+      r.v_wide = dv_wide;
+    }
   }
   return r;
 }
@@ -415,6 +443,44 @@ TEST(GdnChunkCuda, WarpSerialKernelsMatchTiled) {
         if (!stages) expect_close(got, cpu, 1e-2, what + " vs CPU " + c.name);
       }
   }
+}
+
+// v and dv as token-strided column views of wider buffers (the layer's conv output and conv-input
+// gradient): the same bits as contiguous ones, both with the kernels reading / writing them in
+// place (DT_GDN_STRIDED_V=1) and through the op's contiguous copies (unset); dv's buffer keeps
+// its bytes outside the view. Then the rules: a bad DT_GDN_STRIDED_V and a token stride off 16 bytes.
+TEST(GdnChunkCuda, StridedVMatchesContiguous) {
+  const ScopedEnv strided("DT_GDN_STRIDED_V");
+  const Case c{"strided v", {65, 1, 200, 64, 0, 130}, 2, 4, 32, 64, true, true};
+  uint64_t salt = 300;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Inputs in = make_inputs(c, dt == DType::bf16, ++salt);
+    strided.set(nullptr);
+    const auto ref = to_vecs(run(c, in, Device::cuda(), dt));
+    for (const char* mode : {static_cast<const char*>(nullptr), "0", "1"}) {
+      strided.set(mode);
+      const int64_t pad = dt == DType::bf16 ? 8 : 4;  // 16 bytes
+      const Outputs got = run(c, in, Device::cuda(), dt, true, false, pad);
+      const auto v = to_vecs(got);
+      for (int i = 0; i < 8; ++i)
+        EXPECT_TRUE(bitwise_eq(ref[i], v[i])) << dt::dtype_name(dt) << " DT_GDN_STRIDED_V=" << (mode ? mode : "unset")
+                                              << " " << kNames[i];
+      Tensor w = Tensor::empty(got.v_wide.shape(), DType::f32);  // the pad columns stay NaN (poisoned)
+      dt::ops::copy(w, dt::ops::to_host(got.v_wide));
+      const int64_t VW = w.shape()[1];
+      int64_t touched = 0;
+      for (int64_t t = 0; t < w.shape()[0]; ++t)
+        for (int64_t j = 0; j < VW; ++j)
+          if ((j < pad || j >= VW - pad) && !std::isnan(w.ptr<float>()[t * VW + j])) ++touched;
+      EXPECT_EQ(touched, 0) << "dv's buffer written outside the view";
+    }
+  }
+  strided.set("2");
+  EXPECT_DEATH(run(c, make_inputs(c, true, 320), Device::cuda(), DType::bf16, true, false, 8),
+               "DT_GDN_STRIDED_V='2' is not 0 or 1");
+  strided.set("1");
+  EXPECT_DEATH(run(c, make_inputs(c, true, 321), Device::cuda(), DType::bf16, true, false, 3),
+               "v needs a 16-byte aligned start and a token stride");
 }
 
 TEST(GdnChunkCuda, WarpSerialKernelsEnvErrors) {
