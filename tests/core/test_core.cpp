@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "deltatron/core/allocator.h"
@@ -11,6 +12,7 @@
 #include "deltatron/core/tensor.h"
 #include "deltatron/ops/basic.h"
 #include "deltatron/ops/varlen.h"
+#include "core/env_knob.h"
 #include "test_util.h"
 
 using namespace dt;
@@ -185,4 +187,32 @@ TEST(Logging, RankPrefixAndOnlyRankZeroByDefault) {
   init_logging(0);  // idempotent
   EXPECT_EQ(spdlog::default_logger()->level(), spdlog::level::info);
   EXPECT_EQ(spdlog::default_logger()->name(), "dt0");
+}
+
+// The kernels' environment knobs (src/core/env_knob.h): unset or empty is the default; a listed
+// value gives its index; anything else fails naming the variable, the value and every choice.
+TEST(EnvKnob, ChoicesAndWholeNumbers) {
+  const char* var = "DT_TEST_ENV_KNOB";
+  unsetenv(var);
+  const auto pick = [&] { return env::choice(var, {{"tile", "CTA-tiled"}, {"warp4", "four warps"}}); };
+  EXPECT_EQ(pick(), -1);
+  setenv(var, "", 1);
+  EXPECT_EQ(pick(), -1);
+  setenv(var, "warp4", 1);
+  EXPECT_EQ(pick(), 1);
+  setenv(var, "tile", 1);
+  EXPECT_EQ(pick(), 0);
+  setenv(var, "warp", 1);
+  EXPECT_DEATH(pick(), "DT_TEST_ENV_KNOB='warp' is not one of: tile .CTA-tiled., warp4 .four warps.; unset it for the "
+                       "default");
+  const auto num = [&] { return env::whole_number(var, 1, 1 << 20, 7, "blocks"); };
+  unsetenv(var);
+  EXPECT_EQ(num(), 7);
+  setenv(var, "512", 1);
+  EXPECT_EQ(num(), 512);
+  for (const char* bad : {"0", "2000000", "12x", "x", "99999999999999999999"}) {
+    setenv(var, bad, 1);
+    EXPECT_DEATH(num(), std::string(var) + "='" + bad + "' is not a whole number in .1, 1048576. .blocks.");
+  }
+  unsetenv(var);
 }

@@ -477,7 +477,7 @@ TEST(GdnChunkCuda, StridedVMatchesContiguous) {
   }
   strided.set("2");
   EXPECT_DEATH(run(c, make_inputs(c, true, 320), Device::cuda(), DType::bf16, true, false, 8),
-               "DT_GDN_STRIDED_V='2' is not 0 or 1");
+               "DT_GDN_STRIDED_V='2' is not one of: 0 ");
   strided.set("1");
   EXPECT_DEATH(run(c, make_inputs(c, true, 321), Device::cuda(), DType::bf16, true, false, 3),
                "v needs a 16-byte aligned start and a token stride");
@@ -502,13 +502,13 @@ TEST(GdnChunkCuda, SerialKernelStagesEnvErrors) {
   const ScopedEnv rev("DT_GDN_REV_STAGES"), state("DT_GDN_STATE_STAGES");
   rev.set("3");
   EXPECT_DEATH(run(c, make_inputs(c, true, 50), Device::cuda(), DType::bf16),
-               "DT_GDN_REV_STAGES='3' is not a stage count: set 1");
+               "DT_GDN_REV_STAGES='3' is not one of: 1 ");
   rev.set("2");
   EXPECT_DEATH(run(c, make_inputs(c, false, 51), Device::cuda(), DType::f32), "DT_GDN_REV_STAGES=2 needs bf16 inputs");
   rev.set(nullptr);
   state.set("two");
   EXPECT_DEATH(run(c, make_inputs(c, true, 52), Device::cuda(), DType::bf16),
-               "DT_GDN_STATE_STAGES='two' is not a stage count: set 1");
+               "DT_GDN_STATE_STAGES='two' is not one of: 1 ");
 }
 
 }  // namespace

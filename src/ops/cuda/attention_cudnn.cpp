@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "core/env_knob.h"
 #include "ops/attention_backends.h"
 
 #if DELTATRON_HAVE_CUDNN_FRONTEND
@@ -127,10 +128,8 @@ struct Built {
 // frontend's autotune, which synchronises the device), then keeps the fastest; the chosen plan of
 // each graph is logged. For finding out why the ragged backward is slow (docs/perf.md v0.2.0).
 bool tune_plans() {
-  static const bool on = [] {
-    const char* e = std::getenv("DT_CUDNN_SDPA_TUNE");
-    return e && std::string(e) == "1";
-  }();
+  static const bool on =
+      env::choice("DT_CUDNN_SDPA_TUNE", {{"0", "the heuristics' first plan"}, {"1", "time every plan once"}}) == 1;
   return on;
 }
 

@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/env_knob.h"
 #include "ops/cuda/gdn_elementwise_common.cuh"
 #include "ops/cuda/gdn_gate.cuh"
 #include "ops/gdn_backends.h"
@@ -588,21 +589,12 @@ void run_bwd(ConvParams& p, DType dt, Device dev, const TensorView& dw, const Te
 // The gate-block caps: kGateFwdBlocks / kGateBwdBlocks, or DT_CONV_GATE_FWD_BLOCKS /
 // DT_CONV_GATE_BWD_BLOCKS (tuning knobs for A/B runs: a positive integer; read on every call).
 int64_t gate_block_cap(const char* var, int64_t dflt) {
-  const char* e = std::getenv(var);
-  if (e == nullptr || *e == '\0') return dflt;
-  char* end = nullptr;
-  const long long v = std::strtoll(e, &end, 10);
-  DT_CHECK(end != e && *end == '\0' && v >= 1 && v <= (1 << 20),
-           "{} = '{}' must be a whole number in [1, 1048576] (the conv launch's gate blocks)", var, e);
-  return v;
+  return env::whole_number(var, 1, int64_t(1) << 20, dflt, "the conv launch's gate blocks");
 }
 
 // Where the gate blocks go: the front (default), or the end with DT_CONV_GATE_LAST=1 (A/B knob).
 int gate_first() {
-  const char* e = std::getenv("DT_CONV_GATE_LAST");
-  if (e == nullptr || *e == '\0' || std::strcmp(e, "0") == 0) return 1;
-  DT_CHECK(std::strcmp(e, "1") == 0, "DT_CONV_GATE_LAST = '{}' must be 0 or 1", e);
-  return 0;
+  return env::choice("DT_CONV_GATE_LAST", {{"0", "gate blocks first"}, {"1", "gate blocks last"}}) == 1 ? 0 : 1;
 }
 
 // The gates' views must share the conv's rows (T) and device.

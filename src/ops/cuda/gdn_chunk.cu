@@ -56,6 +56,7 @@
 #include <type_traits>
 
 #include "core/cuda_check.h"
+#include "core/env_knob.h"
 #include "deltatron/core/tensor.h"
 #include "deltatron/ops/basic.h"
 #include "ops/cuda/mma_common.cuh"
@@ -1366,17 +1367,9 @@ int sm_count() {
 }
 
 // A forced stage count from the environment (`var`=1 or 2; for A/B benchmarks and the one-vs-two
-// stage test), 0 when unset or empty (automatic choice). Read at every launch (a getenv), so a
-// change between calls takes effect.
+// stage test), 0 when unset or empty (automatic choice).
 int forced_stages(const char* var) {
-  const char* e = std::getenv(var);
-  if (e == nullptr || *e == '\0') return 0;
-  const std::string v(e);
-  DT_CHECK(v == "1" || v == "2",
-           "{}='{}' is not a stage count: set 1 (one-stage tile loads) or 2 (double-buffered tile loads), or "
-           "unset it for the automatic choice",
-           var, v);
-  return v[0] - '0';
+  return env::choice(var, {{"1", "one-stage tile loads"}, {"2", "double-buffered tile loads"}}) + 1;
 }
 
 // rev_kernel's stage count. Automatic: 2 when the serial grid fits one CTA per SM (ctas <= SMs),
@@ -1410,18 +1403,16 @@ int state_stages() {
 constexpr int kDefaultSerialWarps = 0;
 template <class T>
 int serial_warps() {
-  const char* e = std::getenv("DT_GDN_SERIAL");
-  if (e == nullptr || *e == '\0') return sizeof(T) == 2 ? kDefaultSerialWarps : 0;
-  const std::string v(e);
-  DT_CHECK(v == "tile" || v == "warp4" || v == "warp8",
-           "DT_GDN_SERIAL='{}' is not one of: tile (CTA-tiled serial kernels), warp4, warp8 (warp-owned state "
-           "rows, bf16); unset it for the automatic choice",
-           v);
-  if (v == "tile") return 0;
+  static constexpr const char* kNames[] = {"tile", "warp4", "warp8"};
+  const int i = env::choice("DT_GDN_SERIAL", {{kNames[0], "CTA-tiled serial kernels"},
+                                              {kNames[1], "warp-owned state rows, 4 warps, bf16"},
+                                              {kNames[2], "warp-owned state rows, 8 warps, bf16"}});
+  if (i < 0) return sizeof(T) == 2 ? kDefaultSerialWarps : 0;
+  if (i == 0) return 0;
   DT_CHECK(sizeof(T) == 2, "DT_GDN_SERIAL={} needs bf16 inputs: the warp-owned serial kernels are bf16 only; set "
                            "tile or unset it",
-           v);
-  return v == "warp4" ? 4 : 8;
+           kNames[i]);
+  return i == 1 ? 4 : 8;
 }
 // The serial grid in V tiles of 16 * nw columns.
 Params warp_params(Params p, int nw) {
@@ -1623,14 +1614,7 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
 // copied to a contiguous tensor first and a strided dv written through one (the copies the layer
 // made before). Read at every call.
 bool strided_v_in_place() {
-  const char* e = std::getenv("DT_GDN_STRIDED_V");
-  if (e == nullptr || *e == '\0') return false;
-  const std::string v(e);
-  DT_CHECK(v == "0" || v == "1",
-           "DT_GDN_STRIDED_V='{}' is not 0 or 1: set 1 (the chunk kernels read a token-strided v and write dv in "
-           "place), 0 (through contiguous copies), or unset it",
-           v);
-  return v == "1";
+  return env::choice("DT_GDN_STRIDED_V", {{"0", "through contiguous copies"}, {"1", "read and written in place"}}) == 1;
 }
 // x itself when contiguous or when the kernels take it in place, else a contiguous tensor `tmp`
 // (filled from x when `fill`).

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "core/cuda_check.h"
+#include "core/env_knob.h"
 #include "deltatron/core/numeric.h"
 #include "ops/optim_backends.h"
 
@@ -201,14 +202,8 @@ __global__ __launch_bounds__(kThreads) void adamw_multi_kernel(const __grid_cons
 
 // DT_OPTIM_MULTI: 1 = batched launches, 0 or unset = one adamw_update per item. Read per call.
 bool multi_enabled() {
-  const char* e = std::getenv("DT_OPTIM_MULTI");
-  if (e == nullptr || *e == '\0') return false;
-  const std::string v(e);
-  DT_CHECK(v == "0" || v == "1",
-           "DT_OPTIM_MULTI='{}' is not 0 or 1: set 1 (up to {} parameters per AdamW launch), 0 (one launch per "
-           "parameter), or unset it",
-           v, kMultiItems);
-  return v == "1";
+  return env::choice("DT_OPTIM_MULTI", {{"0", "one launch per parameter"}, {"1", "up to 48 parameters per launch"}}) ==
+         1;
 }
 
 unsigned blocks_for(int64_t n) {
