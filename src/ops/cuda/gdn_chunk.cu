@@ -389,6 +389,43 @@ __global__ __launch_bounds__(kChunkThreads) void prep_kernel(Params p, const T* 
   }
 }
 
+// ---- the serial kernels' per-chunk tile loads (tiled and warp-owned forms share them) ----------
+// Chunk c of sequence (eos its end) and v-head h into one pipeline stage `base` (layout S: the
+// kernel's smem struct), V columns v0 .. v0 + nv of a tile bv wide with row stride ldv. The caller
+// commits the cp.async group.
+template <class S, class T>
+__device__ __forceinline__ void load_state_tiles(unsigned char* base, const Params& p, int c, int eos, int h, int v0,
+                                                 int nv, int bv, int ldv, const T* g_k, const T* g_W, const T* g_U,
+                                                 const float* g_gam, int tid, int nthr) {
+  const int64_t bos = p.chunk_start[c];
+  const int L = min(C, eos - int(bos)), hk = h / p.G;
+  load_tile(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, C, L,
+            p.dk, D, tid, nthr);
+  load_tile(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C, L,
+            p.dk, D, tid, nthr);
+  load_tile(reinterpret_cast<T*>(base + S::u), ldv, g_U + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv, C, L,
+            nv, bv, tid, nthr);
+  load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, nthr);
+}
+template <class S, class T>
+__device__ __forceinline__ void load_rev_tiles(unsigned char* base, const Params& p, int c, int eos, int h, int v0,
+                                               int nv, int bv, int ldv, const T* g_q, const T* g_k, const T* g_W,
+                                               const T* g_do, const T* g_dDl, const float* g_gam, int tid, int nthr) {
+  const int64_t bos = p.chunk_start[c];
+  const int L = min(C, eos - int(bos)), hk = h / p.G;
+  load_tile(reinterpret_cast<T*>(base + S::q), LDD<T>, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C, L,
+            p.dk, D, tid, nthr);
+  load_tile(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C, L,
+            p.dk, D, tid, nthr);
+  load_tile(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, C, L,
+            p.dk, D, tid, nthr);
+  load_tile(reinterpret_cast<T*>(base + S::dO), ldv, g_do + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv, C,
+            L, nv, bv, tid, nthr);
+  load_tile(reinterpret_cast<T*>(base + S::ddl), ldv, g_dDl + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv, C,
+            L, nv, bv, tid, nthr);
+  load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, nthr);
+}
+
 // ---- state (serial over chunks): h[c] = S, Delta = U - W S, S = e^{gam_e} S + K^T (Delta (.) eL) ----
 // Stages = 2 double-buffers the per-chunk tiles (chunk c+1 loads while chunk c computes), as
 // rev_kernel does; the launcher picks the count (state_stages).
@@ -447,16 +484,8 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Pa
   });
 
   auto issue = [&](int c, int st) {
-    const int64_t bos = p.chunk_start[c];
-    const int L = min(C, eos - int(bos));
-    unsigned char* base = smem + st * S::stage;
-    load_tile(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, C, L,
-              p.dk, D, tid, kSeqThreads);
-    load_tile(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C, L,
-              p.dk, D, tid, kSeqThreads);
-    load_tile(reinterpret_cast<T*>(base + S::u), LDV<T>, g_U + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv, C,
-              L, nv, BV, tid, kSeqThreads);
-    load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, kSeqThreads);
+    load_state_tiles<S>(smem + st * S::stage, p, c, eos, h, v0, nv, BV, LDV<T>, g_k, g_W, g_U, g_gam, tid,
+                        kSeqThreads);
   };
 
   if constexpr (S::NS == 2) {
@@ -710,20 +739,8 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
 
   // cp.async loads of chunk c's tiles into stage st (the caller commits the group)
   auto issue = [&](int c, int st) {
-    const int64_t bos = p.chunk_start[c];
-    const int L = min(C, eos - int(bos));
-    unsigned char* base = smem + st * S::stage;
-    load_tile(reinterpret_cast<T*>(base + S::q), LDD<T>, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C,
-              L, p.dk, D, tid, kSeqThreads);
-    load_tile(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C,
-              L, p.dk, D, tid, kSeqThreads);
-    load_tile(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, C,
-              L, p.dk, D, tid, kSeqThreads);
-    load_tile(reinterpret_cast<T*>(base + S::dO), LDV<T>, g_do + (bos * p.Hv + h) * p.dv + v0,
-              int64_t(p.Hv) * p.dv, C, L, nv, BV, tid, kSeqThreads);
-    load_tile(reinterpret_cast<T*>(base + S::ddl), LDV<T>, g_dDl + (bos * p.Hv + h) * p.dv + v0,
-              int64_t(p.Hv) * p.dv, C, L, nv, BV, tid, kSeqThreads);
-    load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, kSeqThreads);
+    load_rev_tiles<S>(smem + st * S::stage, p, c, eos, h, v0, nv, BV, LDV<T>, g_q, g_k, g_W, g_do, g_dDl, g_gam, tid,
+                      kSeqThreads);
   };
 
   // Two stages: one cp.async group in flight at each wait (the chunk about to be computed).

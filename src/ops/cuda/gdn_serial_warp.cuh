@@ -77,6 +77,50 @@ __device__ __forceinline__ void state_elems(float (&r)[16][4], int dk, int row0,
     }
 }
 
+// X [16, C] = bf16(S^T) R^T over the token rows of s_rows [C][LDD] (W or K): k-steps over dk,
+// token tiles below L. With s_stg, the A fragments (S^T's bf16 values) are also staged through
+// stmatrix.trans for the h / dS1 store.
+__device__ __forceinline__ void state_times_rows_t(float (&X)[8][4], const float (&S)[16][4], const bf16* s_rows,
+                                                   int L, int nkk, bf16* s_stg) {
+  const int lane = threadIdx.x & 31, mi = lane >> 3, r8 = lane & 7;
+  zero_tiles(X);
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    if (kk >= nkk) break;
+    uint32_t a[4];
+    acc_to_a(a, S, kk);
+    if (s_stg) stsm_x4_t(stage_row(s_stg, kk, lane), a);
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {  // token columns 16 jj .. 16 jj + 15
+      if (16 * jj >= L) break;
+      uint32_t b[4];
+      ldsm_x4(b, s_rows + (16 * jj + r8 + (mi >> 1) * 8) * LDD<bf16> + 16 * kk + (mi & 1) * 8);
+      mma_bf16(X[2 * jj], a, b[0], b[1]);
+      mma_bf16(X[2 * jj + 1], a, b[2], b[3]);
+    }
+  }
+}
+// S^T [16, dk] += A R over k-step jj: A the fragments of token columns 16 jj .. 16 jj + 15, R the
+// same token rows of s_rows [C][LDD] (K, Q or W), dk columns in steps of 16.
+__device__ __forceinline__ void add_times_rows(float (&S)[16][4], const uint32_t (&a)[4], const bf16* s_rows, int jj,
+                                               int nkk) {
+  const int lane = threadIdx.x & 31, mi = lane >> 3, r8 = lane & 7;
+#pragma unroll
+  for (int jn = 0; jn < 8; ++jn) {  // dk columns 16 jn .. 16 jn + 15
+    if (jn >= nkk) break;
+    uint32_t b[4];
+    ldsm_x4_t(b, s_rows + (16 * jj + r8 + (mi & 1) * 8) * LDD<bf16> + 16 * jn + (mi >> 1) * 8);
+    mma_bf16(S[2 * jn], a, b[0], b[1]);
+    mma_bf16(S[2 * jn + 1], a, b[2], b[3]);
+  }
+}
+__device__ __forceinline__ void scale_tiles(float (&S)[16][4], float f) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) S[j][e] *= f;
+}
+
 template <int NW>
 struct WarpTiles {
   static constexpr int BV = 16 * NW;        // V tile of a CTA
@@ -134,7 +178,7 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
   using S = WStateSmem<NW, Stages>;
   constexpr int NTHR = 32 * NW, BVw = WarpTiles<NW>::BV, LDU = WarpTiles<NW>::LDU;
   const SeqCta cta = seq_cta(p);  // p.nvt counts V tiles of BVw
-  const int n = cta.n, h = cta.h, hk = h / p.G;
+  const int n = cta.n, h = cta.h;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, mi = lane >> 3, r8 = lane & 7;
   const int v0 = cta.vt * BVw, wv = 16 * warp;  // the warp's rows: v0 + wv .. + 15
   const bool active = wv < min(BVw, p.dv - v0);  // dv % 16 == 0: a warp's rows are all valid or none
@@ -149,16 +193,8 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
     state_elems(r_S, p.dk, 0, [&](float& x, int col, int row) { x = g_h0[state_base + int64_t(col) * p.dv + row]; });
 
   auto issue = [&](int c, int st) {
-    const int64_t bos = p.chunk_start[c];
-    const int L = min(C, eos - int(bos));
-    unsigned char* base = smem + st * S::stage;
-    load_tile(reinterpret_cast<bf16*>(base + S::w), LDD<bf16>, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk,
-              C, L, p.dk, D, tid, NTHR);
-    load_tile(reinterpret_cast<bf16*>(base + S::k), LDD<bf16>, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk,
-              C, L, p.dk, D, tid, NTHR);
-    load_tile(reinterpret_cast<bf16*>(base + S::u), LDU, g_U + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv, C,
-              L, min(BVw, p.dv - v0), BVw, tid, NTHR);
-    load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
+    load_state_tiles<S>(smem + st * S::stage, p, c, eos, h, v0, min(BVw, p.dv - v0), BVw, LDU, g_k, g_W, g_U, g_gam,
+                        tid, NTHR);
   };
 
   if constexpr (Stages == 2) {
@@ -192,22 +228,7 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
 
     // 1. h[c] = S (staged), X = S^T W^T  [16, C]
     float r_X[8][4];
-    zero_tiles(r_X);
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      if (kk >= nkk) break;
-      uint32_t a[4];
-      acc_to_a(a, r_S, kk);
-      if (g_h) stsm_x4_t(stage_row(s_stg, kk, lane), a);
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {  // token columns 16 jj .. 16 jj + 15
-        if (16 * jj >= L) break;
-        uint32_t b[4];
-        ldsm_x4(b, s_w + (16 * jj + r8 + (mi >> 1) * 8) * LDD<bf16> + 16 * kk + (mi & 1) * 8);
-        mma_bf16(r_X[2 * jj], a, b[0], b[1]);
-        mma_bf16(r_X[2 * jj + 1], a, b[2], b[3]);
-      }
-    }
+    state_times_rows_t(r_X, r_S, s_w, L, nkk, g_h ? s_stg : nullptr);
     if (g_h) stage_out(s_stg, g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv, p.dv, p.dk, lane);
 
     // 2. Delta^T = U^T - X (stored, t < L); Delta~^T = Delta^T e^{gam_e - gam_t} (0 for t >= L) as A fragments
@@ -233,22 +254,11 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
     stage_out(s_stg, g_D + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, L, lane);
 
     // 3. S^T = e^{gam_e} S^T + Delta~^T K
-    const float de = expf(gam_e);
-#pragma unroll
-    for (int j = 0; j < 16; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) r_S[j][e] *= de;
+    scale_tiles(r_S, expf(gam_e));
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
       if (16 * jj >= L) break;
-#pragma unroll
-      for (int jn = 0; jn < 8; ++jn) {  // dk columns 16 jn .. 16 jn + 15
-        if (jn >= nkk) break;
-        uint32_t b[4];
-        ldsm_x4_t(b, s_k + (16 * jj + r8 + (mi & 1) * 8) * LDD<bf16> + 16 * jn + (mi >> 1) * 8);
-        mma_bf16(r_S[2 * jn], a2[jj], b[0], b[1]);
-        mma_bf16(r_S[2 * jn + 1], a2[jj], b[2], b[3]);
-      }
+      add_times_rows(r_S, a2[jj], s_k, jj, nkk);
     }
   }
   if (g_ht && active)
@@ -271,7 +281,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
   using S = WRevSmem<NW, Stages>;
   constexpr int NTHR = 32 * NW, BVw = WarpTiles<NW>::BV, LDU = WarpTiles<NW>::LDU;
   const SeqCta cta = seq_cta(p);
-  const int n = cta.n, h = cta.h, hk = h / p.G;
+  const int n = cta.n, h = cta.h;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, mi = lane >> 3, r8 = lane & 7;
   const int v0 = cta.vt * BVw, wv = 16 * warp, nv = min(BVw, p.dv - v0);
   const bool active = wv < nv;
@@ -286,20 +296,8 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     state_elems(r_dS, p.dk, 0, [&](float& x, int col, int row) { x = g_dht[state_base + int64_t(col) * p.dv + row]; });
 
   auto issue = [&](int c, int st) {
-    const int64_t bos = p.chunk_start[c];
-    const int L = min(C, eos - int(bos));
-    unsigned char* base = smem + st * S::stage;
-    load_tile(reinterpret_cast<bf16*>(base + S::q), LDD<bf16>, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk,
-              C, L, p.dk, D, tid, NTHR);
-    load_tile(reinterpret_cast<bf16*>(base + S::k), LDD<bf16>, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk,
-              C, L, p.dk, D, tid, NTHR);
-    load_tile(reinterpret_cast<bf16*>(base + S::w), LDD<bf16>, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk,
-              C, L, p.dk, D, tid, NTHR);
-    load_tile(reinterpret_cast<bf16*>(base + S::dO), LDU, g_do + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv,
-              C, L, nv, BVw, tid, NTHR);
-    load_tile(reinterpret_cast<bf16*>(base + S::ddl), LDU, g_dDl + (bos * p.Hv + h) * p.dv + v0,
-              int64_t(p.Hv) * p.dv, C, L, nv, BVw, tid, NTHR);
-    load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
+    load_rev_tiles<S>(smem + st * S::stage, p, c, eos, h, v0, nv, BVw, LDU, g_q, g_k, g_W, g_do, g_dDl, g_gam, tid,
+                      NTHR);
   };
 
   if constexpr (Stages == 2) {
@@ -333,22 +331,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
 
     // 1. dS1[c] = dS (staged), X = dS^T K^T  [16, C]
     float r_X[8][4];
-    zero_tiles(r_X);
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      if (kk >= nkk) break;
-      uint32_t a[4];
-      acc_to_a(a, r_dS, kk);
-      stsm_x4_t(stage_row(s_stg, kk, lane), a);
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        if (16 * jj >= L) break;
-        uint32_t b[4];
-        ldsm_x4(b, s_k + (16 * jj + r8 + (mi >> 1) * 8) * LDD<bf16> + 16 * kk + (mi & 1) * 8);
-        mma_bf16(r_X[2 * jj], a, b[0], b[1]);
-        mma_bf16(r_X[2 * jj + 1], a, b[2], b[3]);
-      }
-    }
+    state_times_rows_t(r_X, r_dS, s_k, L, nkk, s_stg);
     stage_out(s_stg, g_dS1 + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv, p.dv, p.dk, lane);
 
     // 2. dDelta^T = dDelta_local^T + (t < L ? X e^{gam_e - gam_t} : 0) (stored, t < L); -dDelta^T as A fragments
@@ -387,37 +370,19 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     }
     __syncwarp();
 
-    // 4. dS^T = e^{gam_e} dS^T + dO~^T Q - dDelta^T W
-    const float de = expf(gam_e);
-#pragma unroll
-    for (int j = 0; j < 16; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) r_dS[j][e] *= de;
+    // 4. dS^T = e^{gam_e} dS^T + dO~^T Q - dDelta^T W (all of the Q part first, as the tiled kernel)
+    scale_tiles(r_dS, expf(gam_e));
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
       if (16 * jj >= L) break;
       uint32_t a[4];
       ldsm_x4_t(a, s_do + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
-#pragma unroll
-      for (int jn = 0; jn < 8; ++jn) {
-        if (jn >= nkk) break;
-        uint32_t b[4];
-        ldsm_x4_t(b, s_q + (16 * jj + r8 + (mi & 1) * 8) * LDD<bf16> + 16 * jn + (mi >> 1) * 8);
-        mma_bf16(r_dS[2 * jn], a, b[0], b[1]);
-        mma_bf16(r_dS[2 * jn + 1], a, b[2], b[3]);
-      }
+      add_times_rows(r_dS, a, s_q, jj, nkk);
     }
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
       if (16 * jj >= L) break;
-#pragma unroll
-      for (int jn = 0; jn < 8; ++jn) {
-        if (jn >= nkk) break;
-        uint32_t b[4];
-        ldsm_x4_t(b, s_w + (16 * jj + r8 + (mi & 1) * 8) * LDD<bf16> + 16 * jn + (mi >> 1) * 8);
-        mma_bf16(r_dS[2 * jn], a3[jj], b[0], b[1]);
-        mma_bf16(r_dS[2 * jn + 1], a3[jj], b[2], b[3]);
-      }
+      add_times_rows(r_dS, a3[jj], s_w, jj, nkk);
     }
   }
   if (g_dh0 && active)
