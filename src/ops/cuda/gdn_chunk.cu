@@ -466,7 +466,7 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Pa
   using S = StateSmem<T, Stages>;
   T* s_s = reinterpret_cast<T*>(smem + S::s);
   const SeqCta cta = seq_cta(p);
-  const int n = cta.n, h = cta.h, vt = cta.vt, hk = h / p.G;
+  const int n = cta.n, h = cta.h, vt = cta.vt;
   const int v0 = vt * BV, nv = min(BV, p.dv - v0);
   const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1];
   const int eos = p.cu[n + 1];
@@ -720,7 +720,7 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
   using S = RevSmem<T, Stages>;
   T* s_s = reinterpret_cast<T*>(smem + S::s);
   const SeqCta cta = seq_cta(p);
-  const int n = cta.n, h = cta.h, vt = cta.vt, hk = h / p.G;
+  const int n = cta.n, h = cta.h, vt = cta.vt;
   const int v0 = vt * BV, nv = min(BV, p.dv - v0);
   const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1];
   const int eos = p.cu[n + 1];

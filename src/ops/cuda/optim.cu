@@ -276,6 +276,7 @@ void adamw_update_multi(std::span<const AdamWItem> items, std::span<const AdamWC
     while (i < items.size() && a.nitems < kMultiItems) {
       const AdamWItem& x = items[i];
       const int64_t n = x.p.numel(), nch = (n + kChunk - 1) / kChunk;
+      DT_CHECK(nch < (int64_t(1) << 31), "adamw_update_multi: item {} of {} elements exceeds one grid", i, n);
       if (a.nitems > 0 && chunks + nch >= (int64_t(1) << 31)) break;  // the grid's x range
       MultiItem& it = a.item[a.nitems++];
       it = MultiItem{x.p.ptr<float>(), x.m.ptr<float>(), x.v.ptr<float>(), x.g.ptr<float>(), x.w.compute.data, n,
