@@ -66,6 +66,34 @@ __device__ __forceinline__ void adamw_elem(float& r_p, float& r_m, float& r_v, f
   const float r_denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(r_v), c.bc2_sqrt), c.eps);
   r_p = __fsub_rn(__fmul_rn(r_p, c.decay), __fmul_rn(c.step_size, __fdiv_rn(r_m, r_denom)));
 }
+// AdamW on four elements at i (4-aligned, 16-byte views) and on one, with the optional writes:
+// the per-element work of adamw_kernel and adamw_multi_kernel alike.
+template <int kC>
+__device__ __forceinline__ void adamw_four(float* g_p, float* g_m, float* g_v, float* g_g, void* g_c, bool zero_g,
+                                           const AdamWConsts& c, int64_t i) {
+  float4 r_p = ld4(g_p, i), r_m = ld4(g_m, i), r_v = ld4(g_v, i);
+  const float4 r_g = ld4(g_g, i);
+  adamw_elem(r_p.x, r_m.x, r_v.x, r_g.x, c);
+  adamw_elem(r_p.y, r_m.y, r_v.y, r_g.y, c);
+  adamw_elem(r_p.z, r_m.z, r_v.z, r_g.z, c);
+  adamw_elem(r_p.w, r_m.w, r_v.w, r_g.w, c);
+  st4(g_p, i, r_p);
+  st4(g_m, i, r_m);
+  st4(g_v, i, r_v);
+  store_compute4<kC>(g_c, i, r_p);
+  if (zero_g) st4(g_g, i, make_float4(0.f, 0.f, 0.f, 0.f));
+}
+template <int kC>
+__device__ __forceinline__ void adamw_one(float* g_p, float* g_m, float* g_v, float* g_g, void* g_c, bool zero_g,
+                                          const AdamWConsts& c, int64_t i) {
+  float r_p = g_p[i], r_m = g_m[i], r_v = g_v[i];
+  adamw_elem(r_p, r_m, r_v, g_g[i], c);
+  g_p[i] = r_p;
+  g_m[i] = r_m;
+  g_v[i] = r_v;
+  store_compute<kC>(g_c, i, r_p);
+  if (zero_g) g_g[i] = 0.f;
+}
 __device__ __forceinline__ void sgd_elem(float& r_p, float r_gin, const SgdConsts& c) {
   const float r_g = __fadd_rn(__fmul_rn(c.grad_scale, r_gin), __fmul_rn(c.weight_decay, r_p));
   r_p = __fsub_rn(r_p, __fmul_rn(c.lr, r_g));
@@ -82,30 +110,9 @@ template <int kC>
 __global__ void adamw_kernel(float* g_p, float* g_m, float* g_v, float* g_g, void* g_c, bool zero_g, AdamWConsts c,
                              Split sp) {
   const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t j = first; j < sp.n4; j += stride) {
-    const int64_t i = sp.head + 4 * j;
-    float4 r_p = ld4(g_p, i), r_m = ld4(g_m, i), r_v = ld4(g_v, i);
-    const float4 r_g = ld4(g_g, i);
-    adamw_elem(r_p.x, r_m.x, r_v.x, r_g.x, c);
-    adamw_elem(r_p.y, r_m.y, r_v.y, r_g.y, c);
-    adamw_elem(r_p.z, r_m.z, r_v.z, r_g.z, c);
-    adamw_elem(r_p.w, r_m.w, r_v.w, r_g.w, c);
-    st4(g_p, i, r_p);
-    st4(g_m, i, r_m);
-    st4(g_v, i, r_v);
-    store_compute4<kC>(g_c, i, r_p);
-    if (zero_g) st4(g_g, i, make_float4(0.f, 0.f, 0.f, 0.f));
-  }
-  for (int64_t j = first; j < sp.n - 4 * sp.n4; j += stride) {
-    const int64_t i = scalar_index(sp, j);
-    float r_p = g_p[i], r_m = g_m[i], r_v = g_v[i];
-    adamw_elem(r_p, r_m, r_v, g_g[i], c);
-    g_p[i] = r_p;
-    g_m[i] = r_m;
-    g_v[i] = r_v;
-    store_compute<kC>(g_c, i, r_p);
-    if (zero_g) g_g[i] = 0.f;
-  }
+  for (int64_t j = first; j < sp.n4; j += stride) adamw_four<kC>(g_p, g_m, g_v, g_g, g_c, zero_g, c, sp.head + 4 * j);
+  for (int64_t j = first; j < sp.n - 4 * sp.n4; j += stride)
+    adamw_one<kC>(g_p, g_m, g_v, g_g, g_c, zero_g, c, scalar_index(sp, j));
 }
 
 template <int kC>
@@ -157,32 +164,15 @@ struct MultiArgs {
 // Elements [e0, e1) of one item (e0 a multiple of 4): float4 groups, then the scalar rest.
 template <int kC>
 __device__ __forceinline__ void adamw_chunk(const MultiItem& it, const AdamWConsts& c, int64_t e0, int64_t e1) {
+  const bool zero_g = it.flags & kZero;
   int64_t s0 = e0;
   if (it.flags & kVec) {
     s0 = e0 + ((e1 - e0) & ~int64_t(3));
-    for (int64_t i = e0 + 4 * int64_t(threadIdx.x); i < s0; i += 4 * int64_t(blockDim.x)) {
-      float4 r_p = ld4(it.p, i), r_m = ld4(it.m, i), r_v = ld4(it.v, i);
-      const float4 r_g = ld4(it.g, i);
-      adamw_elem(r_p.x, r_m.x, r_v.x, r_g.x, c);
-      adamw_elem(r_p.y, r_m.y, r_v.y, r_g.y, c);
-      adamw_elem(r_p.z, r_m.z, r_v.z, r_g.z, c);
-      adamw_elem(r_p.w, r_m.w, r_v.w, r_g.w, c);
-      st4(it.p, i, r_p);
-      st4(it.m, i, r_m);
-      st4(it.v, i, r_v);
-      store_compute4<kC>(it.c, i, r_p);
-      if (it.flags & kZero) st4(it.g, i, make_float4(0.f, 0.f, 0.f, 0.f));
-    }
+    for (int64_t i = e0 + 4 * int64_t(threadIdx.x); i < s0; i += 4 * int64_t(blockDim.x))
+      adamw_four<kC>(it.p, it.m, it.v, it.g, it.c, zero_g, c, i);
   }
-  for (int64_t i = s0 + threadIdx.x; i < e1; i += blockDim.x) {
-    float r_p = it.p[i], r_m = it.m[i], r_v = it.v[i];
-    adamw_elem(r_p, r_m, r_v, it.g[i], c);
-    it.p[i] = r_p;
-    it.m[i] = r_m;
-    it.v[i] = r_v;
-    store_compute<kC>(it.c, i, r_p);
-    if (it.flags & kZero) it.g[i] = 0.f;
-  }
+  for (int64_t i = s0 + threadIdx.x; i < e1; i += blockDim.x)
+    adamw_one<kC>(it.p, it.m, it.v, it.g, it.c, zero_g, c, i);
 }
 
 __global__ __launch_bounds__(kThreads) void adamw_multi_kernel(const __grid_constant__ MultiArgs a) {
