@@ -447,7 +447,7 @@ TEST(GdnChunkCuda, WarpSerialKernelsMatchTiled) {
 
 // v and dv as token-strided column views of wider buffers (the layer's conv output and conv-input
 // gradient): the same bits as contiguous ones, both with the kernels reading / writing them in
-// place (DT_GDN_STRIDED_V=1) and through the op's contiguous copies (unset); dv's buffer keeps
+// place (DT_GDN_STRIDED_V=1 or unset) and through the op's contiguous copies (0); dv's buffer keeps
 // its bytes outside the view. Then the rules: a bad DT_GDN_STRIDED_V and a token stride off 16 bytes.
 TEST(GdnChunkCuda, StridedVMatchesContiguous) {
   const ScopedEnv strided("DT_GDN_STRIDED_V");

@@ -1626,12 +1626,12 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
 }
 
 // v and dv may be token-strided views (packed [Hv, dv] rows, check_token_rows): the layer passes
-// v and dv as column views of its conv output / conv-input gradient. DT_GDN_STRIDED_V=1: the
-// kernels read and write them in place; unset or 0 (until measured on a GPU): a strided v is
-// copied to a contiguous tensor first and a strided dv written through one (the copies the layer
-// made before). Read at every call.
+// v and dv as column views of its conv output / conv-input gradient. DT_GDN_STRIDED_V=1 or unset:
+// the kernels read and write them in place (gdn_layer -0.65 ms on an H200, docs/perf.md v0.8.0);
+// 0: a strided v is copied to a contiguous tensor first and a strided dv written through one (the
+// copies the layer made before). Read at every call.
 bool strided_v_in_place() {
-  return env::choice("DT_GDN_STRIDED_V", {{"0", "through contiguous copies"}, {"1", "read and written in place"}}) == 1;
+  return env::choice("DT_GDN_STRIDED_V", {{"0", "through contiguous copies"}, {"1", "read and written in place"}}) != 0;
 }
 // x itself when contiguous or when the kernels take it in place, else a contiguous tensor `tmp`
 // (filled from x when `fill`).
