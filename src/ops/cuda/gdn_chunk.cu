@@ -391,39 +391,49 @@ __global__ __launch_bounds__(kChunkThreads) void prep_kernel(Params p, const T* 
 
 // ---- the serial kernels' per-chunk tile loads (tiled and warp-owned forms share them) ----------
 // Chunk c of sequence (eos its end) and v-head h into one pipeline stage `base` (layout S: the
-// kernel's smem struct), V columns v0 .. v0 + nv of a tile bv wide with row stride ldv. The caller
-// commits the cp.async group.
-template <class S, class T>
-__device__ __forceinline__ void load_state_tiles(unsigned char* base, const Params& p, int c, int eos, int h, int v0,
-                                                 int nv, int bv, int ldv, const T* g_k, const T* g_W, const T* g_U,
-                                                 const float* g_gam, int tid, int nthr) {
-  const int64_t bos = p.chunk_start[c];
-  const int L = min(C, eos - int(bos)), hk = h / p.G;
-  load_tile(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, C, L,
-            p.dk, D, tid, nthr);
-  load_tile(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C, L,
-            p.dk, D, tid, nthr);
-  load_tile(reinterpret_cast<T*>(base + S::u), ldv, g_U + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv, C, L,
-            nv, bv, tid, nthr);
-  load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, nthr);
+// kernel's smem struct), V columns v0 .. v0 + nv of a tile BVc wide with row stride ldv, by NTHR
+// threads. A full chunk (L = C, dk = D, nv = BVc: every chunk but a sequence's last at the bench
+// shapes) takes load_tile_full; the others the generic zero-filling loop. The same copies either
+// way. The caller commits the cp.async group.
+template <class T, int COLS, int NTHR>
+__device__ __forceinline__ void load_rows(T* s, int lds, const T* g, int64_t gstride, bool full, int L, int ncols,
+                                          int tid) {
+  if (full) load_tile_full<T, C, COLS, NTHR>(s, lds, g, gstride, tid);
+  else load_tile(s, lds, g, gstride, C, L, ncols, COLS, tid, NTHR);
 }
-template <class S, class T>
-__device__ __forceinline__ void load_rev_tiles(unsigned char* base, const Params& p, int c, int eos, int h, int v0,
-                                               int nv, int bv, int ldv, const T* g_q, const T* g_k, const T* g_W,
-                                               const T* g_do, const T* g_dDl, const float* g_gam, int tid, int nthr) {
+template <class S, int BVc, int NTHR, class T>
+__device__ __forceinline__ void load_state_tiles(unsigned char* base, const Params& p, int c, int eos, int h, int v0,
+                                                 int nv, int ldv, const T* g_k, const T* g_W, const T* g_U,
+                                                 const float* g_gam, int tid) {
   const int64_t bos = p.chunk_start[c];
   const int L = min(C, eos - int(bos)), hk = h / p.G;
-  load_tile(reinterpret_cast<T*>(base + S::q), LDD<T>, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C, L,
-            p.dk, D, tid, nthr);
-  load_tile(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, C, L,
-            p.dk, D, tid, nthr);
-  load_tile(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, C, L,
-            p.dk, D, tid, nthr);
-  load_tile(reinterpret_cast<T*>(base + S::dO), ldv, g_do + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv, C,
-            L, nv, bv, tid, nthr);
-  load_tile(reinterpret_cast<T*>(base + S::ddl), ldv, g_dDl + (bos * p.Hv + h) * p.dv + v0, int64_t(p.Hv) * p.dv, C,
-            L, nv, bv, tid, nthr);
-  load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, nthr);
+  const bool full = L == C && p.dk == D && nv == BVc;
+  load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk,
+                        int64_t(p.Hv) * p.dk, full, L, p.dk, tid);
+  load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk,
+                        int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
+  load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(base + S::u), ldv, g_U + (bos * p.Hv + h) * p.dv + v0,
+                          int64_t(p.Hv) * p.dv, full, L, nv, tid);
+  load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
+}
+template <class S, int BVc, int NTHR, class T>
+__device__ __forceinline__ void load_rev_tiles(unsigned char* base, const Params& p, int c, int eos, int h, int v0,
+                                               int nv, int ldv, const T* g_q, const T* g_k, const T* g_W,
+                                               const T* g_do, const T* g_dDl, const float* g_gam, int tid) {
+  const int64_t bos = p.chunk_start[c];
+  const int L = min(C, eos - int(bos)), hk = h / p.G;
+  const bool full = L == C && p.dk == D && nv == BVc;
+  load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::q), LDD<T>, g_q + (bos * p.Hk + hk) * p.dk,
+                        int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
+  load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk,
+                        int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
+  load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk,
+                        int64_t(p.Hv) * p.dk, full, L, p.dk, tid);
+  load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(base + S::dO), ldv, g_do + (bos * p.Hv + h) * p.dv + v0,
+                          int64_t(p.Hv) * p.dv, full, L, nv, tid);
+  load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(base + S::ddl), ldv, g_dDl + (bos * p.Hv + h) * p.dv + v0,
+                          int64_t(p.Hv) * p.dv, full, L, nv, tid);
+  load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
 }
 
 // ---- state (serial over chunks): h[c] = S, Delta = U - W S, S = e^{gam_e} S + K^T (Delta (.) eL) ----
@@ -484,8 +494,8 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Pa
   });
 
   auto issue = [&](int c, int st) {
-    load_state_tiles<S>(smem + st * S::stage, p, c, eos, h, v0, nv, BV, LDV<T>, g_k, g_W, g_U, g_gam, tid,
-                        kSeqThreads);
+    load_state_tiles<S, BV, kSeqThreads>(smem + st * S::stage, p, c, eos, h, v0, nv, LDV<T>, g_k, g_W, g_U, g_gam,
+                                         tid);
   };
 
   if constexpr (S::NS == 2) {
@@ -739,8 +749,8 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
 
   // cp.async loads of chunk c's tiles into stage st (the caller commits the group)
   auto issue = [&](int c, int st) {
-    load_rev_tiles<S>(smem + st * S::stage, p, c, eos, h, v0, nv, BV, LDV<T>, g_q, g_k, g_W, g_do, g_dDl, g_gam, tid,
-                      kSeqThreads);
+    load_rev_tiles<S, BV, kSeqThreads>(smem + st * S::stage, p, c, eos, h, v0, nv, LDV<T>, g_q, g_k, g_W, g_do, g_dDl,
+                                       g_gam, tid);
   };
 
   // Two stages: one cp.async group in flight at each wait (the chunk about to be computed).
@@ -801,7 +811,7 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
       frag_pairs(r_acc, m0, sn0, [&](int r, int cc, float& x0, float& x1) {
         const float2 dl = load2(s_ddl + r * LDV<T> + cc);
         const float f = r < L ? expf(gam_e - s_gam[r]) : 0.f;
-        const float d0 = dl.x + (r < L ? x0 * f : 0.f), d1 = dl.y + (r < L ? x1 * f : 0.f);
+        const float d0 = dl.x + (r < L ? __fmul_rn(x0, f) : 0.f), d1 = dl.y + (r < L ? __fmul_rn(x1, f) : 0.f);
         if (r < L && cc < nv) store2(g_dD + ((bos + r) * p.Hv + h) * p.dv + v0 + cc, d0, d1);
         store2(s_x + r * LDV<T> + cc, -d0, -d1);
       });
@@ -1417,7 +1427,7 @@ int state_stages() {
 // of the transposed state (4 warps and a 64-wide V tile, or 8 warps and 128; bf16 only). Unset or
 // empty: kDefaultSerialWarps for bf16, tile for f32. Returns the warp count, 0 for tile. Read at
 // every launch.
-constexpr int kDefaultSerialWarps = 0;
+constexpr int kDefaultSerialWarps = 4;  // warp4: bench-0.8b step 125.5 -> 123.1 ms (docs/perf.md v0.8.0)
 template <class T>
 int serial_warps() {
   static constexpr const char* kNames[] = {"tile", "warp4", "warp8"};

@@ -193,8 +193,8 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
     state_elems(r_S, p.dk, 0, [&](float& x, int col, int row) { x = g_h0[state_base + int64_t(col) * p.dv + row]; });
 
   auto issue = [&](int c, int st) {
-    load_state_tiles<S>(smem + st * S::stage, p, c, eos, h, v0, min(BVw, p.dv - v0), BVw, LDU, g_k, g_W, g_U, g_gam,
-                        tid, NTHR);
+    load_state_tiles<S, BVw, NTHR>(smem + st * S::stage, p, c, eos, h, v0, min(BVw, p.dv - v0), LDU, g_k, g_W, g_U,
+                                   g_gam, tid);
   };
 
   if constexpr (Stages == 2) {
@@ -225,41 +225,55 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
     const int64_t bos = p.chunk_start[c];
     const int L = min(C, eos - int(bos));
     const float gam_e = s_gam[L - 1];
+    // One chunk step; F: a full chunk with dk = D, where every bound below is a constant (no
+    // branches on L or dk in the unrolled products). The same operations either way.
+    auto step = [&](auto full) {
+      constexpr bool F = decltype(full)::value;
+      const int Lc = F ? C : L, nk = F ? D / 16 : nkk;
 
-    // 1. h[c] = S (staged), X = S^T W^T  [16, C]
-    float r_X[8][4];
-    state_times_rows_t(r_X, r_S, s_w, L, nkk, g_h ? s_stg : nullptr);
-    if (g_h) stage_out(s_stg, g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv, p.dv, p.dk, lane);
+      // 1. h[c] = S (staged), X = S^T W^T  [16, C]
+      float r_X[8][4];
+      state_times_rows_t(r_X, r_S, s_w, Lc, nk, g_h ? s_stg : nullptr);
+      if (g_h) stage_out(s_stg, g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv, p.dv, p.dk, lane);
 
-    // 2. Delta^T = U^T - X (stored, t < L); Delta~^T = Delta^T e^{gam_e - gam_t} (0 for t >= L) as A fragments
-    uint32_t a2[4][4];
-    {
-      const int tq = lane & 3;
+      // 2. Delta^T = U^T - X (stored, t < L); Delta~^T = Delta^T e^{gam_e - gam_t} (0 for t >= L) as A fragments
+      uint32_t a2[4][4];
+      {
+        const int tq = lane & 3;
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          uint32_t u[4], d[4];
+          ldsm_x4_t(u, s_u + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
+          float f[4];  // the lane's tokens 16 jj + 2 tq + {0, 1, 8, 9}
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int t = 16 * jj + 2 * tq + (i & 1) + 8 * (i >> 1);
+            f[i] = t < Lc ? expf(gam_e - s_gam[t]) : 0.f;
+          }
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {  // q: n-tile 2 jj + (q >> 1), row half q & 1
+            const float* x = r_X[2 * jj + (q >> 1)] + 2 * (q & 1);
+            const int t = 16 * jj + 8 * (q >> 1) + 2 * tq;
+            const float d0 = bf16_lo(u[q]) - x[0], d1 = bf16_hi(u[q]) - x[1];
+            d[q] = pack_bf16(d0, d1);
+            const float f0 = f[2 * (q >> 1)], f1 = f[2 * (q >> 1) + 1];
+            a2[jj][q] = pack_bf16(t < Lc ? d0 * f0 : 0.f, t + 1 < Lc ? d1 * f1 : 0.f);
+          }
+          stsm_x4_t(stage_row(s_stg, jj, lane), d);
+        }
+      }
+      stage_out(s_stg, g_D + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, Lc, lane);
+
+      // 3. S^T = e^{gam_e} S^T + Delta~^T K
+      scale_tiles(r_S, expf(gam_e));
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
-        uint32_t u[4], d[4];
-        ldsm_x4_t(u, s_u + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {  // q: n-tile 2 jj + (q >> 1), row half q & 1
-          const float* x = r_X[2 * jj + (q >> 1)] + 2 * (q & 1);
-          const int t = 16 * jj + 8 * (q >> 1) + 2 * tq;
-          const float d0 = bf16_lo(u[q]) - x[0], d1 = bf16_hi(u[q]) - x[1];
-          d[q] = pack_bf16(d0, d1);
-          const float f0 = t < L ? expf(gam_e - s_gam[t]) : 0.f, f1 = t + 1 < L ? expf(gam_e - s_gam[t + 1]) : 0.f;
-          a2[jj][q] = pack_bf16(t < L ? d0 * f0 : 0.f, t + 1 < L ? d1 * f1 : 0.f);
-        }
-        stsm_x4_t(stage_row(s_stg, jj, lane), d);
+        if (16 * jj >= Lc) break;
+        add_times_rows(r_S, a2[jj], s_k, jj, nk);
       }
-    }
-    stage_out(s_stg, g_D + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, L, lane);
-
-    // 3. S^T = e^{gam_e} S^T + Delta~^T K
-    scale_tiles(r_S, expf(gam_e));
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-      if (16 * jj >= L) break;
-      add_times_rows(r_S, a2[jj], s_k, jj, nkk);
-    }
+    };
+    if (L == C && nkk == D / 16) step(std::true_type{});
+    else step(std::false_type{});
   }
   if (g_ht && active)
     state_elems(r_S, p.dk, 0, [&](float& x, int col, int row) { g_ht[state_base + int64_t(col) * p.dv + row] = x; });
@@ -296,8 +310,8 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     state_elems(r_dS, p.dk, 0, [&](float& x, int col, int row) { x = g_dht[state_base + int64_t(col) * p.dv + row]; });
 
   auto issue = [&](int c, int st) {
-    load_rev_tiles<S>(smem + st * S::stage, p, c, eos, h, v0, nv, BVw, LDU, g_q, g_k, g_W, g_do, g_dDl, g_gam, tid,
-                      NTHR);
+    load_rev_tiles<S, BVw, NTHR>(smem + st * S::stage, p, c, eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do, g_dDl, g_gam,
+                                 tid);
   };
 
   if constexpr (Stages == 2) {
@@ -329,61 +343,77 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     const int L = min(C, eos - int(bos));
     const float gam_e = s_gam[L - 1];
 
-    // 1. dS1[c] = dS (staged), X = dS^T K^T  [16, C]
-    float r_X[8][4];
-    state_times_rows_t(r_X, r_dS, s_k, L, nkk, s_stg);
-    stage_out(s_stg, g_dS1 + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv, p.dv, p.dk, lane);
+    // One chunk step; F: a full chunk with dk = D (constant bounds, as in state_warp_kernel).
+    auto step = [&](auto full) {
+      constexpr bool F = decltype(full)::value;
+      const int Lc = F ? C : L, nk = F ? D / 16 : nkk;
 
-    // 2. dDelta^T = dDelta_local^T + (t < L ? X e^{gam_e - gam_t} : 0) (stored, t < L); -dDelta^T as A fragments
-    uint32_t a3[4][4];
-    {
-      const int tq = lane & 3;
+      // 1. dS1[c] = dS (staged), X = dS^T K^T  [16, C]
+      float r_X[8][4];
+      state_times_rows_t(r_X, r_dS, s_k, Lc, nk, s_stg);
+      stage_out(s_stg, g_dS1 + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv, p.dv, p.dk, lane);
+
+      // 2. dDelta^T = dDelta_local^T + (t < L ? X e^{gam_e - gam_t} : 0) (stored, t < L); -dDelta^T as A fragments
+      uint32_t a3[4][4];
+      {
+        const int tq = lane & 3;
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          uint32_t dl[4], d[4];
+          ldsm_x4_t(dl, s_ddl + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
+          float f[4];  // the lane's tokens 16 jj + 2 tq + {0, 1, 8, 9}
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int t = 16 * jj + 2 * tq + (i & 1) + 8 * (i >> 1);
+            f[i] = t < Lc ? expf(gam_e - s_gam[t]) : 0.f;
+          }
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const float* x = r_X[2 * jj + (q >> 1)] + 2 * (q & 1);
+            const int t = 16 * jj + 8 * (q >> 1) + 2 * tq;
+            const float f0 = f[2 * (q >> 1)], f1 = f[2 * (q >> 1) + 1];
+            // __fmul_rn: never contracted into an FMA with the add (a full chunk has no select in
+            // between), so the sum rounds as the tiled kernel's does
+            const float d0 = bf16_lo(dl[q]) + (t < Lc ? __fmul_rn(x[0], f0) : 0.f);
+            const float d1 = bf16_hi(dl[q]) + (t + 1 < Lc ? __fmul_rn(x[1], f1) : 0.f);
+            d[q] = pack_bf16(d0, d1);
+            a3[jj][q] = pack_bf16(-d0, -d1);
+          }
+          stsm_x4_t(stage_row(s_stg, jj, lane), d);
+        }
+      }
+      stage_out(s_stg, g_dD + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, Lc, lane);
+
+      // 3. dO~ = scale e^{gam_t} dO (0 for t >= L): this warp's 16 columns, in place
+      for (int it = lane; it < 2 * C; it += 32) {
+        const int r = it >> 1, cc = wv + 8 * (it & 1);
+        const float f = r < Lc ? p.scale * expf(s_gam[r]) : 0.f;
+        uint4* pd = reinterpret_cast<uint4*>(s_do + r * LDU + cc);
+        uint4 x = *pd;
+        bf16* ex = reinterpret_cast<bf16*>(&x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ex[e] = from_f<bf16>(to_f(ex[e]) * f);
+        *pd = x;
+      }
+      __syncwarp();
+
+      // 4. dS^T = e^{gam_e} dS^T + dO~^T Q - dDelta^T W (all of the Q part first, as the tiled kernel)
+      scale_tiles(r_dS, expf(gam_e));
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
-        uint32_t dl[4], d[4];
-        ldsm_x4_t(dl, s_ddl + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float* x = r_X[2 * jj + (q >> 1)] + 2 * (q & 1);
-          const int t = 16 * jj + 8 * (q >> 1) + 2 * tq;
-          const float f0 = t < L ? expf(gam_e - s_gam[t]) : 0.f, f1 = t + 1 < L ? expf(gam_e - s_gam[t + 1]) : 0.f;
-          const float d0 = bf16_lo(dl[q]) + (t < L ? x[0] * f0 : 0.f);
-          const float d1 = bf16_hi(dl[q]) + (t + 1 < L ? x[1] * f1 : 0.f);
-          d[q] = pack_bf16(d0, d1);
-          a3[jj][q] = pack_bf16(-d0, -d1);
-        }
-        stsm_x4_t(stage_row(s_stg, jj, lane), d);
+        if (16 * jj >= Lc) break;
+        uint32_t a[4];
+        ldsm_x4_t(a, s_do + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
+        add_times_rows(r_dS, a, s_q, jj, nk);
       }
-    }
-    stage_out(s_stg, g_dD + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, L, lane);
-
-    // 3. dO~ = scale e^{gam_t} dO (0 for t >= L): this warp's 16 columns, in place
-    for (int it = lane; it < 2 * C; it += 32) {
-      const int r = it >> 1, cc = wv + 8 * (it & 1);
-      const float f = r < L ? p.scale * expf(s_gam[r]) : 0.f;
-      uint4* pd = reinterpret_cast<uint4*>(s_do + r * LDU + cc);
-      uint4 x = *pd;
-      bf16* ex = reinterpret_cast<bf16*>(&x);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) ex[e] = from_f<bf16>(to_f(ex[e]) * f);
-      *pd = x;
-    }
-    __syncwarp();
-
-    // 4. dS^T = e^{gam_e} dS^T + dO~^T Q - dDelta^T W (all of the Q part first, as the tiled kernel)
-    scale_tiles(r_dS, expf(gam_e));
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-      if (16 * jj >= L) break;
-      uint32_t a[4];
-      ldsm_x4_t(a, s_do + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
-      add_times_rows(r_dS, a, s_q, jj, nkk);
-    }
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-      if (16 * jj >= L) break;
-      add_times_rows(r_dS, a3[jj], s_w, jj, nkk);
-    }
+      for (int jj = 0; jj < 4; ++jj) {
+        if (16 * jj >= Lc) break;
+        add_times_rows(r_dS, a3[jj], s_w, jj, nk);
+      }
+    };
+    if (L == C && nkk == D / 16) step(std::true_type{});
+    else step(std::false_type{});
   }
   if (g_dh0 && active)
     state_elems(r_dS, p.dk, 0, [&](float& x, int col, int row) { g_dh0[state_base + int64_t(col) * p.dv + row] = x; });

@@ -64,6 +64,23 @@ __device__ __forceinline__ void load_tile(T* s, int lds, const T* g, int64_t gst
     cp_async16(s + r * lds + c, ok ? g + r * gstride + c : g, ok);
   }
 }
+// load_tile for a tile with every element valid (nvalid = ROWS, ncols = COLS), sizes known at
+// compile time: the same copies, but each thread's rows are a fixed stride apart, so its shared
+// and global addresses are computed once and each copy is one add and one LDGSTS (the generic
+// loop spends ~28 instructions a copy on divisions, 64-bit products and predicates; on the serial
+// kernels' critical path that was ~20-25% of a chunk step's instructions, docs/perf.md v0.8.0).
+template <class T, int ROWS, int COLS, int NTHR>
+__device__ __forceinline__ void load_tile_full(T* s, int lds, const T* g, int64_t gstride, int tid) {
+  constexpr int V = kPad<T>, VPR = COLS / V, RSTEP = NTHR / VPR, N = ROWS * VPR / NTHR;
+  static_assert(COLS % V == 0 && NTHR % VPR == 0 && (ROWS * VPR) % NTHR == 0, "load_tile_full: tile / thread shape");
+  const int r = tid / VPR, c = (tid - r * VPR) * V;
+  const unsigned sa = smem_addr(s + r * lds + c), sstep = unsigned(RSTEP * lds * sizeof(T));
+  const T* gp = g + r * gstride + c;
+  const int64_t gstep = RSTEP * gstride;
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa + i * sstep), "l"(gp + i * gstep) : "memory");
+}
 // s[i] = g[i*stride] for i < nvalid, 0 for nvalid <= i < n (fp32 columns such as gamma, beta).
 __device__ __forceinline__ void load_col(float* s, const float* g, int64_t stride, int n, int nvalid, int tid,
                                          int nthr) {
