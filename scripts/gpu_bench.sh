@@ -37,7 +37,7 @@ for n in "${names[@]}"; do
     gdn_elementwise | dense_elementwise | attention | optim_step) run "$n" "$B/$n" ;;
     gdn_layer)
       run "gdn_layer 1 GPU" "$B/gdn_layer"
-      run "gdn_layer 1 GPU DT_GDN_SERIAL=warp4" env DT_GDN_SERIAL=warp4 "$B/gdn_layer"
+      run "gdn_layer 1 GPU DT_GDN_SERIAL=tile" env DT_GDN_SERIAL=tile "$B/gdn_layer"
       two "gdn_layer TP=2 SP" "$B/gdn_layer" --tp 2 --sp
       for comm in all_to_all all_gather; do  # the trainer's gdn.cp_comm=auto picks all_gather in all three
         two "gdn_layer CP=2 $comm" "$B/gdn_layer" --cp 2 --cp-comm $comm
@@ -46,10 +46,11 @@ for n in "${names[@]}"; do
       done ;;
     train_step)  # from the repo root: configs/ are found relative to the source tree either way
       run "train_step 1 GPU" "$B/train_step" --phases 5
-      # the knobs not yet on by default: warp-owned GDN serial kernels, batched AdamW launches
-      run "train_step 1 GPU DT_GDN_SERIAL=warp4" env DT_GDN_SERIAL=warp4 "$B/train_step" --phases 5
-      run "train_step 1 GPU DT_GDN_SERIAL=warp4 DT_OPTIM_MULTI=1" env DT_GDN_SERIAL=warp4 DT_OPTIM_MULTI=1 \
-        "$B/train_step" --phases 5
+      # the forms the defaults replaced (v0.8.0): CTA-tiled GDN serial kernels, one AdamW launch per
+      # parameter, v / dv through contiguous copies
+      run "train_step 1 GPU DT_GDN_SERIAL=tile" env DT_GDN_SERIAL=tile "$B/train_step" --phases 5
+      run "train_step 1 GPU DT_GDN_SERIAL=tile DT_OPTIM_MULTI=0 DT_GDN_STRIDED_V=0" env DT_GDN_SERIAL=tile \
+        DT_OPTIM_MULTI=0 DT_GDN_STRIDED_V=0 "$B/train_step" --phases 5
       if [ -n "${CUDNN_LIB_DIR:-}" ]; then  # cuDNN's forward + the native backward (attention.backend auto is native)
         run "train_step 1 GPU cudnn_fwd" "$B/train_step" --set attention.backend=cudnn_fwd
       fi
