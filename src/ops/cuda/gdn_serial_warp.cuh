@@ -114,6 +114,15 @@ __device__ __forceinline__ void add_times_rows(float (&S)[16][4], const uint32_t
     mma_bf16(S[2 * jn + 1], a, b[2], b[3]);
   }
 }
+// f[i] = e^{gam_e - gam_t} for the lane's tokens t = 16 jj + 2 tq + {0, 1, 8, 9} of token tile jj
+// (the rows of its accumulator fragments), 0 for t >= L: one expf per token and lane.
+__device__ __forceinline__ void decay_to_end(float (&f)[4], const float* s_gam, float gam_e, int jj, int tq, int L) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int t = 16 * jj + 2 * tq + (i & 1) + 8 * (i >> 1);
+    f[i] = t < L ? expf(gam_e - s_gam[t]) : 0.f;
+  }
+}
 __device__ __forceinline__ void scale_tiles(float (&S)[16][4], float f) {
 #pragma unroll
   for (int j = 0; j < 16; ++j)
@@ -244,12 +253,8 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
         for (int jj = 0; jj < 4; ++jj) {
           uint32_t u[4], d[4];
           ldsm_x4_t(u, s_u + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
-          float f[4];  // the lane's tokens 16 jj + 2 tq + {0, 1, 8, 9}
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int t = 16 * jj + 2 * tq + (i & 1) + 8 * (i >> 1);
-            f[i] = t < Lc ? expf(gam_e - s_gam[t]) : 0.f;
-          }
+          float f[4];
+          decay_to_end(f, s_gam, gam_e, jj, tq, Lc);
 #pragma unroll
           for (int q = 0; q < 4; ++q) {  // q: n-tile 2 jj + (q >> 1), row half q & 1
             const float* x = r_X[2 * jj + (q >> 1)] + 2 * (q & 1);
@@ -361,12 +366,8 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
         for (int jj = 0; jj < 4; ++jj) {
           uint32_t dl[4], d[4];
           ldsm_x4_t(dl, s_ddl + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
-          float f[4];  // the lane's tokens 16 jj + 2 tq + {0, 1, 8, 9}
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int t = 16 * jj + 2 * tq + (i & 1) + 8 * (i >> 1);
-            f[i] = t < Lc ? expf(gam_e - s_gam[t]) : 0.f;
-          }
+          float f[4];
+          decay_to_end(f, s_gam, gam_e, jj, tq, Lc);
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             const float* x = r_X[2 * jj + (q >> 1)] + 2 * (q & 1);
