@@ -1301,10 +1301,14 @@ struct Dims {
   int64_t T, N, NT, Hk, Hv, dk, dv;
 };
 
-void check_act(const TensorView& x, const Shape& s, DType t, Device dev, const char* op, const char* name) {
+// Shape s, dtype t (q's) and device dev (q's).
+void check_like_q(const TensorView& x, const Shape& s, DType t, Device dev, const char* op, const char* name) {
   DT_CHECK(x.shape == s, "cuda::{}: {} must be {}, got {}", op, name, s.str(), x.str());
   DT_CHECK(x.dtype == t, "cuda::{}: {} must be {} like q, got {}", op, name, dtype_name(t), x.str());
   DT_CHECK(x.device == dev, "cuda::{}: {} must be on {} like q, got {}", op, name, dev.str(), x.str());
+}
+void check_act(const TensorView& x, const Shape& s, DType t, Device dev, const char* op, const char* name) {
+  check_like_q(x, s, t, dev, op, name);
   DT_CHECK(x.is_contiguous(), "cuda::{}: {} must be contiguous, got {}", op, name, x.str());
   DT_CHECK(reinterpret_cast<uintptr_t>(x.data) % 16 == 0 || x.numel() == 0,
            "cuda::{}: {} must be 16-byte aligned, got {}", op, name, x.str());
@@ -1312,9 +1316,7 @@ void check_act(const TensorView& x, const Shape& s, DType t, Device dev, const c
 // [T, H, d] with packed [H, d] rows and any token stride that keeps every row 16-byte aligned
 // (v, dv: column views of a wider buffer, such as the conv output, read / written in place).
 void check_token_rows(const TensorView& x, const Shape& s, DType t, Device dev, const char* op, const char* name) {
-  DT_CHECK(x.shape == s, "cuda::{}: {} must be {}, got {}", op, name, s.str(), x.str());
-  DT_CHECK(x.dtype == t, "cuda::{}: {} must be {} like q, got {}", op, name, dtype_name(t), x.str());
-  DT_CHECK(x.device == dev, "cuda::{}: {} must be on {} like q, got {}", op, name, dev.str(), x.str());
+  check_like_q(x, s, t, dev, op, name);
   DT_CHECK(x.numel() == 0 || (x.stride[2] == 1 && x.stride[1] == s[2]),
            "cuda::{}: {} must have packed [{}, {}] rows (strides [*, {}, 1]), got {}", op, name, s[1], s[2], s[2],
            x.str());
