@@ -33,11 +33,11 @@ four() { on 4 "$@"; }
 for n in "${names[@]}"; do
   case $n in
     gdn_kernels)  # the serial kernels both ways (DT_GDN_SERIAL: src/ops/cuda/gdn_chunk.cu)
-      for k in tile warp4 warp8; do run "gdn_kernels DT_GDN_SERIAL=$k" env DT_GDN_SERIAL=$k "$B/$n"; done ;;
+      for k in tile warp4 warp8 split2 split4; do run "gdn_kernels DT_GDN_SERIAL=$k" env DT_GDN_SERIAL=$k "$B/$n"; done ;;
     gdn_elementwise | dense_elementwise | attention | optim_step) run "$n" "$B/$n" ;;
     gdn_layer)
       run "gdn_layer 1 GPU" "$B/gdn_layer"
-      run "gdn_layer 1 GPU DT_GDN_SERIAL=tile" env DT_GDN_SERIAL=tile "$B/gdn_layer"
+      for k in tile split2 split4; do run "gdn_layer 1 GPU DT_GDN_SERIAL=$k" env DT_GDN_SERIAL=$k "$B/gdn_layer"; done
       two "gdn_layer TP=2 SP" "$B/gdn_layer" --tp 2 --sp
       for comm in all_to_all all_gather; do  # the trainer's gdn.cp_comm=auto picks all_gather in all three
         two "gdn_layer CP=2 $comm" "$B/gdn_layer" --cp 2 --cp-comm $comm
@@ -49,6 +49,8 @@ for n in "${names[@]}"; do
       # the forms the defaults replaced (v0.8.0): CTA-tiled GDN serial kernels, one AdamW launch per
       # parameter, v / dv through contiguous copies
       run "train_step 1 GPU DT_GDN_SERIAL=tile" env DT_GDN_SERIAL=tile "$B/train_step" --phases 5
+      # not yet the default (v0.8.0, compiled only): 2 or 4 warps per 16 GDN state rows
+      for k in split2 split4; do run "train_step 1 GPU DT_GDN_SERIAL=$k" env DT_GDN_SERIAL=$k "$B/train_step" --phases 5; done
       run "train_step 1 GPU DT_GDN_SERIAL=tile DT_OPTIM_MULTI=0 DT_GDN_STRIDED_V=0" env DT_GDN_SERIAL=tile \
         DT_OPTIM_MULTI=0 DT_GDN_STRIDED_V=0 "$B/train_step" --phases 5
       if [ -n "${CUDNN_LIB_DIR:-}" ]; then  # cuDNN's forward + the native backward (attention.backend auto is native)

@@ -13,7 +13,8 @@
 //     DT_GDN_STATE_STAGES) are bitwise equal, on a grid of one CTA per SM and on a larger one; bad
 //     values of the variables are fatal
 //   * the warp-owned serial kernels (DT_GDN_SERIAL=warp4|warp8, bf16) match the CPU recurrence
-//     and give the tiled kernels' bits (same products, same order, same roundings)
+//     and give the tiled kernels' bits (same products, same order, same roundings); the split
+//     ones (split2|split4, dk = 128) match both within a stated tolerance
 //   * token-strided v / dv (column views, as the layer passes them) give the contiguous bits
 #include <gtest/gtest.h>
 
@@ -495,6 +496,55 @@ TEST(GdnChunkCuda, WarpSerialKernelsEnvErrors) {
   rev.set("1");
   EXPECT_DEATH(run(c, make_inputs(c, true, 62), Device::cuda(), DType::bf16),
                "DT_GDN_REV_STAGES=1 with DT_GDN_SERIAL=warp8");
+}
+
+// DT_GDN_SERIAL=split2|split4 (gdn_serial_split.cuh: 2 or 4 warps per 16 state rows, dk = 128).
+// Product 1's sum over dk is split, so not the tiled bits: within 1e-2 (rel. L2) of the CPU
+// recurrence and 5e-3 of the tiled kernels, on the d128 accuracy case, a large grid and a dv with
+// a partial V tile (inactive row groups). Another dk runs the warp-owned form: the tiled bits.
+// Then the rules: fixed stage counts, bf16 only.
+TEST(GdnChunkCuda, SplitSerialKernelsMatchCpu) {
+  const ScopedEnv serial("DT_GDN_SERIAL"), rev("DT_GDN_REV_STAGES"), state("DT_GDN_STATE_STAGES");
+  const std::vector<int32_t> mix{1, 63, 64, 65, 300, 1000};
+  const std::vector<Case> cases{
+      {"d128 GQA2 h0+dht", {1, 63, 64, 65, 200, 129}, 1, 2, 128, 128, true, true},
+      {"large grid d128 GQA2 dht", mix, 8, 16, 128, 128, false, true},
+      {"d128 dv80 partial V tile", {1, 64, 130, 257}, 1, 2, 128, 80, true, true},
+      {"d64: warp-owned instead", {65, 1, 0, 300, 128, 0}, 2, 2, 64, 64, true, false},
+  };
+  uint64_t salt = 400;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Inputs in = make_inputs(c, true, ++salt);
+    serial.set("tile");
+    const Outputs tile = run(c, in, Device::cuda(), DType::bf16);
+    const auto tile_v = to_vecs(tile);
+    const Outputs cpu = run(c, in, Device::cpu(), DType::f32);
+    for (const char* kind : {"split2", "split4"}) {
+      serial.set(kind);
+      const Outputs got = run(c, in, Device::cuda(), DType::bf16);
+      expect_close(got, cpu, 1e-2, std::string(kind) + " vs CPU " + c.name);
+      if (c.dk == 128) {
+        expect_close(got, tile, 5e-3, std::string(kind) + " vs tile " + c.name);
+      } else {
+        const auto v = to_vecs(got);
+        for (int i = 0; i < 8; ++i) EXPECT_TRUE(bitwise_eq(tile_v[i], v[i])) << kind << " (warp4) vs tile " << kNames[i];
+      }
+    }
+  }
+  const Case t{"tiny d128", {65, 3}, 1, 2, 128, 128, false, false};
+  serial.set("split4");
+  rev.set("2");
+  EXPECT_DEATH(run(t, make_inputs(t, true, 420), Device::cuda(), DType::bf16),
+               "DT_GDN_REV_STAGES=2 with DT_GDN_SERIAL=split4: the split rev kernel has 1 stage");
+  serial.set("split2");
+  rev.set(nullptr);
+  state.set("1");
+  EXPECT_DEATH(run(t, make_inputs(t, true, 421), Device::cuda(), DType::bf16),
+               "DT_GDN_STATE_STAGES=1 with DT_GDN_SERIAL=split2");
+  state.set(nullptr);
+  EXPECT_DEATH(run(t, make_inputs(t, false, 422), Device::cuda(), DType::f32),
+               "DT_GDN_SERIAL=split2 needs bf16 inputs");
 }
 
 TEST(GdnChunkCuda, SerialKernelStagesEnvErrors) {

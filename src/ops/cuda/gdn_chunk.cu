@@ -24,11 +24,12 @@
 // state always two (they cost it no occupancy). DT_GDN_REV_STAGES=1|2 and DT_GDN_STATE_STAGES=1|2
 // force the counts (rev_stages, state_stages). Both forms do the same arithmetic in the same
 // order: the same bits.
-// Two forms of the serial kernels (serial_warps, DT_GDN_SERIAL=tile|warp4|warp8): the CTA-tiled
-// state_kernel / rev_kernel below, and gdn_serial_warp.cuh's warp-owned rows of the transposed
-// state (bf16 only; no shared-memory state operand and no CTA barrier inside a chunk step). The
-// same products in the same order: the same bits (tested). Default: tile until the warp form has
-// been measured on a GPU.
+// Three forms of the serial kernels (DT_GDN_SERIAL=tile|warp4|warp8|split2|split4): the CTA-tiled
+// state_kernel / rev_kernel below; gdn_serial_warp.cuh's warp-owned rows of the transposed state
+// (bf16 only; no shared-memory state operand and no CTA barrier inside a chunk step), the same
+// products in the same order, so the same bits (tested), and the bf16 default; and
+// gdn_serial_split.cuh's 2 or 4 warps per 16 rows (bf16, dk = 128; product 1's dk sum split, so
+// within a tolerance).
 //
 // Precision: bf16 inputs -> mma.sync m16n8k16 bf16 tensor-core products with fp32 accumulation;
 // the staged intermediates (W, U, Tm, chunk states, Delta, dDelta, dS1, dW) are bf16 as in FLA
@@ -837,7 +838,8 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
     });
 }
 
-#include "ops/cuda/gdn_serial_warp.cuh"  // state_warp_kernel, rev_warp_kernel (bf16)
+#include "ops/cuda/gdn_serial_warp.cuh"   // state_warp_kernel, rev_warp_kernel (bf16)
+#include "ops/cuda/gdn_serial_split.cuh"  // state_split_kernel, rev_split_kernel (bf16, dk = 128)
 
 // ---- dqk (B5): ds, dq, dk (state + intra part), dW, dgamma (partial) ------------------------------
 template <class T>
@@ -1426,22 +1428,36 @@ int state_stages() {
 
 // Which serial kernels (state K4, rev B4) run. DT_GDN_SERIAL=tile: the CTA-tiled kernels (8 warps
 // share a [dk, 64] state tile; both dtypes); warp4 / warp8: gdn_serial_warp.cuh's warp-owned rows
-// of the transposed state (4 warps and a 64-wide V tile, or 8 warps and 128; bf16 only). Unset or
-// empty: kDefaultSerialWarps for bf16, tile for f32. Returns the warp count, 0 for tile. Read at
-// every launch.
+// of the transposed state (4 warps and a 64-wide V tile, or 8 warps and 128; bf16 only); split2 /
+// split4: gdn_serial_split.cuh's 2 or 4 warps per 16 rows (bf16; dk = 128, another dk runs warp4).
+// Unset or empty: kDefaultSerialWarps for bf16, tile for f32. Read at every launch.
 constexpr int kDefaultSerialWarps = 4;  // warp4: bench-0.8b step 125.5 -> 123.1 ms (docs/perf.md v0.8.0)
+constexpr const char* kSerialNames[] = {"tile", "warp4", "warp8", "split2", "split4"};
 template <class T>
-int serial_warps() {
-  static constexpr const char* kNames[] = {"tile", "warp4", "warp8"};
-  const int i = env::choice("DT_GDN_SERIAL", {{kNames[0], "CTA-tiled serial kernels"},
-                                              {kNames[1], "warp-owned state rows, 4 warps, bf16"},
-                                              {kNames[2], "warp-owned state rows, 8 warps, bf16"}});
+int serial_choice() {
+  const int i = env::choice("DT_GDN_SERIAL", {{kSerialNames[0], "CTA-tiled serial kernels"},
+                                              {kSerialNames[1], "warp-owned state rows, 4 warps, bf16"},
+                                              {kSerialNames[2], "warp-owned state rows, 8 warps, bf16"},
+                                              {kSerialNames[3], "2 warps per 16 state rows, bf16, dk 128"},
+                                              {kSerialNames[4], "4 warps per 16 state rows, bf16, dk 128"}});
+  DT_CHECK(i <= 0 || sizeof(T) == 2, "DT_GDN_SERIAL={} needs bf16 inputs: the warp-owned and split serial kernels are "
+                                     "bf16 only; set tile or unset it",
+           kSerialNames[i < 0 ? 0 : i]);
+  return i;
+}
+// The warp count of the warp-owned form, 0 for tile (and for split2 / split4 when they run).
+template <class T>
+int serial_warps(int dk) {
+  const int i = serial_choice<T>();
   if (i < 0) return sizeof(T) == 2 ? kDefaultSerialWarps : 0;
-  if (i == 0) return 0;
-  DT_CHECK(sizeof(T) == 2, "DT_GDN_SERIAL={} needs bf16 inputs: the warp-owned serial kernels are bf16 only; set "
-                           "tile or unset it",
-           kNames[i]);
-  return i == 1 ? 4 : 8;
+  if (i >= 3) return dk == D ? 0 : 4;
+  return i == 0 ? 0 : i == 1 ? 4 : 8;
+}
+// G of the split form when it runs, else 0.
+template <class T>
+int serial_split(int dk) {
+  const int i = serial_choice<T>();
+  return i >= 3 && dk == D ? (i == 3 ? 2 : 4) : 0;
 }
 // The serial grid in V tiles of 16 * nw columns.
 Params warp_params(Params p, int nw) {
@@ -1467,7 +1483,24 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
   }
   if (p.N > 0 && (p.NT > 0 || ht)) {
     if constexpr (std::is_same_v<T, bf16>) {
-      if (const int nw = serial_warps<T>()) {
+      if (const int sg = serial_split<T>(p.dk)) {  // two stages; V tiles of 64
+        DT_CHECK(state_stages() == 2, "DT_GDN_STATE_STAGES=1 with DT_GDN_SERIAL=split{}: the split state kernel has "
+                                      "two stages only; unset one of them",
+                 sg);
+        const Params pw = warp_params(p, 4);
+        auto state = [&](auto groups) {
+          constexpr int GS = decltype(groups)::value;
+          constexpr size_t bytes = SStateSmem<GS, 2>::bytes;
+          set_smem(state_split_kernel<GS, 2>, bytes);
+          state_split_kernel<GS, 2><<<seq_ctas(pw), SplitTiles<GS>::NTHR, bytes, st>>>(
+              pw, tptr<T>(k), W, U, gam, tptr<float>(h0), h, Dl, ht);
+          DT_CUDA_LAUNCH_CHECK();
+        };
+        if (sg == 2) state(std::integral_constant<int, 2>{});
+        else state(std::integral_constant<int, 4>{});
+        return;
+      }
+      if (const int nw = serial_warps<T>(int(p.dk))) {
         const Params pw = warp_params(p, nw);
         auto state = [&](auto warps, auto stages) {
           constexpr int NW = decltype(warps)::value, NS = decltype(stages)::value;
@@ -1565,8 +1598,28 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
         p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), tptr<T>(do_), dDl.ptr<T>());
     DT_CUDA_LAUNCH_CHECK();
   }
-  const int nw = p.N > 0 ? serial_warps<T>() : 0;
+  const int sg = p.N > 0 ? serial_split<T>(p.dk) : 0;
+  const int nw = p.N > 0 && !sg ? serial_warps<T>(p.dk) : 0;
   if constexpr (std::is_same_v<T, bf16>) {
+    if (sg) {  // G = 2: two stages (202.5 KB); G = 4: one (two would not fit); V tiles of 64
+      const Params pw = warp_params(p, 4);
+      const int forced = forced_stages("DT_GDN_REV_STAGES");
+      DT_CHECK(forced == 0 || forced == (sg == 2 ? 2 : 1),
+               "DT_GDN_REV_STAGES={} with DT_GDN_SERIAL=split{}: the split rev kernel has {} stage(s) only; unset one "
+               "of them",
+               forced, sg, sg == 2 ? 2 : 1);
+      auto rev = [&](auto groups) {
+        constexpr int GS = decltype(groups)::value, NS = GS == 2 ? 2 : 1;
+        constexpr size_t bytes = SRevSmem<GS, NS>::bytes;
+        set_smem(rev_split_kernel<GS, NS>, bytes);
+        rev_split_kernel<GS, NS><<<seq_ctas(pw), SplitTiles<GS>::NTHR, bytes, st>>>(
+            pw, tptr<T>(q), tptr<T>(k), W.ptr<T>(), gam.ptr<float>(), tptr<T>(do_), dDl.ptr<T>(), tptr<float>(dht),
+            dS1.ptr<T>(), dD.ptr<T>(), tptr<float>(dh0));
+        DT_CUDA_LAUNCH_CHECK();
+      };
+      if (sg == 2) rev(std::integral_constant<int, 2>{});
+      else rev(std::integral_constant<int, 4>{});
+    }
     if (nw) {
       const Params pw = warp_params(p, nw);
       const unsigned ctas = seq_ctas(pw);
@@ -1594,7 +1647,7 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
       }
     }
   }
-  if (p.N > 0 && !nw) {
+  if (p.N > 0 && !nw && !sg) {
     const unsigned ctas = seq_ctas(p);
     auto rev = [&](auto stages) {
       constexpr int NS = decltype(stages)::value;

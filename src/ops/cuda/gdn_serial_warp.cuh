@@ -79,13 +79,15 @@ __device__ __forceinline__ void state_elems(float (&r)[16][4], int dk, int row0,
 
 // X [16, C] = bf16(S^T) R^T over the token rows of s_rows [C][LDD] (W or K): k-steps over dk,
 // token tiles below L. With s_stg, the A fragments (S^T's bf16 values) are also staged through
-// stmatrix.trans for the h / dS1 store.
-__device__ __forceinline__ void state_times_rows_t(float (&X)[8][4], const float (&S)[16][4], const bf16* s_rows,
+// stmatrix.trans for the h / dS1 store. S holds NJ n-tiles: all of dk (16), or a warp's slice of
+// it (gdn_serial_split.cuh, with s_rows offset to the slice's first column).
+template <int NJ>
+__device__ __forceinline__ void state_times_rows_t(float (&X)[8][4], const float (&S)[NJ][4], const bf16* s_rows,
                                                    int L, int nkk, bf16* s_stg) {
   const int lane = threadIdx.x & 31, mi = lane >> 3, r8 = lane & 7;
   zero_tiles(X);
 #pragma unroll
-  for (int kk = 0; kk < 8; ++kk) {
+  for (int kk = 0; kk < NJ / 2; ++kk) {
     if (kk >= nkk) break;
     uint32_t a[4];
     acc_to_a(a, S, kk);
@@ -101,12 +103,13 @@ __device__ __forceinline__ void state_times_rows_t(float (&X)[8][4], const float
   }
 }
 // S^T [16, dk] += A R over k-step jj: A the fragments of token columns 16 jj .. 16 jj + 15, R the
-// same token rows of s_rows [C][LDD] (K, Q or W), dk columns in steps of 16.
-__device__ __forceinline__ void add_times_rows(float (&S)[16][4], const uint32_t (&a)[4], const bf16* s_rows, int jj,
+// same token rows of s_rows [C][LDD] (K, Q or W), dk columns in steps of 16 (NJ n-tiles of S).
+template <int NJ>
+__device__ __forceinline__ void add_times_rows(float (&S)[NJ][4], const uint32_t (&a)[4], const bf16* s_rows, int jj,
                                                int nkk) {
   const int lane = threadIdx.x & 31, mi = lane >> 3, r8 = lane & 7;
 #pragma unroll
-  for (int jn = 0; jn < 8; ++jn) {  // dk columns 16 jn .. 16 jn + 15
+  for (int jn = 0; jn < NJ / 2; ++jn) {  // dk columns 16 jn .. 16 jn + 15
     if (jn >= nkk) break;
     uint32_t b[4];
     ldsm_x4_t(b, s_rows + (16 * jj + r8 + (mi & 1) * 8) * LDD<bf16> + 16 * jn + (mi >> 1) * 8);
@@ -123,9 +126,10 @@ __device__ __forceinline__ void decay_to_end(float (&f)[4], const float* s_gam, 
     f[i] = t < L ? expf(gam_e - s_gam[t]) : 0.f;
   }
 }
-__device__ __forceinline__ void scale_tiles(float (&S)[16][4], float f) {
+template <int NJ>
+__device__ __forceinline__ void scale_tiles(float (&S)[NJ][4], float f) {
 #pragma unroll
-  for (int j = 0; j < 16; ++j)
+  for (int j = 0; j < NJ; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) S[j][e] *= f;
 }
