@@ -1433,8 +1433,13 @@ int state_stages() {
 // Unset or empty: kDefaultSerialWarps for bf16, tile for f32. Read at every launch.
 constexpr int kDefaultSerialWarps = 4;  // warp4: bench-0.8b step 125.5 -> 123.1 ms (docs/perf.md v0.8.0)
 constexpr const char* kSerialNames[] = {"tile", "warp4", "warp8", "split2", "split4"};
+// warps > 0: the warp-owned form with that many warps; split > 0: the split form with G = split;
+// both 0: the tiled form.
+struct SerialForm {
+  int warps = 0, split = 0;
+};
 template <class T>
-int serial_choice() {
+SerialForm serial_form(int dk) {
   const int i = env::choice("DT_GDN_SERIAL", {{kSerialNames[0], "CTA-tiled serial kernels"},
                                               {kSerialNames[1], "warp-owned state rows, 4 warps, bf16"},
                                               {kSerialNames[2], "warp-owned state rows, 8 warps, bf16"},
@@ -1443,21 +1448,13 @@ int serial_choice() {
   DT_CHECK(i <= 0 || sizeof(T) == 2, "DT_GDN_SERIAL={} needs bf16 inputs: the warp-owned and split serial kernels are "
                                      "bf16 only; set tile or unset it",
            kSerialNames[i < 0 ? 0 : i]);
-  return i;
-}
-// The warp count of the warp-owned form, 0 for tile (and for split2 / split4 when they run).
-template <class T>
-int serial_warps(int dk) {
-  const int i = serial_choice<T>();
-  if (i < 0) return sizeof(T) == 2 ? kDefaultSerialWarps : 0;
-  if (i >= 3) return dk == D ? 0 : 4;
-  return i == 0 ? 0 : i == 1 ? 4 : 8;
-}
-// G of the split form when it runs, else 0.
-template <class T>
-int serial_split(int dk) {
-  const int i = serial_choice<T>();
-  return i >= 3 && dk == D ? (i == 3 ? 2 : 4) : 0;
+  switch (i) {
+    case -1: return {sizeof(T) == 2 ? kDefaultSerialWarps : 0, 0};
+    case 0: return {};
+    case 1: return {4, 0};
+    case 2: return {8, 0};
+    default: return dk == D ? SerialForm{0, i == 3 ? 2 : 4} : SerialForm{4, 0};  // split: dk = 128 only
+  }
 }
 // The serial grid in V tiles of 16 * nw columns.
 Params warp_params(Params p, int nw) {
@@ -1483,7 +1480,8 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
   }
   if (p.N > 0 && (p.NT > 0 || ht)) {
     if constexpr (std::is_same_v<T, bf16>) {
-      if (const int sg = serial_split<T>(p.dk)) {  // two stages; V tiles of 64
+      const SerialForm form = serial_form<T>(p.dk);
+      if (const int sg = form.split) {  // two stages; V tiles of 64
         DT_CHECK(state_stages() == 2, "DT_GDN_STATE_STAGES=1 with DT_GDN_SERIAL=split{}: the split state kernel has "
                                       "two stages only; unset one of them",
                  sg);
@@ -1500,7 +1498,7 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
         else state(std::integral_constant<int, 4>{});
         return;
       }
-      if (const int nw = serial_warps<T>(int(p.dk))) {
+      if (const int nw = form.warps) {
         const Params pw = warp_params(p, nw);
         auto state = [&](auto warps, auto stages) {
           constexpr int NW = decltype(warps)::value, NS = decltype(stages)::value;
@@ -1598,8 +1596,8 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
         p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), tptr<T>(do_), dDl.ptr<T>());
     DT_CUDA_LAUNCH_CHECK();
   }
-  const int sg = p.N > 0 ? serial_split<T>(p.dk) : 0;
-  const int nw = p.N > 0 && !sg ? serial_warps<T>(p.dk) : 0;
+  const SerialForm form = p.N > 0 ? serial_form<T>(p.dk) : SerialForm{};
+  const int sg = form.split, nw = form.warps;
   if constexpr (std::is_same_v<T, bf16>) {
     if (sg) {  // G = 2: two stages (202.5 KB); G = 4: one (two would not fit); V tiles of 64
       const Params pw = warp_params(p, 4);
