@@ -193,6 +193,7 @@ __global__ __launch_bounds__(kThreads) void adamw_multi_kernel(const __grid_cons
 
 // DT_OPTIM_MULTI: 1 or unset = batched launches, 0 = one adamw_update per item. Read per call.
 bool multi_enabled() {
+  static_assert(kMultiItems == 48, "DT_OPTIM_MULTI's choice text names 48 parameters per launch");
   return env::choice("DT_OPTIM_MULTI", {{"0", "one launch per parameter"}, {"1", "up to 48 parameters per launch"}}) !=
          0;
 }
