@@ -1,19 +1,23 @@
 // CUDA vocab-parallel cross-entropy pieces (include/deltatron/ops/layers_ops.h has the protocol).
 // Per row t of logits [T, V_l] f32 | bf16 (any row stride), this rank's vocab columns
 // [vocab_begin, vocab_begin + V_l); targets [T] i32 (< 0: predicts nothing); vectors [T] f32:
-//   ce_stats:    m = max_j l_j;  se = sum_j expf(l_j - m);  tl = l[target - vocab_begin] if owned
+//   ce_stats:    m = max_j l_j;  se = sum_j exp(l_j - m);  tl = l[target - vocab_begin] if owned
 //                else 0, in ONE read of the row (online softmax: each thread keeps (m, s) and
 //                rescales s by expf(m_old - m_new) when its max grows; the block merges the
 //                pairs the same way)                                                      (=)
 //   ce_rescale:  se *= expf(m - M), M the max over tp (factor exactly 1 where m == M)      (=)
 //   ce_loss:     loss = logf(se) + m - tl, or 0 when target < 0                           (=)
-//   ce_bwd:      dl_j = scale * (expf(l_j - m) / se - [j is the target]), or 0            (=)
+//   ce_bwd:      dl_j = scale * (exp(l_j - m) / se - [j is the target]), or 0            (=)
 //                (f32 logits may give bf16 dlogits: the GEMMs after it run in the activation dtype)
-// One block of 256 threads per row (grid-stride over rows). Rows are read 4 elements per load
-// (16 B for f32) from the first 4-aligned element on; the few before it and the tail go one by
-// one. Each thread visits its elements in a fixed order and the reductions run in a fixed order,
-// so the results are deterministic. Accurate expf / logf (not the __ intrinsics). -inf logits add
-// exactly 0 to se (a row of them: m = -inf, se = 0); a NaN logit makes se NaN.
+// One block of 256 threads per row (grid-stride over rows). Rows are read 16 bytes per load (8
+// bf16 or 4 f32 elements) from the first 16-byte-aligned element on; the few before it and the
+// tail go one by one. Each thread visits its elements in a fixed order and the reductions run in a
+// fixed order, so the results are deterministic. The per-element exponentials of ce_stats and
+// ce_bwd are one FFMA and one MUFU ex2 (exp(x - m) = 2^(x log2e - m log2e), relative error ~1e-6:
+// far below bf16 logits' rounding), which keeps both passes at their byte time (accurate expf
+// made ce_stats instruction-bound at half of it, docs/perf.md v0.9.0); the rare rescales of the
+// online softmax and logf stay accurate. -inf logits add exactly 0 to se (a row of them: m = -inf,
+// se = 0); a NaN logit makes se NaN.
 #include <cmath>
 
 #include "ops/cuda/layers_common.cuh"
@@ -22,52 +26,63 @@
 namespace dt::ops::cuda {
 namespace {
 
-// 4 consecutive elements as fp32: float4 for f32 (16 B), two bfloat162 for bf16 (8 B).
+// One 16-byte vector as N = 16 / sizeof(T) fp32 values (bf16: 8, f32: 4); Store<TD, N> writes N
+// values (N * sizeof(TD) bytes: f32 logits may give bf16 dlogits).
 template <typename T>
-struct Vec4;
-template <>
-struct Vec4<float> {
-  static __device__ __forceinline__ void load(const float* p, float (&x)[4]) {
-    const float4 r = *reinterpret_cast<const float4*>(p);
-    x[0] = r.x, x[1] = r.y, x[2] = r.z, x[3] = r.w;
+constexpr int kVecN = int(16 / sizeof(T));
+template <typename T>
+__device__ __forceinline__ void load_vec(const T* p, float (&x)[kVecN<T>]) {
+  const uint4 r = *reinterpret_cast<const uint4*>(p);
+  if constexpr (sizeof(T) == 4) {
+    x[0] = __uint_as_float(r.x), x[1] = __uint_as_float(r.y), x[2] = __uint_as_float(r.z), x[3] = __uint_as_float(r.w);
+  } else {
+    const unsigned w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) x[2 * i] = __uint_as_float(w[i] << 16), x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
   }
-  static __device__ __forceinline__ void store(float* p, const float (&x)[4]) {
-    *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+}
+template <typename TD, int N>
+__device__ __forceinline__ void store_vec(TD* p, const float (&x)[N]) {
+  if constexpr (sizeof(TD) == 4) {
+#pragma unroll
+    for (int i = 0; i < N; i += 4) *reinterpret_cast<float4*>(p + i) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
+  } else {
+    unsigned w[N / 2];
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      const __nv_bfloat162 b = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+      w[i] = *reinterpret_cast<const unsigned*>(&b);
+    }
+    if constexpr (N == 8) *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    else *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
   }
-};
-template <>
-struct Vec4<__nv_bfloat16> {
-  static __device__ __forceinline__ void load(const __nv_bfloat16* p, float (&x)[4]) {
-    const uint2 r = *reinterpret_cast<const uint2*>(p);
-    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.x));
-    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.y));
-    x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
-  }
-  static __device__ __forceinline__ void store(__nv_bfloat16* p, const float (&x)[4]) {
-    const __nv_bfloat162 a = __floats2bfloat162_rn(x[0], x[1]), b = __floats2bfloat162_rn(x[2], x[3]);
-    uint2 r;
-    r.x = *reinterpret_cast<const unsigned*>(&a);
-    r.y = *reinterpret_cast<const unsigned*>(&b);
-    *reinterpret_cast<uint2*>(p) = r;
-  }
-};
-// Elements before the first one whose address is a multiple of 4 elements (0..3).
+}
+// Elements before the first 16-byte-aligned one (0 .. kVecN - 1); p is element-aligned.
 template <typename T>
 __device__ __forceinline__ int64_t head_of(const T* p) {
-  return int64_t((0 - reinterpret_cast<uintptr_t>(p) / sizeof(T)) & 3);
+  return int64_t(((0 - reinterpret_cast<uintptr_t>(p)) & 15) / sizeof(T));
 }
 
-// Online softmax state of a set of values: m their max, s = sum exp(x - m); (-inf, 0) if empty.
+constexpr float kLog2e = 1.4426950408889634f;
+// 2^x, MUFU (approximate, ~2 ulp; results below 2^-126 flush to 0; 2^-inf = 0).
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Online softmax state of a set of values: m their max, s = sum exp(x - m), ml = m log2e;
+// (-inf, 0, -inf) if empty.
 struct MaxSum {
-  float m, s;
+  float m, s, ml;
 };
 // -inf values add exactly 0 (and never compute -inf - -inf); a NaN value makes s NaN.
 __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
   const float M = fmaxf(a.m, b.m);
-  if (M == -INFINITY) return {M, a.s + b.s};  // 0, or NaN
-  return {M, a.s * expf(a.m - M) + b.s * expf(b.m - M)};
+  if (M == -INFINITY) return {M, a.s + b.s, M};  // 0, or NaN
+  return {M, a.s * expf(a.m - M) + b.s * expf(b.m - M), M * kLog2e};
 }
-// Adds N values: one rescale per group (when the group raises the max), one expf per value.
+// Adds N values: one rescale per group (when the group raises the max), one FFMA + ex2 per value.
 template <int N>
 __device__ __forceinline__ void absorb(MaxSum& st, const float (&x)[N]) {
   float mv = x[0];
@@ -76,9 +91,16 @@ __device__ __forceinline__ void absorb(MaxSum& st, const float (&x)[N]) {
   if (mv > st.m) {
     st.s *= expf(st.m - mv);  // from st.m = -inf: factor 0
     st.m = mv;
+    st.ml = mv * kLog2e;
+  }
+  if (st.m == -INFINITY) {  // every value so far -inf or NaN: they add 0, or make s NaN
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (x[i] != x[i]) st.s = x[i];
+    return;
   }
 #pragma unroll
-  for (int i = 0; i < N; ++i) st.s += x[i] == -INFINITY ? 0.f : expf(x[i] - st.m);
+  for (int i = 0; i < N; ++i) st.s += ex2(fmaf(x[i], kLog2e, -st.ml));  // x = -inf: 2^-inf = 0
 }
 __device__ __forceinline__ void absorb1(MaxSum& st, float x) {
   const float v[1] = {x};
@@ -89,13 +111,13 @@ __device__ __forceinline__ void absorb1(MaxSum& st, float x) {
 // A butterfly within each warp, then the warps in index order: fixed order.
 __device__ __forceinline__ MaxSum block_merge(MaxSum v, float* s_m, float* s_s) {
   for (int o = 16; o > 0; o >>= 1)
-    v = merge(v, {__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o)});
+    v = merge(v, {__shfl_xor_sync(0xffffffffu, v.m, o), __shfl_xor_sync(0xffffffffu, v.s, o), 0.f});
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   __syncthreads();  // the buffers may still be read for the previous row
   if (lane == 0) s_m[warp] = v.m, s_s[warp] = v.s;
   __syncthreads();
-  MaxSum r{s_m[0], s_s[0]};
-  for (int w = 1; w < nw; ++w) r = merge(r, {s_m[w], s_s[w]});
+  MaxSum r{s_m[0], s_s[0], 0.f};
+  for (int w = 1; w < nw; ++w) r = merge(r, {s_m[w], s_s[w], 0.f});
   return r;
 }
 
@@ -103,24 +125,25 @@ template <typename T>
 __global__ __launch_bounds__(lc::kThreads) void ce_stats_kernel(float* g_m, float* g_se, float* g_tl, const T* g_l,
                                                                  int64_t ldl, const int32_t* g_tg, int64_t T_,
                                                                  int64_t V, int64_t vb) {
+  constexpr int N = kVecN<T>;
   __shared__ float s_m[32], s_s[32];
   const int64_t tid = threadIdx.x, nt = blockDim.x;
   for (int64_t t = blockIdx.x; t < T_; t += gridDim.x) {
     const T* l = g_l + t * ldl;
-    // [0, h) one by one, [h, b) as nv groups of 4, [b, V) one by one.
-    const int64_t h0 = head_of(l), h = h0 < V ? h0 : V, nv = (V - h) / 4, b = h + 4 * nv;
-    MaxSum st{-INFINITY, 0.f};
+    // [0, h) one by one, [h, b) as nv vectors of N, [b, V) one by one.
+    const int64_t h0 = head_of(l), h = h0 < V ? h0 : V, nv = (V - h) / N, b = h + N * nv;
+    MaxSum st{-INFINITY, 0.f, -INFINITY};
     if (tid < h) absorb1(st, lc::ld(l, tid));
-    // Two loads in flight per thread; groups tid, tid + nt, tid + 2 nt, ... in that order.
+    // Two loads in flight per thread; vectors tid, tid + nt, tid + 2 nt, ... in that order.
     for (int64_t v = tid; v < nv; v += 2 * nt) {
-      float x0[4], x1[4];
+      float x0[N], x1[N];
       const bool two = v + nt < nv;
-      Vec4<T>::load(l + h + 4 * v, x0);
-      if (two) Vec4<T>::load(l + h + 4 * (v + nt), x1);
+      load_vec(l + h + N * v, x0);
+      if (two) load_vec(l + h + N * (v + nt), x1);
       absorb(st, x0);
       if (two) absorb(st, x1);
     }
-    if (b + tid < V) absorb1(st, lc::ld(l, b + tid));
+    for (int64_t j = b + tid; j < V; j += nt) absorb1(st, lc::ld(l, j));
     st = block_merge(st, s_m, s_s);
     if (tid == 0) {
       g_m[t] = st.m;
@@ -148,6 +171,7 @@ __global__ __launch_bounds__(lc::kThreads) void ce_bwd_kernel(TD* g_d, int64_t l
                                                                const float* g_m, const float* g_se,
                                                                const int32_t* g_tg, int64_t T_, int64_t V, int64_t vb,
                                                                float scale) {
+  constexpr int N = kVecN<T>;
   const int64_t tid = threadIdx.x, nt = blockDim.x;
   for (int64_t t = blockIdx.x; t < T_; t += gridDim.x) {
     const T* l = g_l + t * ldl;
@@ -157,21 +181,26 @@ __global__ __launch_bounds__(lc::kThreads) void ce_bwd_kernel(TD* g_d, int64_t l
       for (int64_t j = tid; j < V; j += nt) lc::st(d, j, 0.f);
       continue;
     }
-    const float m = g_m[t], inv = 1.f / g_se[t];
+    // dl_j = exp(x_j - m) * (scale / se) - (j == c ? scale : 0)
+    const float ml = g_m[t] * kLog2e, a = scale / g_se[t];
     const int64_t c = int64_t(tg) - vb;
-    auto grad = [&](int64_t j, float x) { return scale * (expf(x - m) * inv - (j == c ? 1.f : 0.f)); };
-    // Groups of 4 where logits and dlogits are 4-aligned at the same element; else one by one.
-    const int64_t hl = head_of(l), h = hl == head_of(d) && hl < V ? hl : V, nv = (V - h) / 4, b = h + 4 * nv;
+    auto grad = [&](int64_t j, float x) { return ex2(fmaf(x, kLog2e, -ml)) * a - (j == c ? scale : 0.f); };
+    // Vectors where logits and dlogits are aligned at the same element (16 B for the logits, N
+    // elements for the dlogits); else one by one.
+    const int64_t hl = head_of(l);
+    const bool same = (reinterpret_cast<uintptr_t>(d + hl) % (N * sizeof(TD))) == 0;
+    const int64_t h = same && hl < V ? hl : V, nv = (V - h) / N, b = h + N * nv;
     for (int64_t j = tid; j < h; j += nt) lc::st(d, j, grad(j, lc::ld(l, j)));
     for (int64_t v = tid; v < nv; v += nt) {
-      const int64_t j = h + 4 * v;
-      float x[4];
-      Vec4<T>::load(l + j, x);
+      const int64_t j = h + N * v;
+      float x[N];
+      load_vec(l + j, x);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) x[i] = grad(j + i, x[i]);
-      Vec4<TD>::store(d + j, x);
+      for (int i = 0; i < N; ++i) x[i] = ex2(fmaf(x[i], kLog2e, -ml)) * a;
+      if (c >= j && c < j + N) x[c - j] -= scale;  // the target's column: one vector of the row
+      store_vec<TD, N>(d + j, x);
     }
-    if (b + tid < V) lc::st(d, b + tid, grad(b + tid, lc::ld(l, b + tid)));
+    for (int64_t j = b + tid; j < V; j += nt) lc::st(d, j, grad(j, lc::ld(l, j)));
   }
 }
 
