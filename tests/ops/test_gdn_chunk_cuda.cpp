@@ -235,6 +235,7 @@ std::vector<Case> accuracy_cases() {
       {"mix G2 d32 no state", mix, 1, 2, 32, 32, false, false},
       {"d64 zero-length seqs", {65, 1, 0, 300, 128, 0}, 2, 2, 64, 64, true, false},
       {"d128 GQA2 h0+dht", {1, 63, 64, 65, 200, 129}, 1, 2, 128, 128, true, true},
+      {"d128 G1 (dq, dk without gsum) h0+dht", {1, 63, 64, 65, 200, 129}, 2, 2, 128, 128, true, true},
       {"dk16 dv48 G3", {70, 5, 191}, 1, 3, 16, 48, true, true},
       {"strong decay, beta~1", {1000, 65, 3}, 2, 4, 32, 32, true, true, 5.0, 20.0, 0.95, 1.0},
   };

@@ -18,7 +18,8 @@
 //   backward: prep (+ Tm saved) -> state (h, Delta recomputed) -> dvl (B3: dDelta_local)
 //             -> rev (B4, serial: dS1 per chunk, full dDelta, dh0) -> dqk (B5: dq, dk part, dW,
 //             dgamma part) -> wy (B6-B8: dk2, dv, dbeta, dgamma2, reverse cumsum -> dg)
-//             -> gsum (B12: dq, dk summed over the G v-heads of each key head, fixed order)
+//             -> gsum (B12: dq, dk summed over the G v-heads of each key head, fixed order; with
+//             G == 1 dqk and wy store dq and dk themselves, the same bits)
 // Tile loads of the serial kernels: rev uses two cp.async stages (chunk c-1's tiles load while
 // chunk c computes) when its grid fits one CTA per SM and the inputs are bf16, else one stage;
 // state always two (they cost it no occupancy). DT_GDN_REV_STAGES=1|2 and DT_GDN_STATE_STAGES=1|2
@@ -867,7 +868,8 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
                                                             const T* __restrict__ g_do, const T* __restrict__ g_D,
                                                             const T* __restrict__ g_dD, const T* __restrict__ g_h,
                                                             const T* __restrict__ g_dS1,
-                                                            float* __restrict__ g_dqh,   // [T, Hv, dk] (=)
+                                                            float* __restrict__ g_dqh,   // [T, Hv, dk] (=), G > 1
+                                                            T* __restrict__ g_dq,        // [T, Hk, dk] (=), G == 1
                                                             float* __restrict__ g_dkh,   // [T, Hv, dk] (=)
                                                             T* __restrict__ g_dW,        // [T, Hv, dk] (=)
                                                             float* __restrict__ g_dgam) {  // [T, Hv] (=)
@@ -940,9 +942,13 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
     if (active)
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         const float2 kk = load2(s_x3 + r * LDD<T> + c);
-        if (r < L && c < p.dk)
-          store2(g_dqh + (ci.bos * p.Hv + int64_t(r) * p.Hv + ci.h) * p.dk + c, fmaf(s_dsd[r], kk.x, x0),
-                 fmaf(s_dsd[r], kk.y, x1));
+        if (r < L && c < p.dk) {
+          // G == 1: [T, Hv, dk] is dq's layout and B12's sum of one head is this value, rounded here.
+          const int64_t i = (ci.bos * p.Hv + int64_t(r) * p.Hv + ci.h) * p.dk + c;
+          const float y0 = fmaf(s_dsd[r], kk.x, x0), y1 = fmaf(s_dsd[r], kk.y, x1);
+          if (p.G == 1) store2(g_dq + i, y0, y1);
+          else store2(g_dqh + i, y0, y1);
+        }
       });
     if ((lane & 3) == 0)
 #pragma unroll
@@ -1068,7 +1074,8 @@ __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __
                                                            const T* __restrict__ g_dW,   // [T, Hv, dk]
                                                            const T* __restrict__ g_dD,   // [T, Hv, dv]
                                                            const float* __restrict__ g_dgam,  // [T, Hv] partial
-                                                           float* __restrict__ g_dkh,    // [T, Hv, dk] (+=)
+                                                           float* __restrict__ g_dkh,    // [T, Hv, dk] (+=), G > 1
+                                                           T* __restrict__ g_dk,         // [T, Hk, dk] (=), G == 1
                                                            T* __restrict__ g_dv,         // [T, Hv, dv] (=)
                                                            float* __restrict__ g_dbeta,  // [T, Hv] (=)
                                                            float* __restrict__ g_dg) {   // [T, Hv] (=)
@@ -1210,9 +1217,10 @@ __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __
       warp_gemm<2, 4, true, false>(r_acc, s_dbb, LDC<T>, s_k, LDD<T>, m0, n0, Lk);
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         if (r < L && c < p.dk) {
-          float* d = g_dkh + (vrow + int64_t(r) * p.Hv) * p.dk + c;
-          const float2 old = load2(d);
-          store2(d, old.x + x0, old.y + x1);
+          const int64_t i = (vrow + int64_t(r) * p.Hv) * p.dk + c;
+          const float2 old = load2(g_dkh + i);
+          if (p.G == 1) store2(g_dk + i, old.x + x0, old.y + x1);  // dk itself, as gsum would round it
+          else store2(g_dkh + i, old.x + x0, old.y + x1);
         }
       });
     }
@@ -1555,7 +1563,9 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
                                                                                 Dl.ptr<T>(), tptr<T>(o));
     DT_CUDA_LAUNCH_CHECK();
   }
-  if (saved) saved->tensors = {std::move(gam), std::move(W), std::move(U), std::move(Tm), std::move(h), std::move(Dl)};
+  // U is not kept: the backward reads it only to recompute h and Delta, which are kept (-1x the
+  // bytes of v per layer; bench-0.8b: -33 MB per GDN layer, -0.6 GB a step).
+  if (saved) saved->tensors = {std::move(gam), std::move(W), Tensor(), std::move(Tm), std::move(h), std::move(Dl)};
 }
 
 template <class T>
@@ -1573,7 +1583,7 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
              "gdn_chunk_bwd: GdnChunkSaved does not come from the forward of these inputs");
     gam = saved->tensors[0];
     W = saved->tensors[1];
-    U = saved->tensors[2];
+    // U (tensors[2]) is not kept: only the state recomputation reads it.
     Tm = saved->tensors[3];
     h = saved->tensors[4];
     Dl = saved->tensors[5];
@@ -1666,20 +1676,24 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   }
   if (p.NT == 0) return;
   U = Tensor();  // not needed any more
-  Tensor dqh = Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);      // [T, Hv, dk] f32
-  Tensor dkh = Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);      // [T, Hv, dk] f32
+  // G == 1 (Hv == Hk): dqk and wy write dq and dk themselves, without the f32 round trip of B12's
+  // gsum (bench-0.8b: -2 launches and ~270 MB of traffic per GDN layer); the same bits.
+  const bool g1 = p.G == 1;
+  Tensor dqh = g1 ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);  // [T, Hv, dk] f32
+  Tensor dkh = Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);                  // [T, Hv, dk] f32
   Tensor dW = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);                // [T, Hv, dk]
   Tensor dgam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);           // [T, Hv] f32
   set_smem(dqk_kernel<T>, DqkSmem<T>::bytes);
   dqk_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, DqkSmem<T>::bytes, st>>>(
       p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(),
-      dqh.ptr<float>(), dkh.ptr<float>(), dW.ptr<T>(), dgam.ptr<float>());
+      g1 ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(), dW.ptr<T>(), dgam.ptr<float>());
   DT_CUDA_LAUNCH_CHECK();
   set_smem(wy_kernel<T>, WySmem<T>::bytes);
   wy_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, WySmem<T>::bytes, st>>>(
       p, tptr<T>(k), tptr<T>(v), tptr<float>(beta), gam.ptr<float>(), Tm.ptr<T>(), dW.ptr<T>(), dD.ptr<T>(),
-      dgam.ptr<float>(), dkh.ptr<float>(), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));
+      dgam.ptr<float>(), dkh.ptr<float>(), tptr<T>(dk), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));
   DT_CUDA_LAUNCH_CHECK();
+  if (g1) return;
   const int64_t rows = p.T * p.Hk;
   const int blocks = int(std::min<int64_t>((rows * p.dk / 4 + 255) / 256, 132 * 16));
   gsum_kernel<T><<<blocks, 256, 0, st>>>(dqh.ptr<float>(), tptr<T>(dq), rows, p.G, p.dk);
