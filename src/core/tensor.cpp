@@ -143,6 +143,18 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   return t;
 }
 
+Tensor Tensor::rows(int64_t begin, int64_t end) const {
+  DT_CHECK(defined() && view_.ndim() >= 1 && view_.is_contiguous(), "Tensor::rows: needs a defined contiguous tensor "
+                                                                     "with at least one dim, got {}",
+           view_.str());
+  DT_CHECK(0 <= begin && begin <= end && end <= view_.shape[0], "Tensor::rows: [{}, {}) is not inside dim 0 of {}",
+           begin, end, view_.str());
+  Tensor t;
+  t.storage_ = storage_;
+  t.view_ = view_.slice(0, begin, end);
+  return t;
+}
+
 Tensor Tensor::zeros(Shape shape, DType dtype, Device device, Stream s) {
   Tensor t = empty(shape, dtype, device);
   if (t.numel()) ops::fill(t.view(), 0.0, s);

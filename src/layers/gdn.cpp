@@ -79,8 +79,13 @@ GatedDeltaNet::GatedDeltaNet(const GdnConfig& cfg, const std::string& prefix, co
   if (!err.empty()) user_error(err);
   hk_l_ = cfg.num_k_heads / (tp_ * cp_);
   hv_l_ = cfg.num_v_heads / (tp_ * cp_);
-  for (const model::ParamSpec& s : param_specs(cfg, prefix))
-    params_.push_back(model::make_param(s, tp_, tp_rank_, ctx.seed, ctx.device, ctx.act_dtype, ctx.stream));
+  // in_proj_qkv, _z, _b and _a in one allocation: one GEMM makes (and two differentiate) all
+  // four projections (b and a alone are Hv rows: ~15 us of GEMM each for ~1 us of work).
+  const std::vector<model::ParamSpec> specs = param_specs(cfg, prefix);
+  params_ = model::make_params_rows({specs.begin(), specs.begin() + kConv}, tp_, tp_rank_, ctx.seed, ctx.device,
+                                    ctx.act_dtype, ctx.stream);
+  for (size_t i = kConv; i < specs.size(); ++i)
+    params_.push_back(model::make_param(specs[i], tp_, tp_rank_, ctx.seed, ctx.device, ctx.act_dtype, ctx.stream));
   const int64_t qk_t = cfg.num_k_heads * cfg.head_k_dim / tp_, v_t = cfg.num_v_heads * cfg.head_v_dim / tp_,
                 h_t = cfg.num_v_heads / tp_;
   gather_ = cp_ > 1 && ctx.gdn_cp_comm == GdnCpComm::all_gather;
@@ -181,12 +186,17 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
     hp = Tensor::empty(Shape{T, C_l}, A, dev);
     ops::gemm(hp, xn, wp, {false, true}, s);
   } else {
-    // Input projections, one GEMM per weight into column blocks of one buffer.  proj [T/cp, C_tp]
+    // Input projections: one GEMM over the four weights' rows (make_params_rows), or one per
+    // weight into column blocks of one buffer.                               proj [T/cp, C_tp]
     saved_[kXg] = xg_t;
     Tensor proj = Tensor::empty(Shape{T_cp, C_tp}, A, dev);
-    const int64_t widths[4] = {2 * qk_t + v_t, v_t, h_t, h_t};
-    for (int i = 0, off = 0; i < 4; off += int(widths[i]), ++i)
-      ops::gemm(cols(proj, off, widths[i]), xg, params_[i].w(), {false, true}, s);
+    if (const auto j = model::rows_joined(&params_[kQkv], kConv)) {
+      ops::gemm(proj, xg, j->w, {false, true}, s);
+    } else {
+      const int64_t widths[4] = {2 * qk_t + v_t, v_t, h_t, h_t};
+      for (int i = 0, off = 0; i < 4; off += int(widths[i]), ++i)
+        ops::gemm(cols(proj, off, widths[i]), xg, params_[i].w(), {false, true}, s);
+    }
 
     // CP: zig-zag rows, all heads -> all tokens in natural order, this rank's heads.  hp [T, C_l]
     if (cp_ > 1) {
@@ -382,18 +392,23 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
     dproj = dhp;
   }
 
-  // Input projections: dW_i += dproj_i^T xg;  dxg = sum_i dproj_i W_i.
-  const int64_t widths[4] = {2 * qk_t + v_t, v_t, h_t, h_t};
+  // Input projections: dW_i += dproj_i^T xg;  dxg = sum_i dproj_i W_i (joined: one GEMM each).
   Tensor dxg_t;
   TensorView dxg = dx;
   if (sp) {
     dxg_t = Tensor::empty(Shape{T_cp, H}, A, dev);
     dxg = dxg_t;
   }
-  for (int i = 0, off = 0; i < 4; off += int(widths[i]), ++i) {
-    TensorView dpi = cols(dproj, off, widths[i]);
-    ops::gemm(params_[i].grad, dpi, saved_[kXg], {true, false, 1.f, 1.f}, s);
-    ops::gemm(dxg, dpi, params_[i].w(), {false, false, 1.f, i ? 1.f : 0.f}, s);
+  if (const auto j = model::rows_joined(&params_[kQkv], kConv)) {
+    ops::gemm(j->grad, dproj, saved_[kXg], {true, false, 1.f, 1.f}, s);
+    ops::gemm(dxg, dproj, j->w, {}, s);
+  } else {
+    const int64_t widths[4] = {2 * qk_t + v_t, v_t, h_t, h_t};
+    for (int i = 0, off = 0; i < 4; off += int(widths[i]), ++i) {
+      TensorView dpi = cols(dproj, off, widths[i]);
+      ops::gemm(params_[i].grad, dpi, saved_[kXg], {true, false, 1.f, 1.f}, s);
+      ops::gemm(dxg, dpi, params_[i].w(), {false, false, 1.f, i ? 1.f : 0.f}, s);
+    }
   }
   if (sp) ctx_.pg->tp->reduce_scatter(dx, dxg, dist::ReduceOp::sum, s);
   else if (tp_ > 1) ctx_.pg->tp->all_reduce(dx, dist::ReduceOp::sum, s);

@@ -34,8 +34,12 @@ SwiGluMlp::SwiGluMlp(const MlpConfig& cfg, const std::string& prefix, const RunC
   sp_ = ctx.sp && tp_ > 1;
   std::string err = check_layout(cfg, tp_);
   if (!err.empty()) user_error(err);
-  for (const model::ParamSpec& s : param_specs(cfg, prefix))
-    params_.push_back(model::make_param(s, tp_, ctx.pg->coord.tp, ctx.seed, ctx.device, ctx.act_dtype, ctx.stream));
+  // gate_proj and up_proj in one allocation: one GEMM makes [g | u] (and two differentiate it).
+  const std::vector<model::ParamSpec> specs = param_specs(cfg, prefix);
+  params_ = model::make_params_rows({specs[kGate], specs[kUp]}, tp_, ctx.pg->coord.tp, ctx.seed, ctx.device,
+                                    ctx.act_dtype, ctx.stream);
+  params_.push_back(model::make_param(specs[kDown], tp_, ctx.pg->coord.tp, ctx.seed, ctx.device, ctx.act_dtype,
+                                      ctx.stream));
 }
 
 void SwiGluMlp::forward(const TensorView& y, const TensorView& x) {
@@ -51,8 +55,12 @@ void SwiGluMlp::forward(const TensorView& y, const TensorView& x) {
   if (sp_) ctx_.pg->tp->all_gather(xg_, x, s);
   else ops::copy(xg_, x, s);
   gu_ = Tensor::empty(Shape{T_r, 2 * F_t}, A, dev);  // [T_r, 2 F_t] = [g | u]
-  ops::gemm(cols(gu_, 0, F_t), xg_, params_[kGate].w(), {false, true}, s);
-  ops::gemm(cols(gu_, F_t, F_t), xg_, params_[kUp].w(), {false, true}, s);
+  if (const auto j = model::rows_joined(&params_[kGate], 2)) {
+    ops::gemm(gu_, xg_, j->w, {false, true}, s);
+  } else {
+    ops::gemm(cols(gu_, 0, F_t), xg_, params_[kGate].w(), {false, true}, s);
+    ops::gemm(cols(gu_, F_t, F_t), xg_, params_[kUp].w(), {false, true}, s);
+  }
   Tensor h = Tensor::empty(Shape{T_r, F_t}, A, dev);  // [T_r, F_t], not saved: backward recomputes it
   ops::swiglu_fwd(h, cols(gu_, 0, F_t), cols(gu_, F_t, F_t), s);
   if (sp_) {
@@ -99,10 +107,15 @@ void SwiGluMlp::backward(const TensorView& dx, const TensorView& dy) {
     dxg_t = Tensor::empty(Shape{T_r, H}, A, dev);
     dxg = dxg_t;
   }
-  for (int i = kGate; i <= kUp; ++i) {
-    TensorView d = cols(dgu, i * F_t, F_t);
-    ops::gemm(params_[i].grad, d, xg_, {true, false, 1.f, 1.f}, s);
-    ops::gemm(dxg, d, params_[i].w(), {false, false, 1.f, i ? 1.f : 0.f}, s);
+  if (const auto j = model::rows_joined(&params_[kGate], 2)) {
+    ops::gemm(j->grad, dgu, xg_, {true, false, 1.f, 1.f}, s);
+    ops::gemm(dxg, dgu, j->w, {}, s);
+  } else {
+    for (int i = kGate; i <= kUp; ++i) {
+      TensorView d = cols(dgu, i * F_t, F_t);
+      ops::gemm(params_[i].grad, d, xg_, {true, false, 1.f, 1.f}, s);
+      ops::gemm(dxg, d, params_[i].w(), {false, false, 1.f, i ? 1.f : 0.f}, s);
+    }
   }
   if (sp_) ctx_.pg->tp->reduce_scatter(dx, dxg, dist::ReduceOp::sum, s);
   else if (tp_ > 1) ctx_.pg->tp->all_reduce(dx, dist::ReduceOp::sum, s);

@@ -82,14 +82,10 @@ void init_piece(const TensorView& local, const ParamSpec& s, const ShardPiece& p
     ops::copy(local, h, st);
   }
 }
-}  // namespace
 
-Param make_param(const ParamSpec& s, int tp, int tp_rank, uint64_t seed, Device dev, DType compute_dtype, Stream st) {
-  Param p;
-  p.spec = s;
-  Shape ls = local_shape(s, tp);
-  p.master = Tensor::empty(ls, DType::f32, dev);
-  p.grad = Tensor::zeros(ls, DType::f32, dev, st);
+// p.master from the seed (p.spec set, p.master allocated).
+void init_master(Param& p, int tp, int tp_rank, uint64_t seed, Device dev, Stream st) {
+  const ParamSpec& s = p.spec;
   for (const ShardPiece& piece : shard_pieces(s, tp, tp_rank)) {
     TensorView local = piece_view(p.master, s.tp_dim, piece.local_off, piece.len);
     // Pieces along dim > 0 are strided: initialise a contiguous temporary, then copy.
@@ -101,11 +97,83 @@ Param make_param(const ParamSpec& s, int tp, int tp_rank, uint64_t seed, Device 
       ops::copy(local, tmp, st);
     }
   }
-  if (compute_dtype != DType::f32 && !s.keep_fp32) {
+}
+bool wants_compute(const ParamSpec& s, DType compute_dtype) { return compute_dtype != DType::f32 && !s.keep_fp32; }
+}  // namespace
+
+Param make_param(const ParamSpec& s, int tp, int tp_rank, uint64_t seed, Device dev, DType compute_dtype, Stream st) {
+  Param p;
+  p.spec = s;
+  Shape ls = local_shape(s, tp);
+  p.master = Tensor::empty(ls, DType::f32, dev);
+  p.grad = Tensor::zeros(ls, DType::f32, dev, st);
+  init_master(p, tp, tp_rank, seed, dev, st);
+  if (wants_compute(s, compute_dtype)) {
     p.compute = Tensor::empty(ls, compute_dtype, dev);
     refresh_compute(p, st);
   }
   return p;
+}
+
+std::vector<Param> make_params_rows(const std::vector<ParamSpec>& specs, int tp, int tp_rank, uint64_t seed, Device dev,
+                                    DType compute_dtype, Stream st) {
+  DT_CHECK(!specs.empty(), "make_params_rows: no parameters");
+  const Shape first = local_shape(specs[0], tp);
+  int64_t rows = 0;
+  for (const ParamSpec& s : specs) {
+    const Shape ls = local_shape(s, tp);
+    DT_CHECK(ls.ndim == 2 && ls[1] == first[1] && wants_compute(s, compute_dtype) ==
+                                                        wants_compute(specs[0], compute_dtype),
+             "make_params_rows: {} has local shape {} ({}); every parameter needs [rows, {}] and the dtype policy of {}",
+             s.name, ls.str(), s.keep_fp32 ? "keep_fp32" : "compute dtype", first.ndim == 2 ? first[1] : 0,
+             specs[0].name);
+    rows += ls[0];
+  }
+  const Shape joint{rows, first[1]};
+  const Tensor master = Tensor::empty(joint, DType::f32, dev), grad = Tensor::zeros(joint, DType::f32, dev, st);
+  const bool comp = wants_compute(specs[0], compute_dtype);
+  const Tensor compute = comp ? Tensor::empty(joint, compute_dtype, dev) : Tensor();
+  std::vector<Param> out;
+  int64_t r0 = 0;
+  for (const ParamSpec& s : specs) {
+    const int64_t n = local_shape(s, tp)[0];
+    Param p;
+    p.spec = s;
+    p.master = master.rows(r0, r0 + n);
+    p.grad = grad.rows(r0, r0 + n);
+    init_master(p, tp, tp_rank, seed, dev, st);
+    if (comp) {
+      p.compute = compute.rows(r0, r0 + n);
+      refresh_compute(p, st);
+    }
+    out.push_back(std::move(p));
+    r0 += n;
+  }
+  return out;
+}
+
+namespace {
+// [sum rows, C] over views that follow each other in memory (same dtype, device, C; contiguous).
+std::optional<TensorView> join(const TensorView* const* v, size_t n) {
+  TensorView j = *v[0];
+  if (j.ndim() != 2 || !j.is_contiguous()) return std::nullopt;
+  for (size_t i = 1; i < n; ++i) {
+    const TensorView& x = *v[i];
+    if (x.ndim() != 2 || !x.is_contiguous() || x.dtype != j.dtype || x.device != j.device || x.shape[1] != j.shape[1] ||
+        x.data != static_cast<char*>(j.data) + j.nbytes())
+      return std::nullopt;
+    j.shape[0] += x.shape[0];
+  }
+  return j;
+}
+}  // namespace
+
+std::optional<JoinedRows> rows_joined(const Param* params, size_t n) {
+  std::vector<const TensorView*> w(n), g(n);
+  for (size_t i = 0; i < n; ++i) w[i] = &params[i].w(), g[i] = &params[i].grad.view();
+  const std::optional<TensorView> jw = join(w.data(), n), jg = join(g.data(), n);
+  if (!jw || !jg) return std::nullopt;
+  return JoinedRows{*jw, *jg};
 }
 
 void refresh_compute(Param& p, Stream st) {

@@ -44,3 +44,58 @@ TEST(Param, ShardsOfEveryLayoutReassembleTheWholeTensor) {
   EXPECT_NE(model::check_splittable(col, 3).find("section 0 of dim 0 has 8 rows, not divisible by tp=3"),
             std::string::npos);
 }
+
+// make_params_rows: the same values as make_param (every TP rank), laid out as consecutive rows
+// of one allocation each, which rows_joined finds; anything else is refused.
+TEST(Param, RowsOfOneAllocationEqualSeparateParams) {
+  uint64_t seed = dt::testing::test_seed();
+  const std::vector<ParamSpec> specs = {
+      {"layers.0.linear_attn.in_proj_qkv.weight", Shape{8 + 8 + 16, 6}, model::InitRule::normal(0.02f), 0, {8, 8, 16}},
+      {"layers.0.linear_attn.in_proj_z.weight", Shape{16, 6}, model::InitRule::normal(0.02f), 0},
+      {"layers.0.linear_attn.in_proj_b.weight", Shape{4, 6}, model::InitRule::normal(0.02f), 0}};
+  for (int tp : {1, 2})
+    for (int r = 0; r < tp; ++r) {
+      SCOPED_TRACE(::testing::Message() << "tp " << tp << " rank " << r);
+      std::vector<model::Param> joint = model::make_params_rows(specs, tp, r, seed, Device::cpu(), DType::f32);
+      ASSERT_EQ(joint.size(), specs.size());
+      const char* next = static_cast<const char*>(joint[0].master.data());
+      for (size_t i = 0; i < specs.size(); ++i) {
+        model::Param one = model::make_param(specs[i], tp, r, seed, Device::cpu(), DType::f32);
+        ASSERT_EQ(joint[i].spec.name, specs[i].name);
+        ASSERT_EQ(joint[i].master.shape(), one.master.shape());
+        EXPECT_EQ(std::memcmp(joint[i].master.data(), one.master.data(), one.master.nbytes()), 0) << specs[i].name;
+        for (int64_t k = 0; k < joint[i].grad.numel(); ++k) ASSERT_EQ(joint[i].grad.ptr<float>()[k], 0.f);
+        EXPECT_EQ(joint[i].master.data(), next) << specs[i].name << " follows the previous rows";
+        next += one.master.nbytes();
+      }
+      const auto j = model::rows_joined(joint.data(), joint.size());
+      ASSERT_TRUE(j.has_value());
+      EXPECT_EQ(j->w.shape, (Shape{(8 + 8 + 16 + 16 + 4) / tp, 6}));
+      EXPECT_EQ(j->w.data, joint[0].master.data());
+      EXPECT_EQ(j->grad.data, joint[0].grad.data());
+      const auto tail = model::rows_joined(&joint[1], 2);  // any consecutive run joins
+      ASSERT_TRUE(tail.has_value());
+      EXPECT_EQ(tail->w.data, joint[1].master.data());
+    }
+  // Separately allocated params, or joint ones out of order, do not join.
+  std::vector<model::Param> sep;
+  for (const ParamSpec& s : specs) sep.push_back(model::make_param(s, 1, 0, seed, Device::cpu(), DType::f32));
+  EXPECT_FALSE(model::rows_joined(sep.data(), sep.size()).has_value());
+  std::vector<model::Param> joint = model::make_params_rows(specs, 1, 0, seed, Device::cpu(), DType::f32);
+  std::swap(joint[0], joint[1]);
+  EXPECT_FALSE(model::rows_joined(joint.data(), 2).has_value());
+  // Different widths are refused, naming the parameter.
+  ParamSpec wide{"layers.0.linear_attn.in_proj_a.weight", Shape{4, 7}, model::InitRule::normal(0.02f), 0};
+  EXPECT_DEATH(model::make_params_rows({specs[0], wide}, 1, 0, seed, Device::cpu(), DType::f32),
+               "in_proj_a.weight has local shape \\[4, 7\\]");
+  // Tensor::rows shares the storage: the rows outlive the tensor they came from.
+  Tensor part;
+  {
+    Tensor t = Tensor::zeros(Shape{4, 3}, DType::f32);
+    t.ptr<float>()[6] = 5.f;
+    part = t.rows(2, 4);
+  }
+  EXPECT_EQ(part.shape(), (Shape{2, 3}));
+  EXPECT_EQ(part.ptr<float>()[0], 5.f);
+  EXPECT_DEATH(part.rows(1, 3), "is not inside dim 0");
+}

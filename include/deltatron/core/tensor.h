@@ -88,6 +88,9 @@ class Tensor {
   size_t nbytes() const { return view_.nbytes(); }
   bool defined() const { return storage_ != nullptr; }
   template <typename T> T* ptr() const { return view_.ptr<T>(); }
+  // Rows [begin, end) (along dim 0) of a contiguous tensor, sharing its storage: the memory lives
+  // while either tensor does (model::make_params_rows: parameters in one allocation).
+  Tensor rows(int64_t begin, int64_t end) const;
 
  private:
   std::shared_ptr<void> storage_;

@@ -10,6 +10,7 @@
 // so weights never depend on the parallel layout.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,19 @@ struct Param {
 // compute_dtype bf16 and !keep_fp32, also allocates the compute copy and refreshes it.
 Param make_param(const ParamSpec& s, int tp, int tp_rank, uint64_t seed, Device dev, DType compute_dtype,
                  Stream st = {});
+// The same parameters (each initialised exactly as make_param does), whose master, grad and
+// compute shards are consecutive row blocks of one allocation each, in the order of `specs`: a
+// layer can then run one GEMM over their concatenation (rows_joined). Every spec must have a
+// local shape [rows_i, C] with the same C and the same dtype policy (keep_fp32).
+std::vector<Param> make_params_rows(const std::vector<ParamSpec>& specs, int tp, int tp_rank, uint64_t seed, Device dev,
+                                    DType compute_dtype, Stream st = {});
+// [sum rows_i, C] views of the weights as the layers read them (w()) and of the gradients, when
+// the params' tensors are still consecutive rows of one allocation (make_params_rows); else
+// nullopt (then run one GEMM per parameter).
+struct JoinedRows {
+  TensorView w, grad;
+};
+std::optional<JoinedRows> rows_joined(const Param* params, size_t n);
 // compute = cast(master) (after init, load or an optimizer step).
 void refresh_compute(Param& p, Stream st = {});
 // local = this rank's shard of `global` (same dtype and device class; copies piece by piece).
