@@ -7,8 +7,9 @@
 //   2 GPUs, CP = 2:  mpirun -np 2 -x NCCL_NVLS_ENABLE=0 train_step --set parallel.cp=2 --set data.max_tokens=16384
 //   --phases N:      then N more micro-batches timed phase by phase (time_phases), and one
 //                    decoder layer of each type with its mixer and MLP alone (time_layers)
-//   --profile:       with --phases: the last timed fwd+bwd of each decoder layer type runs between
-//                    cudaProfilerStart/Stop, for per-kernel times of one layer (~100 kernels) under
+//   --profile:       with --phases: the last LM head + CE alone and the last timed fwd+bwd of each
+//                    decoder layer type run between cudaProfilerStart/Stop, for per-kernel times
+//                    of the head and of one layer of each type (~130 kernels) under
 //                    `ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw`
 // Prints the median step ms, tokens/s (real tokens over the timed steps' total time), TFLOP/s per
 // GPU and MFU by the model-FLOP count of docs/training.md, and the peak of the caching allocator
@@ -78,7 +79,7 @@ std::string write_documents(int64_t vocab, int64_t tokens) {
 // `reps`: forward (embedding, layers, final norm, LM head + loss), backward, gradient reduction +
 // grad norm (with its readback), AdamW + zero grads; and the LM head with its cross entropy alone
 // (fused fwd + bwd as the trainer runs it, an untied copy on random activations of the same micro-batch).
-void time_phases(train::Trainer& t, int reps) {
+void time_phases(train::Trainer& t, int reps, bool profile) {
   const Stream s = t.stream();
   const auto st = static_cast<cudaStream_t>(s.handle);
   const Device dev = t.device();
@@ -113,9 +114,12 @@ void time_phases(train::Trainer& t, int reps) {
     DT_CUDA_CHECK(cudaEventRecord(ev[3], st));
     t.optimizer().step(t.params(), 1e-5f, 1.f, s);  // also refreshes bf16 copies and zeroes grads, as in the trainer
     DT_CUDA_CHECK(cudaEventRecord(ev[4], st));
+    const bool window = profile && r == reps - 1;
+    if (window) DT_CUDA_CHECK(cudaProfilerStart());
     head.forward(h, tg, scale);  // fused, as the trainer runs it
     head.backward(dh, scale);
     DT_CUDA_CHECK(cudaEventRecord(ev[5], st));
+    if (window) DT_CUDA_CHECK(cudaProfilerStop());
     DT_CUDA_CHECK(cudaEventSynchronize(ev[kPhases]));
     for (int i = 0; i < kPhases; ++i) {
       float x = 0;
@@ -265,7 +269,7 @@ void run(int argc, char** argv) {
                 "tokens/s, <= 26 GiB; CP = 2 on two GPUs >= 1.8x one GPU\n");
   }
   if (phases > 0) {
-    time_phases(t, int(phases));
+    time_phases(t, int(phases), profile);
     time_layers(t, int(phases), profile);
   }
 }
