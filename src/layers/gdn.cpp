@@ -158,11 +158,13 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
   saved_.assign(kNumSaved, Tensor());
 
   // SP: gather the token shards of the TP group.                       xg [T/cp, H]
-  // all_to_all keeps xg for the backward (a copy without SP); all_gather sends it as it is
-  // (collectives take contiguous operands).
-  Tensor xg_t;
+  // all_to_all keeps xg for the backward (without SP x itself when lent, else a copy);
+  // all_gather sends it as it is (collectives take contiguous operands).
+  Tensor xg_t = lent_.take(x);
   TensorView xg = x;
-  if (sp || !gather_ || !x.is_contiguous()) {
+  if (!sp && !gather_ && xg_t.defined()) {
+    xg = xg_t;
+  } else if (sp || !gather_ || !x.is_contiguous()) {
     xg_t = Tensor::empty(Shape{T_cp, H}, A, dev);
     if (sp) ctx_.pg->tp->all_gather(xg_t, x, s);
     else ops::copy(xg_t, x, s);
@@ -352,21 +354,27 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   release({kC, kRq, kRk});
 
   // Conv backward: d(qkv pre-conv) into dhp; dw for this CP rank's channels. The gates'
-  // backward (da, db into their columns of dhp) runs in the same launch.
-  Tensor dwc = Tensor::zeros(wc.shape(), DType::f32, dev, s);
-  Tensor dA_log = Tensor::zeros(Shape{hv_l_}, DType::f32, dev, s), ddt = Tensor::zeros(Shape{hv_l_}, DType::f32, dev, s);
+  // backward (da, db into their columns of dhp) runs in the same launch. Both accumulate (+=)
+  // straight into the parameter gradients: A_log's and dt_bias's head slices, and the conv
+  // weight's when its rows are one block (cp == 1; else three sections, added after).
+  Tensor dwc_t;
+  TensorView dwc;
+  if (cp_ > 1) {
+    dwc_t = Tensor::zeros(wc.shape(), DType::f32, dev, s);
+    dwc = dwc_t;
+  } else {
+    dwc = params_[kConv].grad.view().reshape(wc.shape());
+  }
   const ops::GdnGateBwdViews gates{cols(dhp, off_a, hv_l_),          cols(dhp, off_b, hv_l_),
-                                   dA_log,
-                                   ddt,
+                                   head_slice_grad(kALog),
+                                   head_slice_grad(kDtBias),
                                    dg,
                                    dbeta,
                                    cols(saved_[kHp], off_a, hv_l_),  cols(saved_[kHp], off_b, hv_l_),
                                    head_slice(kALog),                head_slice(kDtBias)};
   ops::causal_conv1d_gate_bwd(cols(dhp, 0, conv_l), dwc, TensorView{}, dc, cols(saved_[kHp], 0, conv_l), wc,
                               TensorView{}, true, meta, gates, s);
-  add_conv_weight_grad(dwc);
-  ops::axpy(head_slice_grad(kALog), 1.f, dA_log, s);
-  ops::axpy(head_slice_grad(kDtBias), 1.f, ddt, s);
+  if (cp_ > 1) add_conv_weight_grad(dwc);
 
   if (gather_) {
     // CP all_gather: dW += dhp^T xn on this rank's head rows only (one GEMM over the packed rows,

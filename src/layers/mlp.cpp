@@ -51,9 +51,12 @@ void SwiGluMlp::forward(const TensorView& y, const TensorView& x) {
   check_shape(y, x.shape, "SwiGluMlp y [T_local, hidden]");
   const int64_t T_r = x.shape[0] * (sp_ ? tp_ : 1);
 
-  xg_ = Tensor::empty(Shape{T_r, H}, A, dev);  // [T_r, H]
-  if (sp_) ctx_.pg->tp->all_gather(xg_, x, s);
-  else ops::copy(xg_, x, s);
+  xg_ = lent_.take(x);  // [T_r, H]: x itself when lent (no SP), else a copy / the SP gather
+  if (sp_ || !xg_.defined()) {
+    xg_ = Tensor::empty(Shape{T_r, H}, A, dev);
+    if (sp_) ctx_.pg->tp->all_gather(xg_, x, s);
+    else ops::copy(xg_, x, s);
+  }
   gu_ = Tensor::empty(Shape{T_r, 2 * F_t}, A, dev);  // [T_r, 2 F_t] = [g | u]
   if (const auto j = model::rows_joined(&params_[kGate], 2)) {
     ops::gemm(gu_, xg_, j->w, {false, true}, s);

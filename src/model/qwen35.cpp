@@ -63,6 +63,7 @@ class MixerOf final : public Mixer {
   template <typename Cfg>
   MixerOf(const Cfg& cfg, const std::string& prefix, const layers::RunCtx& ctx) : layer_(cfg, prefix, ctx) {}
   std::vector<Param>& params() override { return layer_.params(); }
+  void lend_input(Tensor x) override { layer_.lend_input(std::move(x)); }
   void forward(const TensorView& y, const TensorView& x, const data::PackedSeqParams& psp) override {
     layer_.forward(y, x, psp);
   }
@@ -146,13 +147,17 @@ void DecoderLayer::collect_params(std::vector<Param*>& out) {
 
 void DecoderLayer::forward(const TensorView& h, const data::PackedSeqParams& psp) {
   const Stream s = ctx_.stream;
-  Tensor n = Tensor::empty(h.shape, h.dtype, h.device);  // [T_local, H] normed input of a sub-block
-  Tensor o = Tensor::empty(h.shape, h.dtype, h.device);  // [T_local, H] sub-block output
-  input_norm_->forward(n, h);
-  mixer_->forward(o, n, psp);
+  // Each sub-block's normed input is its own tensor, lent to it: the mixer and the MLP keep it
+  // for their backward instead of a copy (layers::LentInput).          n1, n2, o [T_local, H]
+  Tensor n1 = Tensor::empty(h.shape, h.dtype, h.device), n2 = Tensor::empty(h.shape, h.dtype, h.device);
+  Tensor o = Tensor::empty(h.shape, h.dtype, h.device);
+  input_norm_->forward(n1, h);
+  mixer_->lend_input(n1);
+  mixer_->forward(o, n1, psp);
   ops::add(h, h, o, s);  // h = h + mixer(input_layernorm(h))
-  post_norm_->forward(n, h);
-  mlp_->forward(o, n);
+  post_norm_->forward(n2, h);
+  mlp_->lend_input(n2);
+  mlp_->forward(o, n2);
   ops::add(h, h, o, s);  // h = h + mlp(post_attention_layernorm(h))
 }
 

@@ -57,10 +57,13 @@ class GatedAttention {
 
   // x: [T/(cp*sp), H] f32; y (=): same shape. Saves what backward needs.
   void forward(const TensorView& y, const TensorView& x, const data::PackedSeqParams& psp);
+  // The next forward's x is this tensor, unwritten until backward: kept, not copied (LentInput).
+  void lend_input(Tensor x) { lent_.lend(std::move(x)); }
   // dy: like y; dx (=): like x. Accumulates parameter gradients.
   void backward(const TensorView& dx, const TensorView& dy, const data::PackedSeqParams& psp);
 
  private:
+  LentInput lent_;
   ops::AttnVarlen varlen(const data::PackedSeqParams& psp) const;
 
   AttentionConfig cfg_;

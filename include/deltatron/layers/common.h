@@ -31,6 +31,26 @@ struct RunCtx {
   uint64_t seed = 0;
 };
 
+// An input its caller does not write until the layer's backward (the decoder layer's normed
+// inputs, model::DecoderLayer): the layer keeps a reference to it for the backward instead of a
+// copy. take(x) returns the lent tensor when x is exactly its view (same data, shape, dtype,
+// contiguous), else an undefined one (then the layer copies as before); either way the loan ends.
+class LentInput {
+ public:
+  void lend(Tensor x) { t_ = std::move(x); }
+  Tensor take(const TensorView& x) {
+    Tensor t = std::move(t_);
+    t_ = Tensor();
+    if (t.defined() && t.data() == x.data && t.shape() == x.shape && t.dtype() == x.dtype && x.is_contiguous() &&
+        t.view().is_contiguous())
+      return t;
+    return Tensor();
+  }
+
+ private:
+  Tensor t_;
+};
+
 // Column range [off, off + n) of a row-major [rows, C] view (row-strided result).
 inline TensorView cols(const TensorView& x, int64_t off, int64_t n) { return x.slice(1, off, off + n); }
 // A row-strided [T, H*D] view seen as [T, H, D] (head stride D, unit inner stride).

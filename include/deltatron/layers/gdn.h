@@ -58,10 +58,13 @@ class GatedDeltaNet {
 
   // x: [T/(cp*sp), H] act_dtype; y (=): same shape. Saves what backward needs.
   void forward(const TensorView& y, const TensorView& x, const data::PackedSeqParams& psp);
+  // The next forward's x is this tensor, unwritten until backward: kept, not copied (LentInput).
+  void lend_input(Tensor x) { lent_.lend(std::move(x)); }
   // dy: like y; dx (=): like x. Accumulates parameter gradients.
   void backward(const TensorView& dx, const TensorView& dy, const data::PackedSeqParams& psp);
 
  private:
+  LentInput lent_;
   // Widths per rank (thd-context-parallel.md 5): *_t on the TP rank, *_l inside the kernels
   // (after cp2hp); off_* are column offsets of z, b, a in the [T, C_l] buffer.
   struct Dims {

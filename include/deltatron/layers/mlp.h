@@ -34,10 +34,13 @@ class SwiGluMlp {
 
   // x: [T_local, H] act_dtype; y (=): same shape.
   void forward(const TensorView& y, const TensorView& x);
+  // The next forward's x is this tensor, unwritten until backward: kept, not copied (LentInput).
+  void lend_input(Tensor x) { lent_.lend(std::move(x)); }
   // dy: like y; dx (=): like x. Accumulates the three weight gradients.
   void backward(const TensorView& dx, const TensorView& dy);
 
  private:
+  LentInput lent_;
   MlpConfig cfg_;
   RunCtx ctx_;
   std::string prefix_;

@@ -53,6 +53,8 @@ class Mixer {
  public:
   virtual ~Mixer() = default;
   virtual std::vector<Param>& params() = 0;
+  // The next forward's x, unwritten until backward: kept instead of copied (layers::LentInput).
+  virtual void lend_input(Tensor x) = 0;
   virtual void forward(const TensorView& y, const TensorView& x, const data::PackedSeqParams& psp) = 0;
   virtual void backward(const TensorView& dx, const TensorView& dy, const data::PackedSeqParams& psp) = 0;
 };
