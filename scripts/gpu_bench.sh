@@ -49,7 +49,7 @@ for n in "${names[@]}"; do
       # the forms the defaults replaced (v0.8.0): CTA-tiled GDN serial kernels, one AdamW launch per
       # parameter, v / dv through contiguous copies
       run "train_step 1 GPU DT_GDN_SERIAL=tile" env DT_GDN_SERIAL=tile "$B/train_step" --phases 5
-      # not yet the default (v0.8.0, compiled only): 2 or 4 warps per 16 GDN state rows
+      # 2 or 4 warps per 16 GDN state rows: correct but slower than warp4 (docs/perf.md v0.9.0)
       for k in split2 split4; do run "train_step 1 GPU DT_GDN_SERIAL=$k" env DT_GDN_SERIAL=$k "$B/train_step" --phases 5; done
       run "train_step 1 GPU DT_GDN_SERIAL=tile DT_OPTIM_MULTI=0 DT_GDN_STRIDED_V=0" env DT_GDN_SERIAL=tile \
         DT_OPTIM_MULTI=0 DT_GDN_STRIDED_V=0 "$B/train_step" --phases 5
