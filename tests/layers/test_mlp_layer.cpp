@@ -78,3 +78,41 @@ TEST(MlpLayer, PackedEqualsPerSequence) {
     EXPECT_TRUE(close_rel(gsum[k], want, 1e-5)) << R.out.specs[k].name;
   }
 }
+
+// A lent input is kept by reference (the backward reads the caller's tensor: writing it between
+// forward and backward, which the contract forbids, changes the gradients), a plain view is
+// copied (the same write changes nothing), and a lent tensor that is not the forward's x is
+// ignored. With the contract kept, lent and copied runs are bitwise equal.
+TEST(MlpLayer, LentInputIsKeptNotCopied) {
+  if (dist::world_size() != 1) GTEST_SKIP() << "single-process test";
+  dist::ParallelDims dims{1, 1, 1};
+  ASSERT_EQ(dims.resolve(1), "");
+  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::mpi);
+  layers::RunCtx ctx;
+  ctx.pg = &pg;
+  ctx.seed = test_seed();
+  const int64_t T = 37, H = mlp_cfg().hidden;
+  Tensor x0 = Tensor::empty(Shape{T, H}, DType::f32), dy = Tensor::empty(Shape{T, H}, DType::f32);
+  ops::rng_normal(x0, ctx.seed, 1, 0.f, 1.f, ops::RngSlice::whole(x0));
+  ops::rng_normal(dy, ctx.seed, 2, 0.f, 1.f, ops::RngSlice::whole(dy));
+  // mode 0: plain view; 1: lent; 2: another tensor lent. `clobber`: x zeroed after the forward.
+  auto run = [&](int mode, bool clobber) {
+    layers::SwiGluMlp mlp(mlp_cfg(), "model.layers.3", ctx);
+    Tensor x = Tensor::empty(x0.shape(), DType::f32), y = Tensor::empty(x0.shape(), DType::f32),
+           dx = Tensor::empty(x0.shape(), DType::f32);
+    ops::copy(x, x0);
+    if (mode == 1) mlp.lend_input(x);
+    if (mode == 2) mlp.lend_input(Tensor::zeros(x0.shape(), DType::f32));
+    mlp.forward(y, x);
+    if (clobber) ops::fill(x.view(), 0.0);
+    mlp.backward(dx, dy);
+    std::vector<float> out(dx.ptr<float>(), dx.ptr<float>() + dx.numel());
+    for (const model::Param& p : mlp.params()) out.insert(out.end(), p.grad.ptr<float>(), p.grad.ptr<float>() + p.grad.numel());
+    return out;
+  };
+  const std::vector<float> copied = run(0, false);
+  EXPECT_EQ(run(1, false), copied) << "lent, contract kept: bitwise the copied run";
+  EXPECT_EQ(run(0, true), copied) << "a plain view is copied";
+  EXPECT_EQ(run(2, true), copied) << "a lent tensor other than x is ignored";
+  EXPECT_NE(run(1, true), copied) << "a lent x is kept by reference";
+}
