@@ -26,8 +26,8 @@
 namespace dt::ops::cuda {
 namespace {
 
-// One 16-byte vector as N = 16 / sizeof(T) fp32 values (bf16: 8, f32: 4); Store<TD, N> writes N
-// values (N * sizeof(TD) bytes: f32 logits may give bf16 dlogits).
+// One 16-byte vector as N = 16 / sizeof(T) fp32 values (bf16: 8, f32: 4); store_vec<TD, N> writes
+// N values (N * sizeof(TD) bytes: f32 logits may give bf16 dlogits).
 template <typename T>
 constexpr int kVecN = int(16 / sizeof(T));
 template <typename T>
@@ -184,7 +184,8 @@ __global__ __launch_bounds__(lc::kThreads) void ce_bwd_kernel(TD* g_d, int64_t l
     // dl_j = exp(x_j - m) * (scale / se) - (j == c ? scale : 0)
     const float ml = g_m[t] * kLog2e, a = scale / g_se[t];
     const int64_t c = int64_t(tg) - vb;
-    auto grad = [&](int64_t j, float x) { return ex2(fmaf(x, kLog2e, -ml)) * a - (j == c ? scale : 0.f); };
+    auto prob = [&](float x) { return ex2(fmaf(x, kLog2e, -ml)) * a; };  // scale * softmax
+    auto grad = [&](int64_t j, float x) { return prob(x) - (j == c ? scale : 0.f); };
     // Vectors where logits and dlogits are aligned at the same element (16 B for the logits, N
     // elements for the dlogits); else one by one.
     const int64_t hl = head_of(l);
@@ -196,7 +197,7 @@ __global__ __launch_bounds__(lc::kThreads) void ce_bwd_kernel(TD* g_d, int64_t l
       float x[N];
       load_vec(l + j, x);
 #pragma unroll
-      for (int i = 0; i < N; ++i) x[i] = ex2(fmaf(x[i], kLog2e, -ml)) * a;
+      for (int i = 0; i < N; ++i) x[i] = prob(x[i]);
       if (c >= j && c < j + N) x[c - j] -= scale;  // the target's column: one vector of the row
       store_vec<TD, N>(d + j, x);
     }
