@@ -108,12 +108,7 @@ void GatedAttention::forward(const TensorView& y, const TensorView& x, const dat
 
   // SP: gather the token shards of the TP group.                        xg [T_cp, H]
   Tensor& xg = saved_[kXg];
-  xg = lent_.take(x);  // x itself when lent (no SP), else a copy / the SP gather
-  if (sp_ || !xg.defined()) {
-    xg = Tensor::empty(Shape{T_cp, H}, A, dev);
-    if (sp_) ctx_.pg->tp->all_gather(xg, x, s);
-    else ops::copy(xg, x, s);
-  }
+  xg = kept_input(lent_.take(x), x, T_cp, sp_, ctx_);
 
   // Projections.                          qg [T_cp, Hq_t*2d]; k [T_cp, Hkv_t*d]; v into kvl
   Tensor& qg = saved_[kQg];

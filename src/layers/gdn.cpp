@@ -18,6 +18,7 @@ const char* kSuffixes[] = {"in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.
                            "conv1d.weight",      "dt_bias",          "A_log",            "norm.weight",
                            "out_proj.weight"};
 enum P { kQkv, kZ, kB, kA, kConv, kDtBias, kALog, kNorm, kOut };
+constexpr size_t kInProjs = kConv;  // params_[0, 4): in_proj_qkv, _z, _b, _a, in one allocation
 
 // Rows [r0, r0 + n) of a row-major 2-D view.
 TensorView rows(const TensorView& v, int64_t r0, int64_t n) { return v.slice(0, r0, r0 + n); }
@@ -82,9 +83,9 @@ GatedDeltaNet::GatedDeltaNet(const GdnConfig& cfg, const std::string& prefix, co
   // in_proj_qkv, _z, _b and _a in one allocation: one GEMM makes (and two differentiate) all
   // four projections (b and a alone are Hv rows: ~15 us of GEMM each for ~1 us of work).
   const std::vector<model::ParamSpec> specs = param_specs(cfg, prefix);
-  params_ = model::make_params_rows({specs.begin(), specs.begin() + kConv}, tp_, tp_rank_, ctx.seed, ctx.device,
+  params_ = model::make_params_rows({specs.begin(), specs.begin() + kInProjs}, tp_, tp_rank_, ctx.seed, ctx.device,
                                     ctx.act_dtype, ctx.stream);
-  for (size_t i = kConv; i < specs.size(); ++i)
+  for (size_t i = kInProjs; i < specs.size(); ++i)
     params_.push_back(model::make_param(specs[i], tp_, tp_rank_, ctx.seed, ctx.device, ctx.act_dtype, ctx.stream));
   const int64_t qk_t = cfg.num_k_heads * cfg.head_k_dim / tp_, v_t = cfg.num_v_heads * cfg.head_v_dim / tp_,
                 h_t = cfg.num_v_heads / tp_;
@@ -146,7 +147,7 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
   const bool sp = ctx_.sp && tp_ > 1;
   const Dims d = dims(psp);
   const int64_t H = c.hidden, dv = c.head_v_dim;
-  const int64_t T = d.T, T_cp = d.T_cp, T_in = d.T_in, qk_t = d.qk_t, v_t = d.v_t, h_t = d.h_t, C_tp = d.C_tp;
+  const int64_t T = d.T, T_cp = d.T_cp, T_in = d.T_in, v_t = d.v_t, C_tp = d.C_tp;
   const int64_t v_l = d.v_l, C_l = d.C_l;
   DT_CHECK(psp.cp() == cp_ && psp.sp() == (sp ? tp_ : 1),
            "GatedDeltaNet {}: packed params built for cp {} sp {}, layer runs cp {} sp {}", prefix_, psp.cp(), psp.sp(),
@@ -160,14 +161,14 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
   // SP: gather the token shards of the TP group.                       xg [T/cp, H]
   // all_to_all keeps xg for the backward (without SP x itself when lent, else a copy);
   // all_gather sends it as it is (collectives take contiguous operands).
-  Tensor xg_t = lent_.take(x);
+  Tensor lent = lent_.take(x), xg_t;
   TensorView xg = x;
-  if (!sp && !gather_ && xg_t.defined()) {
+  if (sp || !gather_) {
+    xg_t = kept_input(std::move(lent), x, T_cp, sp, ctx_);
     xg = xg_t;
-  } else if (sp || !gather_ || !x.is_contiguous()) {
+  } else if (!x.is_contiguous()) {
     xg_t = Tensor::empty(Shape{T_cp, H}, A, dev);
-    if (sp) ctx_.pg->tp->all_gather(xg_t, x, s);
-    else ops::copy(xg_t, x, s);
+    ops::copy(xg_t, x, s);
     xg = xg_t;
   }
 
@@ -188,17 +189,10 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
     hp = Tensor::empty(Shape{T, C_l}, A, dev);
     ops::gemm(hp, xn, wp, {false, true}, s);
   } else {
-    // Input projections: one GEMM over the four weights' rows (make_params_rows), or one per
-    // weight into column blocks of one buffer.                               proj [T/cp, C_tp]
+    // Input projections: one GEMM over the four weights' rows (make_params_rows).  proj [T/cp, C_tp]
     saved_[kXg] = xg_t;
     Tensor proj = Tensor::empty(Shape{T_cp, C_tp}, A, dev);
-    if (const auto j = model::rows_joined(&params_[kQkv], kConv)) {
-      ops::gemm(proj, xg, j->w, {false, true}, s);
-    } else {
-      const int64_t widths[4] = {2 * qk_t + v_t, v_t, h_t, h_t};
-      for (int i = 0, off = 0; i < 4; off += int(widths[i]), ++i)
-        ops::gemm(cols(proj, off, widths[i]), xg, params_[i].w(), {false, true}, s);
-    }
+    ops::gemm(proj, xg, model::rows_joined(&params_[kQkv], kInProjs).w, {false, true}, s);
 
     // CP: zig-zag rows, all heads -> all tokens in natural order, this rank's heads.  hp [T, C_l]
     if (cp_ > 1) {
@@ -275,7 +269,7 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   const bool sp = ctx_.sp && tp_ > 1;
   const Dims d = dims(psp);
   const int64_t H = c.hidden, dk = c.head_k_dim, dv = c.head_v_dim;
-  const int64_t T = d.T, T_cp = d.T_cp, T_in = d.T_in, qk_t = d.qk_t, v_t = d.v_t, h_t = d.h_t, C_tp = d.C_tp;
+  const int64_t T = d.T, T_cp = d.T_cp, T_in = d.T_in, v_t = d.v_t, C_tp = d.C_tp;
   const int64_t qk_l = d.qk_l, v_l = d.v_l, conv_l = d.conv_l, C_l = d.C_l;
   const int64_t off_z = d.off_z, off_b = d.off_b, off_a = d.off_a;
   DT_CHECK(int(saved_.size()) == kNumSaved && saved_[kXg].defined(), "GatedDeltaNet {}: backward without forward",
@@ -400,24 +394,16 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
     dproj = dhp;
   }
 
-  // Input projections: dW_i += dproj_i^T xg;  dxg = sum_i dproj_i W_i (joined: one GEMM each).
+  // Input projections, joined: dW += dproj^T xg;  dxg = dproj W.
   Tensor dxg_t;
   TensorView dxg = dx;
   if (sp) {
     dxg_t = Tensor::empty(Shape{T_cp, H}, A, dev);
     dxg = dxg_t;
   }
-  if (const auto j = model::rows_joined(&params_[kQkv], kConv)) {
-    ops::gemm(j->grad, dproj, saved_[kXg], {true, false, 1.f, 1.f}, s);
-    ops::gemm(dxg, dproj, j->w, {}, s);
-  } else {
-    const int64_t widths[4] = {2 * qk_t + v_t, v_t, h_t, h_t};
-    for (int i = 0, off = 0; i < 4; off += int(widths[i]), ++i) {
-      TensorView dpi = cols(dproj, off, widths[i]);
-      ops::gemm(params_[i].grad, dpi, saved_[kXg], {true, false, 1.f, 1.f}, s);
-      ops::gemm(dxg, dpi, params_[i].w(), {false, false, 1.f, i ? 1.f : 0.f}, s);
-    }
-  }
+  const model::JoinedRows in = model::rows_joined(&params_[kQkv], kInProjs);
+  ops::gemm(in.grad, dproj, saved_[kXg], {true, false, 1.f, 1.f}, s);
+  ops::gemm(dxg, dproj, in.w, {}, s);
   if (sp) ctx_.pg->tp->reduce_scatter(dx, dxg, dist::ReduceOp::sum, s);
   else if (tp_ > 1) ctx_.pg->tp->all_reduce(dx, dist::ReduceOp::sum, s);
   saved_.clear();

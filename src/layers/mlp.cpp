@@ -51,19 +51,9 @@ void SwiGluMlp::forward(const TensorView& y, const TensorView& x) {
   check_shape(y, x.shape, "SwiGluMlp y [T_local, hidden]");
   const int64_t T_r = x.shape[0] * (sp_ ? tp_ : 1);
 
-  xg_ = lent_.take(x);  // [T_r, H]: x itself when lent (no SP), else a copy / the SP gather
-  if (sp_ || !xg_.defined()) {
-    xg_ = Tensor::empty(Shape{T_r, H}, A, dev);
-    if (sp_) ctx_.pg->tp->all_gather(xg_, x, s);
-    else ops::copy(xg_, x, s);
-  }
+  xg_ = kept_input(lent_.take(x), x, T_r, sp_, ctx_);  // [T_r, H]
   gu_ = Tensor::empty(Shape{T_r, 2 * F_t}, A, dev);  // [T_r, 2 F_t] = [g | u]
-  if (const auto j = model::rows_joined(&params_[kGate], 2)) {
-    ops::gemm(gu_, xg_, j->w, {false, true}, s);
-  } else {
-    ops::gemm(cols(gu_, 0, F_t), xg_, params_[kGate].w(), {false, true}, s);
-    ops::gemm(cols(gu_, F_t, F_t), xg_, params_[kUp].w(), {false, true}, s);
-  }
+  ops::gemm(gu_, xg_, model::rows_joined(&params_[kGate], 2).w, {false, true}, s);  // gate | up joined
   Tensor h = Tensor::empty(Shape{T_r, F_t}, A, dev);  // [T_r, F_t], not saved: backward recomputes it
   ops::swiglu_fwd(h, cols(gu_, 0, F_t), cols(gu_, F_t, F_t), s);
   if (sp_) {
@@ -103,23 +93,16 @@ void SwiGluMlp::backward(const TensorView& dx, const TensorView& dy) {
   ops::gemm(dh, dyg, params_[kDown].w(), {}, s);
   Tensor dgu = Tensor::empty(Shape{T_r, 2 * F_t}, A, dev);  // [T_r, 2 F_t] = [dg | du]
   ops::swiglu_bwd(cols(dgu, 0, F_t), cols(dgu, F_t, F_t), dh, cols(gu_, 0, F_t), cols(gu_, F_t, F_t), s);
-  // gate/up: dW += d^T xg;  dxg = dg Wg + du Wu.
+  // gate | up, joined: dW += dgu^T xg;  dxg = dgu W = dg Wg + du Wu.
   Tensor dxg_t;
   TensorView dxg = dx;
   if (sp_) {
     dxg_t = Tensor::empty(Shape{T_r, H}, A, dev);
     dxg = dxg_t;
   }
-  if (const auto j = model::rows_joined(&params_[kGate], 2)) {
-    ops::gemm(j->grad, dgu, xg_, {true, false, 1.f, 1.f}, s);
-    ops::gemm(dxg, dgu, j->w, {}, s);
-  } else {
-    for (int i = kGate; i <= kUp; ++i) {
-      TensorView d = cols(dgu, i * F_t, F_t);
-      ops::gemm(params_[i].grad, d, xg_, {true, false, 1.f, 1.f}, s);
-      ops::gemm(dxg, d, params_[i].w(), {false, false, 1.f, i ? 1.f : 0.f}, s);
-    }
-  }
+  const model::JoinedRows gu = model::rows_joined(&params_[kGate], 2);
+  ops::gemm(gu.grad, dgu, xg_, {true, false, 1.f, 1.f}, s);
+  ops::gemm(dxg, dgu, gu.w, {}, s);
   if (sp_) ctx_.pg->tp->reduce_scatter(dx, dxg, dist::ReduceOp::sum, s);
   else if (tp_ > 1) ctx_.pg->tp->all_reduce(dx, dist::ReduceOp::sum, s);
   xg_ = gu_ = Tensor();

@@ -168,11 +168,14 @@ std::optional<TensorView> join(const TensorView* const* v, size_t n) {
 }
 }  // namespace
 
-std::optional<JoinedRows> rows_joined(const Param* params, size_t n) {
+JoinedRows rows_joined(const Param* params, size_t n) {
+  DT_CHECK(n > 0, "rows_joined: no parameters");
   std::vector<const TensorView*> w(n), g(n);
   for (size_t i = 0; i < n; ++i) w[i] = &params[i].w(), g[i] = &params[i].grad.view();
   const std::optional<TensorView> jw = join(w.data(), n), jg = join(g.data(), n);
-  if (!jw || !jg) return std::nullopt;
+  DT_CHECK(jw && jg, "rows_joined: {} and the {} params after it are not consecutive rows of one allocation "
+                     "(make_params_rows)",
+           params[0].spec.name, n - 1);
   return JoinedRows{*jw, *jg};
 }
 

@@ -68,22 +68,23 @@ TEST(Param, RowsOfOneAllocationEqualSeparateParams) {
         EXPECT_EQ(joint[i].master.data(), next) << specs[i].name << " follows the previous rows";
         next += one.master.nbytes();
       }
-      const auto j = model::rows_joined(joint.data(), joint.size());
-      ASSERT_TRUE(j.has_value());
-      EXPECT_EQ(j->w.shape, (Shape{(8 + 8 + 16 + 16 + 4) / tp, 6}));
-      EXPECT_EQ(j->w.data, joint[0].master.data());
-      EXPECT_EQ(j->grad.data, joint[0].grad.data());
-      const auto tail = model::rows_joined(&joint[1], 2);  // any consecutive run joins
-      ASSERT_TRUE(tail.has_value());
-      EXPECT_EQ(tail->w.data, joint[1].master.data());
+      const model::JoinedRows j = model::rows_joined(joint.data(), joint.size());
+      EXPECT_EQ(j.w.shape, (Shape{(8 + 8 + 16 + 16 + 4) / tp, 6}));
+      EXPECT_EQ(j.grad.shape, j.w.shape);
+      EXPECT_EQ(j.w.data, joint[0].master.data());
+      EXPECT_EQ(j.grad.data, joint[0].grad.data());
+      const model::JoinedRows tail = model::rows_joined(&joint[1], 2);  // any consecutive run joins
+      EXPECT_EQ(tail.w.data, joint[1].master.data());
     }
-  // Separately allocated params, or joint ones out of order, do not join.
+  // Separately allocated params, or joint ones out of order, do not join: a check names them.
   std::vector<model::Param> sep;
   for (const ParamSpec& s : specs) sep.push_back(model::make_param(s, 1, 0, seed, Device::cpu(), DType::f32));
-  EXPECT_FALSE(model::rows_joined(sep.data(), sep.size()).has_value());
+  EXPECT_DEATH(model::rows_joined(sep.data(), sep.size()),
+               "in_proj_qkv.weight and the 2 params after it are not consecutive rows of one allocation");
   std::vector<model::Param> joint = model::make_params_rows(specs, 1, 0, seed, Device::cpu(), DType::f32);
   std::swap(joint[0], joint[1]);
-  EXPECT_FALSE(model::rows_joined(joint.data(), 2).has_value());
+  EXPECT_DEATH(model::rows_joined(joint.data(), 2),
+               "in_proj_z.weight and the 1 params after it are not consecutive rows of one allocation");
   // Different widths are refused, naming the parameter.
   ParamSpec wide{"layers.0.linear_attn.in_proj_a.weight", Shape{4, 7}, model::InitRule::normal(0.02f), 0};
   EXPECT_DEATH(model::make_params_rows({specs[0], wide}, 1, 0, seed, Device::cpu(), DType::f32),

@@ -51,6 +51,10 @@ class LentInput {
   Tensor t_;
 };
 
+// What a layer keeps of its input x [rows / sp, H] for the backward, [rows, H]: under SP the
+// all-gather over the TP group, else `lent` (LentInput::take(x)) when defined, else a copy.
+Tensor kept_input(Tensor lent, const TensorView& x, int64_t rows, bool sp, const RunCtx& ctx);
+
 // Column range [off, off + n) of a row-major [rows, C] view (row-strided result).
 inline TensorView cols(const TensorView& x, int64_t off, int64_t n) { return x.slice(1, off, off + n); }
 // A row-strided [T, H*D] view seen as [T, H, D] (head stride D, unit inner stride).

@@ -70,13 +70,13 @@ Param make_param(const ParamSpec& s, int tp, int tp_rank, uint64_t seed, Device 
 // local shape [rows_i, C] with the same C and the same dtype policy (keep_fp32).
 std::vector<Param> make_params_rows(const std::vector<ParamSpec>& specs, int tp, int tp_rank, uint64_t seed, Device dev,
                                     DType compute_dtype, Stream st = {});
-// [sum rows_i, C] views of the weights as the layers read them (w()) and of the gradients, when
-// the params' tensors are still consecutive rows of one allocation (make_params_rows); else
-// nullopt (then run one GEMM per parameter).
+// [sum rows_i, C] views of the weights as the layers read them (w()) and of the gradients of n
+// params made by make_params_rows (consecutive rows of one allocation); anything else is a
+// programming error (a check naming the first param).
 struct JoinedRows {
   TensorView w, grad;
 };
-std::optional<JoinedRows> rows_joined(const Param* params, size_t n);
+JoinedRows rows_joined(const Param* params, size_t n);
 // compute = cast(master) (after init, load or an optimizer step).
 void refresh_compute(Param& p, Stream st = {});
 // local = this rank's shard of `global` (same dtype and device class; copies piece by piece).
