@@ -1,6 +1,7 @@
 #include "deltatron/model/param.h"
 
 #include <cmath>
+#include <optional>
 
 #include "deltatron/ops/basic.h"
 

@@ -10,7 +10,6 @@
 // so weights never depend on the parallel layout.
 #pragma once
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
