@@ -7,6 +7,9 @@
 //   2 GPUs, CP = 2:  mpirun -np 2 gdn_layer --cp 2 [--cp-comm all_to_all | all_gather]
 //   --keep-elementwise: gdn.recompute_elementwise=false (the forward keeps conv output, l2norm(q, k)
 //                       and z instead of the backward recomputing them), for the time it costs
+//   --profile:          then one more fwd+bwd between cudaProfilerStart/Stop, for per-kernel times
+//                       under `ncu --profile-from-start off --metrics gpu__time_duration.sum --csv
+//                       --page raw` (scripts/ncu_summary.py makes the table)
 // Prints median fwd and fwd+bwd ms (CUDA events, 3 warm-ups, 20 reps), tokens/s per GPU,
 // and for cp > 1 the time of the scheme's CP data movement alone (fwd and bwd, same shapes)
 // as a share of fwd+bwd: cp2hp + hp2cp (all_to_all), or the all-gathers, reduce-scatters and
@@ -17,6 +20,8 @@
 #include <cstring>
 #include <random>
 #include <string>
+
+#include <cuda_profiler_api.h>
 
 #include "bench_util.h"
 #include "deltatron/data/packed_seq.h"
@@ -31,7 +36,7 @@ using namespace dt;
 int main(int argc, char** argv) {
   dist::init(&argc, &argv);
   int tp = 1, cp = 1;
-  bool sp = false, recompute = true;
+  bool sp = false, recompute = true, profile = false;
   layers::GdnCpComm cp_comm = layers::GdnCpComm::all_to_all;
   int64_t tokens_per_gpu = 32768;
   for (int i = 1; i < argc; ++i) {
@@ -39,6 +44,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--cp") && i + 1 < argc) cp = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--sp")) sp = true;
     else if (!std::strcmp(argv[i], "--keep-elementwise")) recompute = false;
+    else if (!std::strcmp(argv[i], "--profile")) profile = true;
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_per_gpu = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--cp-comm") && i + 1 < argc) {
       const std::string v = argv[++i];
@@ -91,6 +97,15 @@ int main(int argc, char** argv) {
 
   float fwd = bench::median_ms([&] { layer.forward(y, x, psp); }, st);
   float fb = bench::median_ms([&] { layer.forward(y, x, psp); layer.backward(dx, dy, psp); }, st);
+
+  if (profile) {
+    DT_CUDA_CHECK(cudaStreamSynchronize(st));
+    DT_CUDA_CHECK(cudaProfilerStart());
+    layer.forward(y, x, psp);
+    layer.backward(dx, dy, psp);
+    DT_CUDA_CHECK(cudaStreamSynchronize(st));
+    DT_CUDA_CHECK(cudaProfilerStop());
+  }
 
   float a2a = 0.f;
   const bool gather = cp_comm == layers::GdnCpComm::all_gather;

@@ -16,6 +16,7 @@
 //     and give the tiled kernels' bits (same products, same order, same roundings); the split
 //     ones (split2|split4, dk = 128) match both within a stated tolerance
 //   * token-strided v / dv (column views, as the layer passes them) give the contiguous bits
+//   * G == 2's GQA sum in clusters of two CTAs (DT_GDN_GQA_PAIR) gives gsum's bits
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -483,6 +484,40 @@ TEST(GdnChunkCuda, StridedVMatchesContiguous) {
   strided.set("1");
   EXPECT_DEATH(run(c, make_inputs(c, true, 321), Device::cuda(), DType::bf16, true, false, 3),
                "v needs a 16-byte aligned start and a token stride");
+}
+
+// G == 2: dqk and wy run as clusters of the key head's two v-heads and add dq and dk there
+// (DT_GDN_GQA_PAIR=1 or unset) instead of writing per-v-head f32 partials for gsum (0). One f32
+// add of the same two values either way, so every output has the same bits; G = 1 and 3 ignore it.
+TEST(GdnChunkCuda, GqaPairSumEqualsGsum) {
+  const ScopedEnv pair("DT_GDN_GQA_PAIR");
+  const std::vector<int32_t> mix{1, 63, 64, 65, 300, 1000};
+  const std::vector<Case> cases{
+      {"mix G2 d32 h0+dht", {1, 2, 63, 64, 65, 127, 1000, 4097}, 2, 4, 32, 32, true, true},
+      {"d128 G2 h0+dht", {1, 63, 64, 65, 200, 129}, 1, 2, 128, 128, true, true},
+      {"large grid d128 G2 dht", mix, 8, 16, 128, 128, false, true},
+      {"d64 dk < 128: rank 0 holds every column", {65, 1, 0, 300, 128, 0}, 2, 4, 64, 64, true, false},
+      {"dk16 dv48 G3 (gsum)", {70, 5, 191}, 1, 3, 16, 48, true, true},
+  };
+  uint64_t salt = 500;
+  for (DType dt : {DType::bf16, DType::f32})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(dt::dtype_name(dt)) + " " + c.name);
+      const Inputs in = make_inputs(c, dt == DType::bf16, ++salt);
+      pair.set("0");
+      const auto ref = to_vecs(run(c, in, Device::cuda(), dt));
+      for (const char* mode : {static_cast<const char*>(nullptr), "1"}) {
+        pair.set(mode);
+        const auto got = to_vecs(run(c, in, Device::cuda(), dt));
+        for (int i = 0; i < 8; ++i)
+          EXPECT_TRUE(bitwise_eq(ref[i], got[i])) << "DT_GDN_GQA_PAIR=" << (mode ? mode : "unset") << " vs 0: "
+                                                  << kNames[i];
+      }
+    }
+  const Case t{"tiny G2", {65, 3}, 1, 2, 32, 32, false, false};
+  pair.set("yes");
+  EXPECT_DEATH(run(t, make_inputs(t, true, 520), Device::cuda(), DType::bf16),
+               "DT_GDN_GQA_PAIR='yes' is not one of: 0 ");
 }
 
 TEST(GdnChunkCuda, WarpSerialKernelsEnvErrors) {

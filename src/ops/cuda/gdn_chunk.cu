@@ -19,7 +19,8 @@
 //             -> rev (B4, serial: dS1 per chunk, full dDelta, dh0) -> dqk (B5: dq, dk part, dW,
 //             dgamma part) -> wy (B6-B8: dk2, dv, dbeta, dgamma2, reverse cumsum -> dg)
 //             -> gsum (B12: dq, dk summed over the G v-heads of each key head, fixed order; with
-//             G == 1 dqk and wy store dq and dk themselves, the same bits)
+//             G == 1 dqk and wy store dq and dk themselves, and with G == 2 they run as clusters of
+//             the key head's two v-heads and store the sums (pair_sum); the same bits either way)
 // Tile loads of the serial kernels: rev uses two cp.async stages (chunk c-1's tiles load while
 // chunk c computes) when its grid fits one CTA per SM and the inputs are bf16, else one stage;
 // state always two (they cost it no occupancy). DT_GDN_REV_STAGES=1|2 and DT_GDN_STATE_STAGES=1|2
@@ -46,6 +47,7 @@
 // depends only on the problem shape. Two runs give the same bits.
 // Outputs: o, ht overwritten (=). Gradients: dq, dk, dv, dg, dbeta, dh0 all overwritten (=).
 // Offsets are int64. Scratch comes from the caching allocator (Tensor::empty).
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
@@ -56,6 +58,7 @@
 #include <cstdlib>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "core/cuda_check.h"
 #include "core/env_knob.h"
@@ -96,6 +99,7 @@ struct Params {
   int64_t T;
   int64_t sv, sdv;             // token strides (elements) of v and dv: Hv * dv, or wider for in-place column views
   int N, NT, Hk, Hv, G, dk, dv, nvt;
+  int pair;                    // 1: dqk and wy run as clusters of G == 2 v-heads (pair_sum)
   float scale;
   const int32_t* cu;           // [N+1]
   const int32_t* chunk_seq;    // [NT]
@@ -842,6 +846,50 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
 #include "ops/cuda/gdn_serial_warp.cuh"   // state_warp_kernel, rev_warp_kernel (bf16)
 #include "ops/cuda/gdn_serial_split.cuh"  // state_split_kernel, rev_split_kernel (bf16, dk = 128)
 
+// ---- GQA sum in a cluster (G == 2): dqk's dq, wy's dk ---------------------------------------------
+// With p.pair the two v-heads of a key head run as one cluster of two CTAs (blockIdx.y = 2 hk +
+// rank). Rank r finalises the column half r of the key head's [C, dk] result (warps 4r .. 4r + 3
+// hold columns [64r, 64r + 64)): its own fragments plus the partner's, which the partner put in
+// its shared memory `xbuf` (16 KB, dead at the call) and which are read through the cluster. So no
+// f32 [T, Hv, dk] round trip through global memory and no gsum launch; the sum is one f32 add of
+// the two heads' values, as gsum's, so the same bits. Returns whether this warp's acc now holds
+// the sum to store; the caller syncs the cluster again before xbuf is reused or the CTA exits.
+__device__ __forceinline__ bool pair_sum(float (&acc)[2][4][4], float* xbuf) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cl = cg::this_cluster();
+  const int rank = int(cl.block_rank()), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int slot = (warp & 3) * 32 + lane;  // the partner's warp of the same index holds the same fragments
+  const bool mine = (warp >> 2) == rank;
+  float4* buf = reinterpret_cast<float4*>(xbuf);  // [8][128] float4: conflict-free per fragment quad
+  if (!mine)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) buf[(4 * i + j) * 128 + slot] = make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
+  cl.sync();
+  if (mine) {
+    const float4* other = cl.map_shared_rank(buf, unsigned(rank ^ 1));
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float4 o = other[(4 * i + j) * 128 + slot];
+        acc[i][j][0] += o.x, acc[i][j][1] += o.y, acc[i][j][2] += o.z, acc[i][j][3] += o.w;
+      }
+  }
+  return mine;
+#else
+  __trap();  // the host launches clusters only on sm_90 and newer (gqa_pair)
+  return false;
+#endif
+}
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cooperative_groups::this_cluster().sync();
+#endif
+}
+
 // ---- dqk (B5): ds, dq, dk (state + intra part), dW, dgamma (partial) ------------------------------
 template <class T>
 struct DqkSmem {
@@ -942,10 +990,12 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
     if (active)
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         const float2 kk = load2(s_x3 + r * LDD<T> + c);
-        if (r < L && c < p.dk) {
+        const float y0 = fmaf(s_dsd[r], kk.x, x0), y1 = fmaf(s_dsd[r], kk.y, x1);
+        if (p.pair) {
+          x0 = y0, x1 = y1;  // summed with the partner v-head's below
+        } else if (r < L && c < p.dk) {
           // G == 1: [T, Hv, dk] is dq's layout and B12's sum of one head is this value, rounded here.
           const int64_t i = (ci.bos * p.Hv + int64_t(r) * p.Hv + ci.h) * p.dk + c;
-          const float y0 = fmaf(s_dsd[r], kk.x, x0), y1 = fmaf(s_dsd[r], kk.y, x1);
           if (p.G == 1) store2(g_dq + i, y0, y1);
           else store2(g_dqh + i, y0, y1);
         }
@@ -955,16 +1005,30 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
       for (int i = 0; i < 2; ++i)
 #pragma unroll
         for (int h2 = 0; h2 < 2; ++h2) s_red[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
+    if (p.pair) {  // 2b. dq of the key head = this v-head's + the partner's, through s_x1 (dO is dead)
+      __syncthreads();
+      if (pair_sum(r_acc, reinterpret_cast<float*>(s_x1)) && active)
+        frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+          if (r < L && c < p.dk) store2(g_dq + (qrow + int64_t(r) * p.Hk) * p.dk + c, x0, x1);
+        });
+      cluster_sync();  // the partner has read this CTA's s_x1 before dDelta overwrites it
+    }
   }
   __syncthreads();  // dO is dead: dDelta takes its tile
   load_tile(s_x1, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
   cp_commit();
-  {  // 4. sum(S0 (.) dS1), S0 from smem, dS1 from global (while dDelta loads)
+  {  // 4. sum(S0 (.) dS1), S0 from smem, dS1 from global in 16-byte vectors (while dDelta loads)
+    constexpr int V = kPad<T>;  // elements per 16 bytes; dv % 16 == 0, so a vector stays in its row
     float r_s = 0.f;
     const T* g_d1 = g_dS1 + sbase;
-    for (int idx = tid; idx < p.dk * p.dv; idx += kChunkThreads) {
+    for (int idx = tid * V; idx < p.dk * p.dv; idx += kChunkThreads * V) {
       const int r = idx / p.dv, c = idx - r * p.dv;
-      r_s = fmaf(to_f(s_big[r * LDD<T> + c]), to_f(g_d1[idx]), r_s);
+      const uint4 sa = *reinterpret_cast<const uint4*>(s_big + r * LDD<T> + c);
+      const uint4 ga = __ldg(reinterpret_cast<const uint4*>(g_d1 + idx));
+      const T* es = reinterpret_cast<const T*>(&sa);
+      const T* eg = reinterpret_cast<const T*>(&ga);
+#pragma unroll
+      for (int e = 0; e < V; ++e) r_s = fmaf(to_f(es[e]), to_f(eg[e]), r_s);
     }
     r_s = warp_sum(r_s);
     if (lane == 0) s_ws[warp] = r_s;
@@ -1064,6 +1128,10 @@ struct WySmem {
   static constexpr size_t red2 = red + sizeof(float) * 4 * C;      // f32 [4][C]
   static constexpr size_t bytes = red2 + sizeof(float) * 4 * C;
 };
+// pair_sum's 16 KB buffers: dqk's dO tile, wy's dTm and X tiles (adjacent).
+static_assert(sizeof(bf16) * C * LDD<bf16> >= 16384 && WySmem<bf16>::x - WySmem<bf16>::dt == sizeof(bf16) * C * LDC<bf16> &&
+                  2 * sizeof(bf16) * C * LDC<bf16> >= 16384 && WySmem<bf16>::dt % 16 == 0 && WySmem<float>::dt % 16 == 0,
+              "pair_sum buffers");
 
 template <class T>
 __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __restrict__ g_k,
@@ -1219,11 +1287,17 @@ __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __
         if (r < L && c < p.dk) {
           const int64_t i = (vrow + int64_t(r) * p.Hv) * p.dk + c;
           const float2 old = load2(g_dkh + i);
-          if (p.G == 1) store2(g_dk + i, old.x + x0, old.y + x1);  // dk itself, as gsum would round it
+          if (p.pair) x0 = old.x + x0, x1 = old.y + x1;  // summed with the partner v-head's below
+          else if (p.G == 1) store2(g_dk + i, old.x + x0, old.y + x1);  // dk itself, as gsum would round it
           else store2(g_dkh + i, old.x + x0, old.y + x1);
         }
       });
     }
+    // dk of the key head = this v-head's + the partner's, through s_dt and s_x (dead since step 3)
+    if (p.pair && pair_sum(r_acc, reinterpret_cast<float*>(smem + S::dt)) && active)
+      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+        if (r < L && c < p.dk) store2(g_dk + (qrow + int64_t(r) * p.Hk) * p.dk + c, x0, x1);
+      });
   }
   {  // 6. dv = diag(beta) Tm^T dDelta; dbeta_i += sum_k (Tm^T dDelta)_ik v_ik
     const bool active = m0 < L && n0 < p.dv;
@@ -1270,6 +1344,7 @@ __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __
     if (i0 < L) g_dg[vrow + int64_t(i0) * p.Hv] = excl + y0;
     if (i1 < L) g_dg[vrow + int64_t(i1) * p.Hv] = excl + y1;
   }
+  if (p.pair) cluster_sync();  // the partner has read this CTA's s_dt before it exits
 }
 
 // ---- gsum (B12): out[t, hk, :] = sum_{j < G} in[t, hk G + j, :] in head order -------------------
@@ -1376,6 +1451,7 @@ Params make_params(const Dims& d, const GdnArgs& args, const VarlenMeta& m) {
   p.dk = int(d.dk);
   p.dv = int(d.dv);
   p.nvt = int((d.dv + BV - 1) / BV);
+  p.pair = 0;
   p.scale = args.scale != 0.0f ? args.scale : float(1.0 / std::sqrt(double(d.dk)));
   p.cu = m.cu_dev;
   p.chunk_seq = m.chunk_seq_dev;
@@ -1473,6 +1549,40 @@ Params warp_params(Params p, int nw) {
 template <class T>
 T* tptr(const TensorView& v) {
   return absent(v) ? nullptr : static_cast<T*>(v.data);
+}
+
+// DT_GDN_GQA_PAIR=1 or unset: with G == 2 on sm_90 and newer, dqk and wy run as clusters of the
+// key head's two v-heads and sum dq and dk there (pair_sum); 0: per-v-head f32 partials and gsum
+// (the form before). The same bits either way. Read at every call.
+bool gqa_pair(const Params& p) {
+  const int knob = env::choice("DT_GDN_GQA_PAIR", {{"0", "per-v-head f32 partials summed by gsum"},
+                                                   {"1", "G = 2 as clusters of two CTAs"}});
+  if (p.G != 2 || knob == 0) return false;
+  int dev = 0, major = 0;
+  DT_CUDA_CHECK(cudaGetDevice(&dev));
+  DT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  return major >= 9;
+}
+
+// A (chunk, v-head) kernel on grid [NT, Hv]; with p.pair as clusters of the two v-heads of a key
+// head (1 x 2 x 1).
+template <class... Exp, class... Act>
+void launch_chunk_kernel(void (*kernel)(Exp...), const Params& p, size_t smem, cudaStream_t st, Act&&... args) {
+  set_smem(kernel, smem);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(p.NT, p.Hv);
+  cfg.blockDim = dim3(kChunkThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 2;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = p.pair ? 1 : 0;
+  DT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Act>(args)...));
+  DT_CUDA_LAUNCH_CHECK();
 }
 
 // Forward pieces shared by fwd and bwd: gamma, W, U (and Tm), then the chunk states and Delta.
@@ -1677,23 +1787,24 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   if (p.NT == 0) return;
   U = Tensor();  // not needed any more
   // G == 1 (Hv == Hk): dqk and wy write dq and dk themselves, without the f32 round trip of B12's
-  // gsum (bench-0.8b: -2 launches and ~270 MB of traffic per GDN layer); the same bits.
-  const bool g1 = p.G == 1;
-  Tensor dqh = g1 ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);  // [T, Hv, dk] f32
-  Tensor dkh = Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);                  // [T, Hv, dk] f32
+  // gsum (bench-0.8b: -2 launches and ~270 MB of traffic per GDN layer); G == 2: the same through
+  // clusters of the two v-heads (gqa_pair; dq's f32 partials are not written, dk's are read once
+  // and not written back). The same bits.
+  Params pb = p;
+  pb.pair = gqa_pair(p) ? 1 : 0;
+  const bool direct = p.G == 1 || pb.pair;
+  Tensor dqh = direct ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);  // [T, Hv, dk] f32
+  Tensor dkh = Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);                      // [T, Hv, dk] f32
   Tensor dW = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);                // [T, Hv, dk]
   Tensor dgam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);           // [T, Hv] f32
-  set_smem(dqk_kernel<T>, DqkSmem<T>::bytes);
-  dqk_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, DqkSmem<T>::bytes, st>>>(
-      p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(),
-      g1 ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(), dW.ptr<T>(), dgam.ptr<float>());
-  DT_CUDA_LAUNCH_CHECK();
-  set_smem(wy_kernel<T>, WySmem<T>::bytes);
-  wy_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, WySmem<T>::bytes, st>>>(
-      p, tptr<T>(k), tptr<T>(v), tptr<float>(beta), gam.ptr<float>(), Tm.ptr<T>(), dW.ptr<T>(), dD.ptr<T>(),
-      dgam.ptr<float>(), dkh.ptr<float>(), tptr<T>(dk), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));
-  DT_CUDA_LAUNCH_CHECK();
-  if (g1) return;
+  launch_chunk_kernel(dqk_kernel<T>, pb, DqkSmem<T>::bytes, st, pb, tptr<T>(q), tptr<T>(k), gam.ptr<float>(),
+                      tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(),
+                      direct ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(), dW.ptr<T>(),
+                      dgam.ptr<float>());
+  launch_chunk_kernel(wy_kernel<T>, pb, WySmem<T>::bytes, st, pb, tptr<T>(k), tptr<T>(v), tptr<float>(beta),
+                      gam.ptr<float>(), Tm.ptr<T>(), dW.ptr<T>(), dD.ptr<T>(), dgam.ptr<float>(), dkh.ptr<float>(),
+                      tptr<T>(dk), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));
+  if (direct) return;
   const int64_t rows = p.T * p.Hk;
   const int blocks = int(std::min<int64_t>((rows * p.dk / 4 + 255) / 256, 132 * 16));
   gsum_kernel<T><<<blocks, 256, 0, st>>>(dqh.ptr<float>(), tptr<T>(dq), rows, p.G, p.dk);
