@@ -7,6 +7,8 @@
 //   2 GPUs, CP = 2:  mpirun -np 2 gdn_layer --cp 2 [--cp-comm all_to_all | all_gather]
 //   --keep-elementwise: gdn.recompute_elementwise=false (the forward keeps conv output, l2norm(q, k)
 //                       and z instead of the backward recomputing them), for the time it costs
+//   --graph:            also times fwd+bwd as one CUDA graph (captured after the warm-up): the time
+//                       without host launch gaps (v0.10.0: the same as eager, so there are none)
 //   --profile:          then one more fwd+bwd between cudaProfilerStart/Stop, for per-kernel times
 //                       under `ncu --profile-from-start off --metrics gpu__time_duration.sum --csv
 //                       --page raw` (scripts/ncu_summary.py makes the table)
@@ -36,7 +38,7 @@ using namespace dt;
 int main(int argc, char** argv) {
   dist::init(&argc, &argv);
   int tp = 1, cp = 1;
-  bool sp = false, recompute = true, profile = false;
+  bool sp = false, recompute = true, profile = false, graph = false;
   layers::GdnCpComm cp_comm = layers::GdnCpComm::all_to_all;
   int64_t tokens_per_gpu = 32768;
   for (int i = 1; i < argc; ++i) {
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--sp")) sp = true;
     else if (!std::strcmp(argv[i], "--keep-elementwise")) recompute = false;
     else if (!std::strcmp(argv[i], "--profile")) profile = true;
+    else if (!std::strcmp(argv[i], "--graph")) graph = true;
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_per_gpu = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--cp-comm") && i + 1 < argc) {
       const std::string v = argv[++i];
@@ -98,6 +101,19 @@ int main(int argc, char** argv) {
   float fwd = bench::median_ms([&] { layer.forward(y, x, psp); }, st);
   float fb = bench::median_ms([&] { layer.forward(y, x, psp); layer.backward(dx, dy, psp); }, st);
 
+  float fb_graph = 0.f;
+  if (graph) {  // after the warm-ups above: the allocator holds every block the step needs
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    DT_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    layer.forward(y, x, psp);
+    layer.backward(dx, dy, psp);
+    DT_CUDA_CHECK(cudaStreamEndCapture(st, &g));
+    DT_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    fb_graph = bench::median_ms([&] { DT_CUDA_CHECK(cudaGraphLaunch(ge, st)); }, st);
+    DT_CUDA_CHECK(cudaGraphExecDestroy(ge));
+    DT_CUDA_CHECK(cudaGraphDestroy(g));
+  }
   if (profile) {
     DT_CUDA_CHECK(cudaStreamSynchronize(st));
     DT_CUDA_CHECK(cudaProfilerStart());
@@ -138,6 +154,7 @@ int main(int argc, char** argv) {
                 int(recompute));
     std::printf("  fwd %.2f ms | fwd+bwd %.2f ms | %.0f tokens/s per GPU (fwd+bwd)", fwd, fb,
                 double(T) / (cp * tp) / (fb * 1e-3));
+    if (graph) std::printf(" | fwd+bwd as one CUDA graph %.2f ms", fb_graph);
     if (cp > 1 && gather)
       std::printf(" | all_gather (x, dy gathered; y, dx reduce-scattered; fwd+bwd) %.2f ms = %.0f%%", a2a,
                   100.0 * a2a / fb);
