@@ -52,6 +52,7 @@
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -93,7 +94,9 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
 #endif
 constexpr int LDA = C + 4;  // fp32 [C][C] matrices
-constexpr int LDT = 72;     // fp32 Tm during the solve (conflict-free column walk)
+// fp32 Tm during the solve: 68 keeps the blocked merges' row reads conflict-free and prep at four
+// CTAs per SM (PrepSmem); the column-parallel substitution walks columns, conflict-free at 72.
+constexpr int LDT = GDN_SOLVE_BLOCKED ? 68 : 72;
 
 struct Params {
   int64_t T;
@@ -223,23 +226,30 @@ __device__ __forceinline__ void scale_rows(T* s_k, T* s_v, const float* s_beta, 
 
 // =================================================================================== kernels
 // ---- prep: gamma, A, Tm (fp32 solve), W = Tm diag(beta e^gamma) K, U = Tm diag(beta) V --------
+// V is loaded once the solve is done, over A, and the rounded Tm is written over the fp32 one, so
+// bf16 prep takes 55.5 KB: four CTAs per SM (three with V and the rounded Tm apart: 75.3 KB).
 template <class T>
 struct PrepSmem {
   static constexpr size_t k = 0;                                         // T [C][LDD]
-  static constexpr size_t v = k + sizeof(T) * C * LDD<T>;                // T [C][LDD]
-  static constexpr size_t a = v + sizeof(T) * C * LDD<T>;                // f32 [C][LDA]
-  static constexpr size_t tm = a + sizeof(float) * C * LDA;              // f32 [C][LDT]
-  static constexpr size_t tmt = a;                                       // T [C][LDC], aliases A (dead after the solve)
+  static constexpr size_t a = k + sizeof(T) * C * LDD<T>;                // f32 [C][LDA] A, during the solve
+  static constexpr size_t v = a;                                         // T [C][LDD] V, after it
+  static constexpr size_t av = std::max(sizeof(float) * C * LDA, sizeof(T) * C * LDD<T>);
+  static constexpr size_t tm = a + av;                                   // f32 [C][LDT] Tm
+  static constexpr size_t tmt = tm;                                      // T [C][LDC] Tm rounded, over it
   static constexpr size_t gam = tm + sizeof(float) * C * LDT;            // f32 [C]
   static constexpr size_t beta = gam + sizeof(float) * C;
   static constexpr size_t eg = beta + sizeof(float) * C;
   static constexpr size_t y = eg + sizeof(float) * C;                    // f32 [3][16][LDY] merge scratch
   static constexpr size_t bytes = y + sizeof(float) * 3 * 16 * 20;
   static_assert(tm % 16 == 0 && y % 16 == 0, "float4 access");
+  static_assert(sizeof(T) * C * LDC<T> <= sizeof(float) * C * LDT, "rounded Tm over the fp32 one");
 };
+template <class T> constexpr int kPrepMinBlocks = sizeof(T) == 2 && GDN_SOLVE_BLOCKED ? 4 : 1;
+static_assert(!GDN_SOLVE_BLOCKED || 4 * (PrepSmem<bf16>::bytes + kSmemReservedPerCta) <= kSmemPerSm,
+              "bf16 prep_kernel: four CTAs per SM");
 
 template <class T>
-__global__ __launch_bounds__(kChunkThreads) void prep_kernel(Params p, const T* __restrict__ g_k,
+__global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(Params p, const T* __restrict__ g_k,
                                                              const T* __restrict__ g_v, const float* __restrict__ g_g,
                                                              const float* __restrict__ g_beta,
                                                              float* __restrict__ g_gam,  // [T, Hv]
@@ -260,8 +270,6 @@ __global__ __launch_bounds__(kChunkThreads) void prep_kernel(Params p, const T* 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int L = ci.L;
   load_tile(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid,
-            kChunkThreads);
-  load_tile(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, C, L, p.dv, D, tid,
             kChunkThreads);
   cp_commit();
   if (warp == 0) chunk_gates(p, g_g, g_beta, ci.bos, ci.h, L, s_gam, s_beta, s_eg, g_gam);
@@ -357,18 +365,34 @@ __global__ __launch_bounds__(kChunkThreads) void prep_kernel(Params p, const T* 
   __syncthreads();
 #endif
 
-  // Tm -> T (MMA operand, and the backward's copy); K <- K beta e^gamma; V <- V beta (in place)
-  T* g_tm = g_Tm ? g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C : nullptr;
-  for (int idx = tid; idx < C * C / 4; idx += kChunkThreads) {
-    const int r = idx >> 4, c = (idx & 15) * 4;
-    const float4 x = *reinterpret_cast<const float4*>(s_tm + r * LDT + c);
-    store2(s_tmt + r * LDC<T> + c, x.x, x.y);
-    store2(s_tmt + r * LDC<T> + c + 2, x.z, x.w);
-    if (g_tm) {
-      store2(g_tm + 4 * idx, x.x, x.y);
-      store2(g_tm + 4 * idx + 2, x.z, x.w);
+  // A is dead: V takes its place while Tm is rounded.
+  load_tile(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, C, L, p.dv, D, tid, kChunkThreads);
+  cp_commit();
+  // Tm -> T (the MMA operand, over the fp32 Tm through registers, and the backward's copy)
+  {
+    T* g_tm = g_Tm ? g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C : nullptr;
+    constexpr int NQ = C * C / 4 / kChunkThreads;  // float4 groups per thread
+    float4 r_t[NQ];
+#pragma unroll
+    for (int j = 0; j < NQ; ++j) {
+      const int idx = tid + j * kChunkThreads, r = idx >> 4, c = (idx & 15) * 4;
+      r_t[j] = *reinterpret_cast<const float4*>(s_tm + r * LDT + c);
+      if (g_tm) {
+        store2(g_tm + 4 * idx, r_t[j].x, r_t[j].y);
+        store2(g_tm + 4 * idx + 2, r_t[j].z, r_t[j].w);
+      }
+    }
+    __syncthreads();  // every fp32 row read before the rounded rows overwrite them
+#pragma unroll
+    for (int j = 0; j < NQ; ++j) {
+      const int idx = tid + j * kChunkThreads, r = idx >> 4, c = (idx & 15) * 4;
+      store2(s_tmt + r * LDC<T> + c, r_t[j].x, r_t[j].y);
+      store2(s_tmt + r * LDC<T> + c + 2, r_t[j].z, r_t[j].w);
     }
   }
+  cp_wait<0>();
+  __syncthreads();
+  // K <- K beta e^gamma; V <- V beta (in place)
   scale_rows<T>(s_k, s_v, s_beta, s_eg, tid);
   __syncthreads();
 
