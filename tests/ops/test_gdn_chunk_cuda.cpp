@@ -497,6 +497,7 @@ TEST(GdnChunkCuda, GqaPairSumEqualsGsum) {
       {"d128 G2 h0+dht", {1, 63, 64, 65, 200, 129}, 1, 2, 128, 128, true, true},
       {"large grid d128 G2 dht", mix, 8, 16, 128, 128, false, true},
       {"d64 dk < 128: rank 0 holds every column", {65, 1, 0, 300, 128, 0}, 2, 4, 64, 64, true, false},
+      {"dk96 dv80: rank 1 with an inactive warp pair", {70, 64, 129, 1}, 1, 2, 96, 80, true, true},
       {"dk16 dv48 G3 (gsum)", {70, 5, 191}, 1, 3, 16, 48, true, true},
   };
   uint64_t salt = 500;

@@ -372,6 +372,7 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   {
     T* g_tm = g_Tm ? g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C : nullptr;
     constexpr int NQ = C * C / 4 / kChunkThreads;  // float4 groups per thread
+    static_assert(NQ * 4 * kChunkThreads == C * C, "every Tm element in exactly one thread's registers");
     float4 r_t[NQ];
 #pragma unroll
     for (int j = 0; j < NQ; ++j) {
@@ -1577,7 +1578,10 @@ T* tptr(const TensorView& v) {
 
 // DT_GDN_GQA_PAIR=1 or unset: with G == 2 on sm_90 and newer, dqk and wy run as clusters of the
 // key head's two v-heads and sum dq and dk there (pair_sum); 0: per-v-head f32 partials and gsum
-// (the form before). The same bits either way. Read at every call.
+// (the form before). The same bits either way. Read at every call. The kernels must also have
+// been compiled for sm_90 or newer (pair_sum traps in code built for an older virtual arch and
+// JIT-compiled for this device): their PTX arch, as CUB reads it.
+template <class T>
 bool gqa_pair(const Params& p) {
   const int knob = env::choice("DT_GDN_GQA_PAIR", {{"0", "per-v-head f32 partials summed by gsum"},
                                                    {"1", "G = 2 as clusters of two CTAs"}});
@@ -1585,7 +1589,9 @@ bool gqa_pair(const Params& p) {
   int dev = 0, major = 0;
   DT_CUDA_CHECK(cudaGetDevice(&dev));
   DT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major >= 9;
+  cudaFuncAttributes a{};
+  DT_CUDA_CHECK(cudaFuncGetAttributes(&a, dqk_kernel<T>));
+  return major >= 9 && a.ptxVersion >= 90;
 }
 
 // A (chunk, v-head) kernel on grid [NT, Hv]; with p.pair as clusters of the two v-heads of a key
@@ -1815,7 +1821,7 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   // clusters of the two v-heads (gqa_pair; dq's f32 partials are not written, dk's are read once
   // and not written back). The same bits.
   Params pb = p;
-  pb.pair = gqa_pair(p) ? 1 : 0;
+  pb.pair = gqa_pair<T>(p) ? 1 : 0;
   const bool direct = p.G == 1 || pb.pair;
   Tensor dqh = direct ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);  // [T, Hv, dk] f32
   Tensor dkh = Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);                      // [T, Hv, dk] f32
