@@ -1153,10 +1153,16 @@ struct WySmem {
   static constexpr size_t red2 = red + sizeof(float) * 4 * C;      // f32 [4][C]
   static constexpr size_t bytes = red2 + sizeof(float) * 4 * C;
 };
-// pair_sum's 16 KB buffers: dqk's dO tile, wy's dTm and X tiles (adjacent).
-static_assert(sizeof(bf16) * C * LDD<bf16> >= 16384 && WySmem<bf16>::x - WySmem<bf16>::dt == sizeof(bf16) * C * LDC<bf16> &&
-                  2 * sizeof(bf16) * C * LDC<bf16> >= 16384 && WySmem<bf16>::dt % 16 == 0 && WySmem<float>::dt % 16 == 0,
-              "pair_sum buffers");
+// pair_sum's buffer, [8][128] float4 (16 KB): dqk's dO tile, or wy's dTm and X tiles (adjacent),
+// 16-byte aligned, at both dtypes.
+template <class T>
+constexpr bool pair_buffers_fit() {
+  constexpr size_t need = 8 * 128 * sizeof(float4);
+  return sizeof(T) * C * LDD<T> >= need && DqkSmem<T>::x1 % 16 == 0 &&
+         WySmem<T>::x - WySmem<T>::dt == sizeof(T) * C * LDC<T> && 2 * sizeof(T) * C * LDC<T> >= need &&
+         WySmem<T>::dt % 16 == 0;
+}
+static_assert(pair_buffers_fit<bf16>() && pair_buffers_fit<float>(), "pair_sum buffers");
 
 template <class T>
 __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __restrict__ g_k,
