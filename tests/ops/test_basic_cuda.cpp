@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -233,6 +234,23 @@ TEST(BasicCuda, GemmMatchesCpu) {
   ops::gemm(c32, dev(a), dev(b));
   ops::gemm(c16, dev(a), dev(b));
   EXPECT_TRUE(close_rel(c16, c32, 4e-3));
+}
+
+// DT_GEMM_AUTOTUNE=1 times several cuBLASLt candidates on a scratch C on the first call of a
+// shape: C (beta != 0 here) must see exactly one product, whichever candidate wins.
+TEST(BasicCuda, GemmAutotuneMatchesCpu) {
+  ::setenv("DT_GEMM_AUTOTUNE", "1", 1);
+  const int64_t M = 517, N = 389, K = 1031;  // a shape no other test uses, so the cache misses
+  for (DType t : {DType::f32, DType::bf16}) {
+    ops::GemmOpts o{false, true, 0.75f, 1.f};
+    Tensor a = as(as(rand_host(Shape{M, K}), t), DType::f32), b = as(as(rand_host(Shape{N, K}), t), DType::f32);
+    Tensor c = rand_host(Shape{M, N});
+    Tensor dc = dev(c);
+    ops::gemm(c, a, b, o);
+    ops::gemm(dc, dev(as(a, t)), dev(as(b, t)), o);
+    EXPECT_TRUE(close_rel(dc, c, 1e-6)) << dtype_name(t);
+  }
+  ::unsetenv("DT_GEMM_AUTOTUNE");
 }
 
 TEST(BasicCuda, CachingAllocatorHasNoRawAllocsInSteadyState) {

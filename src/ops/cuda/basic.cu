@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "core/env_knob.h"
+#include "deltatron/core/log.h"
 #include "deltatron/core/allocator.h"
 #include "deltatron/core/numeric.h"
 #include "deltatron/core/rng.h"
@@ -544,6 +546,43 @@ cudaDataType_t lt_type(DType t) {
     default: DT_FAIL("gemm: unsupported dtype {}", dtype_name(t));
   }
 }
+// Times each candidate (1 warm-up, 5 timed runs, beta 0 into a scratch C, so C is untouched) and
+// returns the fastest; logs the table.
+cublasLtMatmulAlgo_t fastest_algo(LtDevice& dev, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t l1,
+                                  cublasLtMatrixLayout_t l2, cublasLtMatrixLayout_t lc,
+                                  const cublasLtMatmulHeuristicResult_t* res, int found, const TensorView& c,
+                                  const TensorView& a, const TensorView& b, Stream s, int64_t M, int64_t N, int64_t K) {
+  const cudaStream_t st = cuda_stream(s);
+  Tensor scratch = Tensor::empty(Shape{c.shape[0], c.stride[0]}, c.dtype, c.device);
+  cudaEvent_t e0, e1;
+  DT_CUDA_CHECK(cudaEventCreate(&e0));
+  DT_CUDA_CHECK(cudaEventCreate(&e1));
+  const float alpha = 1.f, beta = 0.f;
+  int best = 0;
+  float best_ms = 0.f;
+  std::string table;
+  for (int i = 0; i < found; ++i) {
+    auto run = [&] {
+      return cublasLtMatmul(dev.handle, desc, &alpha, b.data, l1, a.data, l2, &beta, scratch.data(), lc,
+                            scratch.data(), lc, &res[i].algo, dev.workspace.data(), kLtWorkspace, st);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;
+    DT_CUDA_CHECK(cudaEventRecord(e0, st));
+    for (int r = 0; r < 5; ++r) DT_CUBLAS_CHECK(run());
+    DT_CUDA_CHECK(cudaEventRecord(e1, st));
+    DT_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0.f;
+    DT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    ms /= 5;
+    table += fmt::format(" {}:{:.3f}", i, ms);
+    if (i == 0 || ms < best_ms) best = i, best_ms = ms;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  spdlog::info("gemm autotune M {} N {} K {}: candidate:ms{} -> {} ({:.0f} TFLOP/s)", M, N, K, table, best,
+               2e-9 * double(M) * double(N) * double(K) / best_ms);
+  return res[best].algo;
+}
 }  // namespace
 
 void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const GemmOpts& o, Stream s) {
@@ -599,13 +638,21 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
       DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &a2, sizeof(a2)));
       DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &a3, sizeof(a3)));
       DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &a3, sizeof(a3)));
-      cublasLtMatmulHeuristicResult_t res{};
+      // DT_GEMM_AUTOTUNE=1: time the heuristic's first candidates once per shape and keep the
+      // fastest (off by default: the choice then depends on timing, so two runs may differ in bits).
+      const bool tune = env::choice("DT_GEMM_AUTOTUNE", {{"0", "cuBLASLt's first heuristic (default)"},
+                                                         {"1", "time up to 8 candidates per shape"}}) == 1;
+      cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+      DT_CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(s), &cap));
+      const int want = tune && cap == cudaStreamCaptureStatusNone ? 8 : 1;
+      cublasLtMatmulHeuristicResult_t res[8] = {};
       int found = 0;
-      DT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(dev.handle, desc, l1, l2, lc, lc, pref, 1, &res, &found));
+      DT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(dev.handle, desc, l1, l2, lc, lc, pref, want, res, &found));
       cublasLtMatmulPreferenceDestroy(pref);
       DT_CHECK(found > 0, "cuBLASLt found no algorithm for C {} = op(A) {} op(B) {} (trans_a {}, trans_b {})", c.str(),
                a.str(), b.str(), o.trans_a, o.trans_b);
-      algo = res.algo;
+      algo = res[0].algo;
+      if (found > 1) algo = fastest_algo(dev, desc, l1, l2, lc, res, found, c, a, b, s, M, N, K);
       cache.emplace(key, AlgoEntry{algo});
     }
   }
