@@ -20,8 +20,9 @@
 // to a busy stream, without the per-call event overhead (the two agree for the large kernels).
 // conv_gate times the conv with and without the gates in its launch (what the layer runs) and
 // prints the gates' increment against their bytes.
-// Usage: gdn_elementwise [reps [family]] (family: conv | l2norm | gate | conv_gate | gated_rmsnorm,
-// default all).
+// conv_l2norm times the conv + q|k L2 norm as the two ops and as the fused op the layer runs.
+// Usage: gdn_elementwise [reps [family]] (family: conv | l2norm | gate | conv_gate | conv_l2norm |
+// gated_rmsnorm, default all).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -145,6 +146,42 @@ void bench_gate(cudaStream_t st, const Tensor& busy) {
                           cols(s.ba, 0, Hv), A_log, dt_bias, Stream{st});
   });
   check_finite("gate da", cols(sets[0].dba, Hv, Hv), st);
+}
+
+// The layer's conv + q|k L2 norm (ops::causal_conv1d_l2norm_fwd) against the two ops it fuses:
+// conv into [T, D], then l2norm of its q|k heads. Fused bytes: x read, qn|kn and v written once,
+// rstd; the separate form also writes and re-reads c's q|k columns.
+void bench_conv_l2norm(const dt::ops::VarlenMeta& m, cudaStream_t st, const Tensor& busy) {
+  const int64_t H = 2 * Hk, qk = Hk * dk;
+  const double act = double(T * D) * 2, qkb = double(T * 2 * qk) * 2, rs = double(T * H) * 4;
+  const double fused = 2 * act + rs + double(D * W) * 4 + double(T) * 4;
+  const double separate = fused + 2 * qkb;
+  const int nsets = sets_for(3 * act);
+  struct Set { Tensor x, c, qkn, rstd, v; };
+  std::vector<Set> sets(static_cast<size_t>(nsets));
+  for (int i = 0; i < nsets; ++i) {
+    Set& s = sets[size_t(i)];
+    s.x = Tensor::empty(Shape{T, D}, DType::bf16, kGpu), s.c = Tensor::empty(Shape{T, D}, DType::bf16, kGpu);
+    s.qkn = Tensor::empty(Shape{2, T, Hk, dk}, DType::bf16, kGpu), s.rstd = Tensor::empty(Shape{2, T * Hk}, DType::f32, kGpu);
+    s.v = Tensor::empty(Shape{T, D - 2 * qk}, DType::bf16, kGpu);
+    rand_fill(s.x, 900 + i, -1.f, 1.f, st);
+  }
+  Tensor w = Tensor::empty(Shape{D, W}, DType::f32, kGpu);
+  rand_fill(w, 97, -0.5f, 0.5f, st);
+  time_kernel("conv1d fwd + l2norm fwd (q|k)", separate, nsets, st, busy, [&](int i) {
+    const Set& s = sets[size_t(i)];
+    dt::ops::causal_conv1d_fwd(s.c, s.x, w, TensorView{}, true, m, Stream{st});
+    dt::ops::l2norm_fwd(s.qkn.view().reshape(Shape{T, H, dk}), s.rstd.view().flatten(),
+                        view3(s.c, T, H, dk, 0), 1e-6f, Stream{st});
+  });
+  time_kernel("conv1d+l2norm fwd (fused)", fused, nsets, st, busy, [&](int i) {
+    const Set& s = sets[size_t(i)];
+    const TensorView q = s.qkn.view().slice(0, 0, 1).reshape(Shape{T, Hk, dk}),
+                     k = s.qkn.view().slice(0, 1, 2).reshape(Shape{T, Hk, dk});
+    const TensorView rq = s.rstd.view().slice(0, 0, 1).flatten(), rk = s.rstd.view().slice(0, 1, 2).flatten();
+    dt::ops::causal_conv1d_l2norm_fwd({q, k, rq, rk, s.v}, s.x, w, TensorView{}, true, 1e-6f, m, nullptr, Stream{st});
+  });
+  check_finite("conv+l2norm qn", sets[0].qkn, st);
 }
 
 // The gates carried by the conv's launch (ops::causal_conv1d_gate_fwd/bwd, what the layer runs):
@@ -279,6 +316,7 @@ int main(int argc, char** argv) {
   if (want("l2norm")) bench_l2norm(st, busy);
   if (want("gate")) bench_gate(st, busy);
   if (want("conv_gate")) bench_conv_gate(batch.meta(), st, busy);
+  if (want("conv_l2norm")) bench_conv_l2norm(batch.meta(), st, busy);
   if (want("gated_rmsnorm")) bench_gated_rmsnorm(st, busy);
 
   dt::bench::print_table();

@@ -27,13 +27,14 @@ TensorView rows(const TensorView& v, int64_t r0, int64_t n) { return v.slice(0, 
 
 // Forward activations kept for backward, by index into saved_. Under all_gather, kXg is the
 // input in natural order [T, H], kYo the normed output yn [T, v_l] and kWp this rank's head rows
-// of the input projection weights packed in hp's column order [C_l, H]. kC is the conv output
-// [T, conv_l]: the l2norm reads q and k in place as its head rows [T, Hk_l, dk], the chunk rule
-// reads v in place as [T, Hv_l, dv] (and its backward writes dv into the conv gradient's v
-// columns), and the gated RMSNorm reads z in place from hp (no contiguous copies of q, k, v, z).
+// of the input projection weights packed in hp's column order [C_l, H]. kC is the conv output's
+// v columns [T, v_l] (the chunk rule reads them as [T, Hv_l, dv]); q and k leave the conv already
+// L2-normalised (kQn, kKn [T, Hk_l, dk], rstd kRq, kRk), so the conv output's q|k columns are
+// never stored; the backward writes dv into the conv gradient's v columns, and the gated RMSNorm
+// reads z in place from hp (no contiguous copies of q, k, v, z).
 enum S { kXg, kHp, kC, kQn, kKn, kRq, kRk, kG, kBeta, kO, kRn, kYo, kWp, kNumSaved };
 // What conv_norm makes from hp alone; under gdn.recompute_elementwise the forward drops them
-// and the backward makes them again (~170 MB per layer of the bench model at 8192 tokens).
+// and the backward makes them again (~100 MB per layer of the bench model at 8192 tokens).
 constexpr S kConvNorm[] = {kC, kQn, kKn, kRq, kRk};
 
 std::vector<model::ParamSpec> GatedDeltaNet::param_specs(const GdnConfig& c, const std::string& prefix) {
@@ -220,7 +221,7 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
   chunk_saved_.clear();
   if (dev.is_cuda() && ctx_.gdn_save_chunk) chunk_args.saved = &chunk_saved_;
   ops::gdn_chunk_fwd(saved_[kO], TensorView{}, saved_[kQn], saved_[kKn],
-                     heads(cols(saved_[kC], 2 * d.qk_l, d.v_l), hv_l_, dv), saved_[kG], saved_[kBeta], TensorView{},
+                     heads(saved_[kC], hv_l_, dv), saved_[kG], saved_[kBeta], TensorView{},
                      chunk_args, meta, s);
 
   // Gated RMSNorm with z, per v-head over dv.                            yn [T, Hv_l * dv]
@@ -334,18 +335,17 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   ops::GdnArgs chunk_args;
   if (chunk_saved_.defined()) chunk_args.saved = &chunk_saved_;
   ops::gdn_chunk_bwd(dq, dkk, heads(cols(dc, 2 * qk_l, v_l), hv_l_, dv), dg, dbeta, TensorView{}, d_o, TensorView{},
-                     saved_[kQn], saved_[kKn], heads(cols(saved_[kC], 2 * qk_l, v_l), hv_l_, dv), saved_[kG],
+                     saved_[kQn], saved_[kKn], heads(saved_[kC], hv_l_, dv), saved_[kG],
                      saved_[kBeta], TensorView{}, chunk_args, meta, s);
   chunk_saved_.clear();
-  release({kQn, kKn});
+  release({kC});
 
   // Gradient of the (post-cp2hp) projection output, section by section.  dhp [T, C_l]
-  // L2-norm backward straight into dc's q and k columns, head rows read in place.
+  // L2-norm backward from the normalised q, k straight into dc's q and k columns.
   const Tensor* grads[2] = {&dq, &dkk};
   for (int i = 0; i < 2; ++i)
-    ops::l2norm_bwd(heads(cols(dc, i * qk_l, qk_l), hk_l_, dk), *grads[i],
-                    heads(cols(saved_[kC], i * qk_l, qk_l), hk_l_, dk), saved_[kRq + i], s);
-  release({kC, kRq, kRk});
+    ops::l2norm_bwd_y(heads(cols(dc, i * qk_l, qk_l), hk_l_, dk), *grads[i], saved_[kQn + i], saved_[kRq + i], s);
+  release({kQn, kKn, kRq, kRk});
 
   // Conv backward: d(qkv pre-conv) into dhp; dw for this CP rank's channels. The gates'
   // backward (da, db into their columns of dhp) runs in the same launch. Both accumulate (+=)
@@ -409,29 +409,26 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   saved_.clear();
 }
 
-// The element-wise steps from hp to the chunk kernel's inputs (conv output, whose v columns the
-// chunk rule reads in place, and the l2norm of q and k read in place from it), into saved_: the forward's, and the backward's recomputation of them (same ops on the same hp
-// and conv weight, so the same bits). wc: conv_weight_slice().
+// The element-wise steps from hp to the chunk kernel's inputs (the conv output's v columns, the
+// L2-normalised q and k), into saved_: the forward's, and the backward's recomputation of them
+// (the same op on the same hp and conv weight, so the same bits). wc: conv_weight_slice().
 void GatedDeltaNet::conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta,
                               const ops::GdnGateFwdViews* gates) {
   const Stream s = ctx_.stream;
   const DType A = ctx_.act_dtype;
   const Device dev = ctx_.device;
-  const int64_t T = d.T, qk_l = d.qk_l, dk = cfg_.head_k_dim;
+  const int64_t T = d.T, dk = cfg_.head_k_dim;
   const TensorView hp = saved_[kHp];  // [T, C_l]
 
-  // Causal conv + SiLU over [q | k | v] with this CP rank's channel slices.  c [T, conv_l]
-  Tensor& c_out = saved_[kC];
-  c_out = Tensor::empty(Shape{T, d.conv_l}, A, dev);
-  if (gates) ops::causal_conv1d_gate_fwd(c_out, cols(hp, 0, d.conv_l), wc, TensorView{}, true, meta, *gates, s);
-  else ops::causal_conv1d_fwd(c_out, cols(hp, 0, d.conv_l), wc, TensorView{}, true, meta, s);
-
-  // L2-normalised q, k per head, read in place.   qn, kn [T, Hk_l, dk]; rstd [T * Hk_l]
+  // Causal conv + SiLU over [q | k | v] with this CP rank's channel slices, and the L2 norm of
+  // the q, k heads in the same pass.       v [T, v_l]; qn, kn [T, Hk_l, dk]; rstd [T * Hk_l]
+  saved_[kC] = Tensor::empty(Shape{T, d.v_l}, A, dev);
   for (int i = 0; i < 2; ++i) {
     saved_[kQn + i] = Tensor::empty(Shape{T, hk_l_, dk}, A, dev);
     saved_[kRq + i] = Tensor::empty(Shape{T * hk_l_}, DType::f32, dev);
-    ops::l2norm_fwd(saved_[kQn + i], saved_[kRq + i], heads(cols(c_out, i * qk_l, qk_l), hk_l_, dk), 1e-6f, s);
   }
+  ops::causal_conv1d_l2norm_fwd({saved_[kQn], saved_[kKn], saved_[kRq], saved_[kRk], saved_[kC]},
+                                cols(hp, 0, d.conv_l), wc, TensorView{}, true, 1e-6f, meta, gates, s);
 }
 
 void GatedDeltaNet::reduce_partial_to_zigzag(const TensorView& out, const TensorView& partial,

@@ -12,6 +12,11 @@
   void l2norm_fwd(const TensorView& y, const TensorView& rstd, const TensorView& x, float eps, Stream s);          \
   void l2norm_bwd(const TensorView& dx, const TensorView& dy, const TensorView& x, const TensorView& rstd,        \
                   Stream s);                                                                                     \
+  void l2norm_bwd_y(const TensorView& dx, const TensorView& dy, const TensorView& y, const TensorView& rstd,      \
+                    Stream s);                                                                                   \
+  void causal_conv1d_l2norm_fwd(const ConvNormOut& out, const TensorView& x, const TensorView& w,                \
+                                const TensorView& bias, bool silu, float eps, const VarlenMeta& m,               \
+                                const GdnGateFwdViews* gate, Stream s);                                          \
   void gdn_gate_fwd(const TensorView& g, const TensorView& beta, const TensorView& a, const TensorView& b,        \
                     const TensorView& A_log, const TensorView& dt_bias, Stream s);                               \
   void gdn_gate_bwd(const TensorView& da, const TensorView& db, const TensorView& dA_log,                        \
@@ -44,3 +49,10 @@ DT_GDN_DECLS
 namespace dt::ops::cuda {
 DT_GDN_DECLS
 }
+
+namespace dt::ops::detail {
+// causal_conv1d_l2norm_fwd as the three ops in turn through a [T, D] temporary on x's device
+// (the CPU's form, and CUDA's when dk does not divide the conv's 256-channel blocks).
+void conv_l2norm_composed(const ConvNormOut& out, const TensorView& x, const TensorView& w, const TensorView& bias,
+                          bool silu, float eps, const VarlenMeta& m, const GdnGateFwdViews* gate, Stream s);
+}  // namespace dt::ops::detail

@@ -1,4 +1,5 @@
 // Routes each GDN op to its CPU or CUDA implementation by the device of the first view.
+#include "deltatron/ops/basic.h"
 #include "ops/gdn_backends.h"
 #include "ops/route.h"
 
@@ -18,6 +19,53 @@ void l2norm_fwd(const TensorView& y, const TensorView& rstd, const TensorView& x
 void l2norm_bwd(const TensorView& dx, const TensorView& dy, const TensorView& x, const TensorView& rstd, Stream s) {
   DT_ROUTE(l2norm_bwd, dx, dx, dy, x, rstd, s);
 }
+void l2norm_bwd_y(const TensorView& dx, const TensorView& dy, const TensorView& y, const TensorView& rstd, Stream s) {
+  DT_ROUTE(l2norm_bwd_y, dx, dx, dy, y, rstd, s);
+}
+void causal_conv1d_l2norm_fwd(const ConvNormOut& out, const TensorView& x, const TensorView& w, const TensorView& bias,
+                              bool silu, float eps, const VarlenMeta& m, const GdnGateFwdViews* gate, Stream s) {
+  constexpr const char* op = "causal_conv1d_l2norm_fwd";
+  DT_CHECK(x.ndim() == 2, "{}: x must be [T, 2 Hk dk + Dv], got {}", op, x.str());
+  const TensorView* qk[2] = {&out.qn, &out.kn};
+  const TensorView* rs[2] = {&out.rq, &out.rk};
+  const int64_t T = x.shape[0];
+  for (int i = 0; i < 2; ++i) {
+    const char* name = i ? "kn" : "qn";
+    DT_CHECK(qk[i]->ndim() == 3 && qk[i]->shape[0] == T && qk[i]->shape == out.qn.shape && qk[i]->is_contiguous() &&
+                 qk[i]->dtype == x.dtype && qk[i]->device == x.device,
+             "{}: {} must be a contiguous [T={}, Hk, dk] view like qn {} in x's dtype {} on {}, got {}", op, name, T,
+             out.qn.str(), dtype_name(x.dtype), x.device.str(), qk[i]->str());
+    DT_CHECK(rs[i]->dtype == DType::f32 && rs[i]->is_contiguous() && rs[i]->device == x.device &&
+                 rs[i]->numel() == T * out.qn.shape[1],
+             "{}: {} must be a contiguous f32 view of T * Hk = {} rows on {}, got {}", op, i ? "rk" : "rq",
+             T * out.qn.shape[1], x.device.str(), rs[i]->str());
+  }
+  const int64_t qk_ch = out.qn.shape[1] * out.qn.shape[2];
+  DT_CHECK(out.v.ndim() == 2 && out.v.shape[0] == T && out.v.shape[1] == x.shape[1] - 2 * qk_ch && out.v.shape[1] > 0 &&
+               out.v.dtype == x.dtype && out.v.device == x.device,
+           "{}: v must be [T={}, D - 2 Hk dk = {}] (D = {}, Hk dk = {}) in x's dtype on x's device, got {}", op, T,
+           x.shape[1] - 2 * qk_ch, x.shape[1], qk_ch, out.v.str());
+  DT_ROUTE(causal_conv1d_l2norm_fwd, x, out, x, w, bias, silu, eps, m, gate, s);
+}
+
+namespace detail {
+void conv_l2norm_composed(const ConvNormOut& out, const TensorView& x, const TensorView& w, const TensorView& bias,
+                          bool silu, float eps, const VarlenMeta& m, const GdnGateFwdViews* gate, Stream s) {
+  const int64_t T = x.shape[0], H = out.qn.shape[1], d = out.qn.shape[2];
+  Tensor c = Tensor::empty(x.shape, x.dtype, x.device);  // [T, D]
+  if (gate) causal_conv1d_gate_fwd(c, x, w, bias, silu, m, *gate, s);
+  else causal_conv1d_fwd(c, x, w, bias, silu, m, s);
+  const TensorView* y[2] = {&out.qn, &out.kn};
+  const TensorView* r[2] = {&out.rq, &out.rk};
+  for (int i = 0; i < 2; ++i) {
+    TensorView ci = c.view().slice(1, i * H * d, (i + 1) * H * d);  // [T, H d] -> [T, H, d] heads in place
+    ci.shape = Shape{T, H, d};
+    ci.stride[0] = c.view().stride[0], ci.stride[1] = d, ci.stride[2] = 1;
+    l2norm_fwd(*y[i], *r[i], ci, eps, s);
+  }
+  copy(out.v, c.view().slice(1, 2 * H * d, x.shape[1]), s);
+}
+}  // namespace detail
 void gdn_gate_fwd(const TensorView& g, const TensorView& beta, const TensorView& a, const TensorView& b,
                   const TensorView& A_log, const TensorView& dt_bias, Stream s) {
   DT_ROUTE(gdn_gate_fwd, g, g, beta, a, b, A_log, dt_bias, s);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "deltatron/core/tensor.h"
+#include "deltatron/dist/comm.h"
 #include "deltatron/ops/cpu/gdn_ref.h"
 #include "deltatron/ops/gdn.h"
 #include "deltatron/ops/varlen.h"
@@ -270,6 +271,11 @@ TEST(GdnCpuRef, L2NormBackwardMatchesFiniteDifferences) {
   }
   ref::l2norm_bwd<double>(rows(dx, d), crows(wy, d), crows(x, d), rstd.data(), R, d);
   EXPECT_TRUE(dt::testing::close_rel(dx, numgrad(x, loss), kFdTol));
+  // From y itself (what the fused conv + l2norm forward keeps): the same gradient.
+  Vec dx_y(x.size(), NAN);
+  ref::l2norm_bwd_y<double>(rows(dx_y, d), crows(wy, d), crows(y, d), rstd.data(), R, d);
+  EXPECT_TRUE(dt::testing::close_rel(dx_y, numgrad(x, loss), kFdTol));
+  EXPECT_TRUE(dt::testing::close_rel(dx_y, dx, 1e-12));
 }
 
 // ------------------------------------------------------------------ 3. gates
@@ -737,6 +743,59 @@ TEST(GdnCpuOps, ConvPackedEqualsSeparate) {
   EXPECT_TRUE(dt::testing::close_rel(to_vec(dwp), dw, 1e-6)) << "f32 dw vs float64";
 }
 
+// causal_conv1d_l2norm_fwd (the layer's conv + q/k L2 norm): qn, kn, rstd and v against the
+// float64 conv and l2norm references; a v of the wrong width fails naming the rule.
+TEST(GdnCpuOps, ConvL2NormMatchesFloat64) {
+  Rand r(12);
+  const int64_t H = 2, d = 8, Dv = 12, D = 2 * H * d + Dv;
+  ConvProblem p = make_conv(r, kPackLengths, D, 4, true, false);
+  const int64_t T = p.T();
+  Vec c = p.forward();  // [T, D] float64 conv output, then each q|k head row normalised in place
+  Vec rs(size_t(2 * T * H));
+  for (int sec = 0; sec < 2; ++sec) {
+    Vec xs(size_t(T * H * d)), ys(xs.size());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < H * d; ++i) xs[size_t(t * H * d + i)] = c[size_t(t * D + sec * H * d + i)];
+    ref::l2norm_fwd<double>(rows(ys, d), rs.data() + sec * T * H, crows(xs, d), T * H, d, 1e-6);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < H * d; ++i) c[size_t(t * D + sec * H * d + i)] = ys[size_t(t * H * d + i)];
+  }
+  Tensor x = tensor_of(p.x, {T, D}), w = tensor_of(p.w, {D, 4});
+  Tensor qn = Tensor::empty({T, H, d}, DType::f32), kn = Tensor::empty({T, H, d}, DType::f32);
+  Tensor rq = Tensor::empty({T * H}, DType::f32), rk = Tensor::empty({T * H}, DType::f32);
+  Tensor v = Tensor::empty({T, Dv}, DType::f32);
+  for (Tensor* e : {&qn, &kn, &rq, &rk, &v}) dt::testing::poison(*e);
+  dt::ops::VarlenBatch vb(p.cu);
+  dt::ops::causal_conv1d_l2norm_fwd({qn, kn, rq, rk, v}, x, w, TensorView{}, true, 1e-6f, vb.meta(), nullptr);
+  Vec got;
+  for (int64_t t = 0; t < T; ++t) {
+    for (const Tensor* e : {&qn, &kn})
+      for (int64_t i = 0; i < H * d; ++i) got.push_back(e->ptr<float>()[t * H * d + i]);
+    for (int64_t i = 0; i < Dv; ++i) got.push_back(v.ptr<float>()[t * Dv + i]);
+  }
+  EXPECT_TRUE(dt::testing::close_rel(got, c, 1e-6)) << "qn | kn | v";
+  Vec got_rs = to_vec(rq), rk_v = to_vec(rk);
+  got_rs.insert(got_rs.end(), rk_v.begin(), rk_v.end());
+  EXPECT_TRUE(dt::testing::close_rel(got_rs, rs, 1e-6)) << "rstd";
+}
+
+TEST(GdnCpuOpsDeathTest, ConvL2NormNamesTheBadView) {
+  // A death test re-executes the binary, which cannot rejoin a running MPI job.
+  if (dt::dist::world_size() > 1) GTEST_SKIP() << "single-process only";
+  Rand r(12);
+  const int64_t H = 2, d = 8, Dv = 12, D = 2 * H * d + Dv;
+  ConvProblem p = make_conv(r, kPackLengths, D, 4, true, false);
+  const int64_t T = p.T();
+  Tensor x = tensor_of(p.x, {T, D}), w = tensor_of(p.w, {D, 4});
+  Tensor qn = Tensor::empty({T, H, d}, DType::f32), kn = Tensor::empty({T, H, d}, DType::f32);
+  Tensor rq = Tensor::empty({T * H}, DType::f32), rk = Tensor::empty({T * H}, DType::f32);
+  dt::ops::VarlenBatch vb(p.cu);
+  Tensor v_bad = Tensor::empty({T, Dv + 1}, DType::f32);
+  EXPECT_DEATH(dt::ops::causal_conv1d_l2norm_fwd({qn, kn, rq, rk, v_bad}, x, w, TensorView{}, true, 1e-6f, vb.meta(),
+                                                 nullptr),
+               "causal_conv1d_l2norm_fwd: v must be \\[T=622, D - 2 Hk dk = 12\\] \\(D = 44, Hk dk = 16\\)");
+}
+
 // Activation gradients overwrite (=), parameter gradients accumulate (+=), for every f32 op;
 // row-strided activation views are accepted.
 // Head rows read in place: l2norm and the gated RMSNorm on [T, H, d] views with a wide row
@@ -856,6 +915,10 @@ TEST(GdnCpuOps, GradientContractsAndStridedRows) {
     dt::testing::poison(dx);
     dt::ops::l2norm_fwd(yv, rstd, xv);
     dt::ops::l2norm_bwd(dx, dyv, xv, rstd);
+    Tensor dx_y = Tensor::empty({T, D}, DType::f32);  // from y: within fp32 rounding of y
+    dt::testing::poison(dx_y);
+    dt::ops::l2norm_bwd_y(dx_y, dyv, yv, rstd);
+    EXPECT_TRUE(dt::testing::close_rel(to_vec(dx_y), to_vec(dx), 1e-6)) << "l2norm dx from y";
     for (Vec* e : {&x, &dy})
       for (double& u : *e) u = double(float(u));
     Vec y_r(x.size()), rs_r(static_cast<size_t>(T)), dx_r(x.size());

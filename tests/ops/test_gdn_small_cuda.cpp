@@ -266,6 +266,15 @@ void run_l2norm(DType t, const RowCase& rc) {
   ops::l2norm_bwd(dxref, dyh, xh, rref);
   expect_close(tag + " | dx", dx.view, dxref, tol);
   EXPECT_TRUE(pads_untouched(dx)) << "dx";
+  // From y (l2norm_bwd_y): against the CPU on the same y; f32: l2norm_bwd's bits (it recomputes
+  // y = x * rstd exactly as the forward stored it).
+  DevAct dxy = dev_alloc(R, d, t, rc.L);
+  ops::l2norm_bwd_y(dxy.view, dy.view, y.view, rstd);
+  Tensor dxyref = Tensor::empty(Shape{R, d}, DType::f32);
+  ops::l2norm_bwd_y(dxyref, dyh, host_f32(y.view), host_f32(rstd));
+  expect_close(tag + " | dx from y", dxy.view, dxyref, tol);
+  EXPECT_TRUE(pads_untouched(dxy)) << "dx from y";
+  if (t == DType::f32) EXPECT_TRUE(same_bits(dxy.view, dx.view)) << "f32 dx from y vs from x";
 
   // A genuinely 3D x [T, H, d] (rows not evenly strided) gives the same bits.
   Tensor y3 = Tensor::empty(Shape{T, rc.H, d}, t, kGpu), r3 = Tensor::empty(Shape{R}, DType::f32, kGpu);
@@ -445,6 +454,99 @@ void run_conv_gate(DType t, const ConvGateCase& cc) {
       EXPECT_TRUE(same_bits(fu.ddt, first_ddt)) << "ddt_bias differs between two identical backward runs";
     }
   }
+}
+
+// ============================================================== 1 (+ 3) + 2. conv1d with the q, k L2 norm
+// causal_conv1d_l2norm_fwd against the separate ops on the same device inputs (conv, with or
+// without the gates, into c; l2norm_fwd of c's q and k heads; c's v columns): qn, kn, rq, rk, v
+// and the gates bitwise equal; the CPU op within tol. Cases: the Qwen block layout (q|k blocks
+// normed, v blocks plain); a 256-channel block holding both q|k heads and v columns (mixed);
+// dk = 256 (f32: two slots per lane); dk = 96 (not a divisor of 256: the composed path).
+struct ConvNormCase {
+  int64_t H, dk, Dv;
+  int W;
+  bool gate;
+  Layout L;
+};
+const std::vector<ConvNormCase> kConvNormCases = {
+    {2, 128, 264, 4, true, Layout::Strided},   // blocks 0-1 q|k, 2-3 v (the last partial)
+    {1, 64, 100, 3, false, Layout::Unaligned}, // one mixed block (q|k 0..127, v 128..227); element path
+    {3, 32, 40, 6, true, Layout::Contig},      // W' = 8; mixed block; 8 heads per block
+    {1, 256, 256, 4, false, Layout::Strided},  // dk = 256
+    {2, 96, 72, 4, true, Layout::Strided},     // dk = 96: composed
+};
+
+void run_conv_norm(DType t, const ConvNormCase& cc) {
+  const std::string tag = fmt::format("conv+l2norm {} Hk={} dk={} Dv={} W={} gate={} {}", dtype_name(t), cc.H, cc.dk,
+                                      cc.Dv, cc.W, int(cc.gate), layout_name(cc.L));
+  SCOPED_TRACE(tag);
+  const std::vector<int32_t> cu = packed_cu();
+  ops::VarlenBatch batch(cu, kGpu);
+  const ops::VarlenMeta& m = batch.meta();
+  const int64_t T = cu.back(), qk = cc.H * cc.dk, D = 2 * qk + cc.Dv, Hv = 12;
+  const float eps = 1e-6f;
+  DevAct x = dev_alloc(T, D, t, cc.L), a = dev_alloc(T, Hv, t, cc.L), b = dev_alloc(T, Hv, t, cc.L);
+  Tensor xh = fill_random(x, -1.f, 1.f, /*zero_every=*/997);
+  fill_random(a, -10.f, 10.f), fill_random(b, -6.f, 6.f);
+  Tensor wh = rand_host(Shape{D, cc.W}, -0.5f, 0.5f), wd = ops::to_device(wh, kGpu);
+  Tensor Ad = ops::to_device(rand_host(Shape{Hv}, 0.f, 2.f), kGpu), dtd = ops::to_device(rand_host(Shape{Hv}), kGpu);
+  struct Out {
+    Tensor qn, kn, rq, rk, g, beta;
+    DevAct v;
+  };
+  auto alloc_out = [&]() {
+    Out o{Tensor::empty(Shape{T, cc.H, cc.dk}, t, kGpu),   Tensor::empty(Shape{T, cc.H, cc.dk}, t, kGpu),
+          Tensor::empty(Shape{T * cc.H}, DType::f32, kGpu), Tensor::empty(Shape{T * cc.H}, DType::f32, kGpu),
+          Tensor::empty(Shape{T, Hv}, DType::f32, kGpu),    Tensor::empty(Shape{T, Hv}, DType::f32, kGpu),
+          dev_alloc(T, cc.Dv, t, cc.L)};
+    for (Tensor* e : {&o.qn, &o.kn, &o.rq, &o.rk, &o.g, &o.beta}) dt::testing::poison(*e);
+    return o;
+  };
+  // Separate ops.
+  Out sep = alloc_out();
+  Tensor c = Tensor::empty(Shape{T, D}, t, kGpu);
+  const ops::GdnGateFwdViews gsep{sep.g, sep.beta, a.view, b.view, Ad, dtd};
+  if (cc.gate) ops::causal_conv1d_gate_fwd(c, x.view, wd, TensorView{}, true, m, gsep);
+  else ops::causal_conv1d_fwd(c, x.view, wd, TensorView{}, true, m);
+  Tensor* ys[2] = {&sep.qn, &sep.kn};
+  Tensor* rs[2] = {&sep.rq, &sep.rk};
+  for (int i = 0; i < 2; ++i) {  // c's head rows in place: [T, H, dk] with row stride D
+    TensorView ci = c.view().slice(1, i * qk, (i + 1) * qk);
+    ci.shape = Shape{T, cc.H, cc.dk};
+    ci.stride[0] = D, ci.stride[1] = cc.dk, ci.stride[2] = 1;
+    ops::l2norm_fwd(*ys[i], *rs[i], ci, eps);
+  }
+  ops::copy(sep.v.view, c.view().slice(1, 2 * qk, D));
+  // Fused.
+  Out fu = alloc_out();
+  const ops::GdnGateFwdViews gfu{fu.g, fu.beta, a.view, b.view, Ad, dtd};
+  ops::causal_conv1d_l2norm_fwd({fu.qn, fu.kn, fu.rq, fu.rk, fu.v.view}, x.view, wd, TensorView{}, true, eps, m,
+                                cc.gate ? &gfu : nullptr);
+  EXPECT_TRUE(same_bits(fu.qn, sep.qn)) << "qn";
+  EXPECT_TRUE(same_bits(fu.kn, sep.kn)) << "kn";
+  EXPECT_TRUE(same_bits(fu.rq, sep.rq)) << "rq";
+  EXPECT_TRUE(same_bits(fu.rk, sep.rk)) << "rk";
+  EXPECT_TRUE(same_bits(fu.v.view, sep.v.view)) << "v";
+  EXPECT_TRUE(pads_untouched(fu.v)) << "v";
+  if (cc.gate) EXPECT_TRUE(same_bits(fu.g, sep.g) && same_bits(fu.beta, sep.beta)) << "gates";
+  // The CPU op on the same (dtype-rounded) inputs.
+  Tensor qr = Tensor::empty(Shape{T, cc.H, cc.dk}, DType::f32), kr = Tensor::empty(Shape{T, cc.H, cc.dk}, DType::f32);
+  Tensor rqr = Tensor::empty(Shape{T * cc.H}, DType::f32), rkr = Tensor::empty(Shape{T * cc.H}, DType::f32);
+  Tensor vr = Tensor::empty(Shape{T, cc.Dv}, DType::f32);
+  ops::VarlenBatch hbatch(cu);
+  ops::causal_conv1d_l2norm_fwd({qr, kr, rqr, rkr, vr}, xh, wh, TensorView{}, true, eps, hbatch.meta(), nullptr);
+  const double tol = tol_for(t);
+  expect_close(tag + " | qn", fu.qn, qr, tol);
+  expect_close(tag + " | kn", fu.kn, kr, tol);
+  expect_close(tag + " | rq", fu.rq, rqr, tol);
+  expect_close(tag + " | v", fu.v.view, vr, tol);
+}
+
+TEST(GdnSmallCuda, ConvL2NormEqualsSeparateF32) {
+  for (const ConvNormCase& cc : kConvNormCases) run_conv_norm(DType::f32, cc);
+}
+TEST(GdnSmallCuda, ConvL2NormEqualsSeparateBf16) {
+  for (const ConvNormCase& cc : kConvNormCases) run_conv_norm(DType::bf16, cc);
 }
 
 TEST(GdnSmallCuda, ConvGateEqualsSeparateF32) {

@@ -34,6 +34,12 @@ void l2norm_fwd(const TensorView& y, const TensorView& rstd, const TensorView& x
 void l2norm_bwd(const TensorView& dx, const TensorView& dy, const TensorView& x, const TensorView& rstd,
                 Stream s = {});
 
+// The same from the normalised y itself, as causal_conv1d_l2norm_fwd leaves it (x is never
+// stored): dx = rstd * (dy - y * sum(dy * y)). Equal to l2norm_bwd up to y's rounding (f32
+// views on CUDA: the same bits, since l2norm_bwd recomputes y = x * rstd exactly as stored).
+void l2norm_bwd_y(const TensorView& dx, const TensorView& dy, const TensorView& y, const TensorView& rstd,
+                  Stream s = {});
+
 // ---- 3. gates (gdn-math.md section 1.1, B9, B10) -----------------------------------------
 // g = -exp(A_log[h]) * softplus(a + dt_bias[h]) (softplus(x) = x for x > 20), beta = sigmoid(b).
 //   a, b: [T, Hv] (bf16|f32; rows may be strided); A_log, dt_bias: [Hv] f32; g, beta: [T, Hv] f32
@@ -62,6 +68,21 @@ void causal_conv1d_gate_fwd(const TensorView& y, const TensorView& x, const Tens
 void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias,
                             const TensorView& dy, const TensorView& x, const TensorView& w, const TensorView& bias,
                             bool silu, const VarlenMeta& m, const GdnGateBwdViews& gate, Stream s = {});
+
+// ---- 1 (+ 3) + 2. conv1d over [q | k | v] with the L2 norm of the q and k heads -------------
+// Exactly causal_conv1d_gate_fwd (gate given) or causal_conv1d_fwd into c = [c_q | c_k | c_v],
+// then l2norm_fwd(qn, rq, c_q) and l2norm_fwd(kn, rk, c_k) per head of dk, except that c_q and
+// c_k are never stored: qn, kn, rq, rk, v (= c_v) and the gates are the same bits as those ops'.
+// CUDA: one launch when dk divides 256 (each 16-row tile's q|k outputs are normalised in shared
+// memory: no [T, 2 Hk dk] round trip through DRAM), else the ops in turn; CPU: the ops in turn.
+//   x: [T, 2 Hk dk + Dv] (the projection's q|k|v columns; rows may be strided); w, bias as above;
+//   qn, kn: [T, Hk, dk] contiguous; rq, rk: [T * Hk] f32; v: [T, Dv] (rows may be strided)
+struct ConvNormOut {
+  TensorView qn, kn, rq, rk, v;
+};
+void causal_conv1d_l2norm_fwd(const ConvNormOut& out, const TensorView& x, const TensorView& w,
+                              const TensorView& bias, bool silu, float eps, const VarlenMeta& m,
+                              const GdnGateFwdViews* gate, Stream s = {});
 
 // ---- 4. chunk_gated_delta_rule_varlen (gdn-math.md sections 2-5) --------------------------
 // Per sequence n and v-head h (key head h / (Hv/Hk)), token by token:

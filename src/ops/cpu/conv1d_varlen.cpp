@@ -67,4 +67,10 @@ void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const Te
   cpu::gdn_gate_bwd(gt.da, gt.db, gt.dA_log, gt.ddt_bias, gt.dg, gt.dbeta, gt.a, gt.b, gt.A_log, gt.dt_bias, s);
 }
 
+// The conv with the q, k heads' L2 norm (ops::causal_conv1d_l2norm_fwd): the ops in turn.
+void causal_conv1d_l2norm_fwd(const ConvNormOut& out, const TensorView& x, const TensorView& w, const TensorView& bias,
+                              bool silu, float eps, const VarlenMeta& m, const GdnGateFwdViews* gate, Stream s) {
+  detail::conv_l2norm_composed(out, x, w, bias, silu, eps, m, gate, s);
+}
+
 }  // namespace dt::ops::cpu

@@ -31,6 +31,7 @@
 // Gates: causal_conv1d_gate_fwd/bwd put the GDN gates' row loops (gdn_gate.cuh) in extra blocks
 //   at the front of this grid (the conv's blocks and results unchanged); the backward's gate
 //   partials get their own fixed-order column sum after the conv's.
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -76,16 +77,17 @@ constexpr int group_tokens(int wp, bool bwd) { return kTilesPerGroup * kTT - (wp
 #endif
 constexpr int kMinBlocksFwd = DT_CONV_MINB_FWD;  // register budget: 65536 / (128 * minblocks)
 constexpr int kMinBlocksBwd = DT_CONV_MINB_BWD;
-// The forward alone needs ~80 registers (6 blocks per SM); with the gates' branch ptxas takes
-// 91 unless held to the same 6 blocks (85 registers; W' = 8 stays at 5, as alone).
-constexpr int kMinBlocksFwdGate = 6;
+// The forward alone needs ~80 registers (6 blocks per SM); with the gates' branch and the L2-norm
+// pass ptxas spills at 6 blocks (85 registers), so the gate form also runs at 5 (96 registers,
+// 8 bytes of spills at bf16 W' = 4).
+constexpr int kMinBlocksFwdGate = 5;
 constexpr int kMinBlocksBwdWide = 3;  // W' = 8 backward: its 8-tap windows spill below ~160 registers
 template <bool BWD>
 inline constexpr int kStages = BWD ? DT_CONV_STAGES_BWD : DT_CONV_STAGES_FWD;
 template <bool BWD>
 inline constexpr int kUnroll = BWD ? DT_CONV_UNROLL_BWD : DT_CONV_UNROLL_FWD;
 
-enum : unsigned { kVecX = 1, kVecDy = 2, kVecOut = 4 };
+enum : unsigned { kVecX = 1, kVecDy = 2, kVecOut = 4, kVecOut16 = 8 };  // kVecOut16: out rows 16-byte aligned
 
 // Gates carried by the launch (causal_conv1d_gate_fwd/bwd): gate_blocks blocks at the front of
 // the grid run the gates' row loops (gdn_gate.cuh), the rest the conv. Few blocks that loop
@@ -114,6 +116,14 @@ struct ConvParams {
   int gate_first;            // ... at the front of the grid (1) or at its end (0)
   GateFwdParams gf;          // forward gates
   GateBwdParams gb;          // backward gates
+  // causal_conv1d_l2norm_fwd: channels [0, nrm_ch) are the q and k sections (nrm_ch / 2 each,
+  // heads of nrm_d channels); they go L2-normalised to nrm_y[section] [T, nrm_ch / 2] with
+  // rstd to nrm_r[section] [T * heads]; channel c >= nrm_ch goes to out at c - nrm_ch.
+  int64_t nrm_ch;            // 0: a plain conv
+  int nrm_lg, nrm_tpr;       // log2 of the head dim; lanes per head row (as l2norm_fwd's tpr)
+  float nrm_eps;
+  void* nrm_y[2];
+  float* nrm_r[2];
 };
 
 template <typename T, bool BWD>
@@ -123,6 +133,12 @@ constexpr int buf_bytes() {  // one pipeline stage: x tile [kTT, kCB] (+ dy tile
 template <typename T, bool BWD>
 constexpr int smem_bytes() {
   return kStages<BWD> * buf_bytes<T, BWD>();
+}
+// The forward with the L2 norm also stages the tiles' outputs: s_y [2][kTT, kCB] T after the ring
+// (tile k's steps fill one half while tile k - 1's norm pass reads the other).
+template <typename T>
+constexpr int nrm_stage_bytes() {
+  return 2 * kTT * kCB * int(sizeof(T));
 }
 
 // One 16-byte chunk (kVec<T> channels from c) of row u into shared memory: cp.async when the
@@ -165,6 +181,67 @@ __device__ __forceinline__ void store_pair(T* g_p, int64_t c, int64_t D, bool ve
   } else {
     if (c < D) g_p[0] = ew::from_f32<T>(r[0]);
     if (c + 1 < D) g_p[1] = ew::from_f32<T>(r[1]);
+  }
+}
+
+// The L2-norm pass over one staged tile (forward with p.nrm_ch > cb0): rows r of s_y [kTT, kCB]
+// are tokens tok0 + r, owned when r in [r_lo, r_hi). Each (row, head-dim unit) is a group of
+// p.nrm_tpr lanes with l2norm_fwd_kernel's slots, sum order and rounding, so qn, kn and rstd are
+// its bits; units at or past nrm_ch (v channels of a mixed block) are copied out as they are.
+// Every lane runs every unit (the group sums shuffle over whole warps); only stores are masked.
+// The head dim is a power of two (p.nrm_lg = log2), so the unit indexing is shifts only.
+template <typename T>
+__device__ __forceinline__ void l2norm_tile(const ConvParams& p, const T* s_y, int64_t cb0, int64_t tok0, int r_lo,
+                                            int r_hi) {
+  constexpr int V = ew::kVec<T>, NS = (256 / V + 31) / 32;  // l2norm's slots per lane: 1 (bf16), 2 (f32)
+  const int lg = p.nrm_lg, hd = 1 << lg, lg_units = 8 - lg;  // kCB = 256 = 2^8 channels
+  const int tpr = p.nrm_tpr, gpb = kThreads / tpr;
+  const int lane = int(threadIdx.x) & (tpr - 1), grp = int(threadIdx.x) / tpr;
+  const int64_t sec_ch = p.nrm_ch >> 1, heads = sec_ch >> lg;
+  for (int it = grp; it < (kTT << lg_units); it += gpb) {  // kTT * units is a multiple of gpb: warp-uniform trips
+    const int r = it >> lg_units, u = it & ((1 << lg_units) - 1);
+    const int64_t cu = cb0 + (int64_t(u) << lg), tok = tok0 + r;
+    const T* s_row = s_y + r * kCB + (u << lg);
+    float r_x[NS][V];
+    float r_ss = 0.f;
+#pragma unroll
+    for (int sl = 0; sl < NS; ++sl) {
+      const int e0 = (lane + sl * tpr) * V;
+      if (e0 < hd) {
+        ew::unpack16<T>(*reinterpret_cast<const uint4*>(s_row + e0), r_x[sl]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < V; ++k) r_x[sl][k] = 0.f;
+      }
+#pragma unroll
+      for (int k = 0; k < V; ++k) r_ss = fmaf(r_x[sl][k], r_x[sl][k], r_ss);
+    }
+    r_ss = ew::group_sum(r_ss, tpr);
+    const float r_rstd = rsqrtf(r_ss + p.nrm_eps);
+    if (r < r_lo || r >= r_hi) continue;
+    if (cu >= p.nrm_ch) {  // v channels: out[tok, cu - nrm_ch + e], e < D - cu
+      T* g_o = static_cast<T*>(p.out) + tok * p.outs + (cu - p.nrm_ch);
+#pragma unroll
+      for (int sl = 0; sl < NS; ++sl) {
+        const int e0 = (lane + sl * tpr) * V;
+        if (e0 < hd) ew::store_slot<T>(g_o, e0, p.D - cu, (p.vec & kVecOut16) != 0, r_x[sl]);
+      }
+    } else {
+      const int sec = cu >= sec_ch ? 1 : 0;
+      const int64_t row = tok * heads + ((cu - (sec ? sec_ch : 0)) >> lg);  // l2norm's row t * Hk + h
+      T* g_y = static_cast<T*>(p.nrm_y[sec]) + (row << lg);
+#pragma unroll
+      for (int sl = 0; sl < NS; ++sl) {
+        const int e0 = (lane + sl * tpr) * V;
+        if (e0 < hd) {
+          float r_y[V];
+#pragma unroll
+          for (int k = 0; k < V; ++k) r_y[k] = r_x[sl][k] * r_rstd;
+          ew::store_slot<T>(g_y, e0, hd, true, r_y);
+        }
+      }
+      if (lane == 0) p.nrm_r[sec][row] = r_rstd;
+    }
   }
 }
 
@@ -274,8 +351,18 @@ conv1d_varlen_kernel(const ConvParams p) {
   }
 #pragma unroll
   for (int ch = 0; ch < kCPT; ++ch) r_db[ch] = 0.f;
-  const bool out_vec = p.vec & kVecOut;
+  const bool out_vec = (p.vec & kVecOut) || (!BWD && cb0 < p.nrm_ch);  // s_y pairs are aligned
   const int nown = int(Bc - A);  // tokens of this group
+  // Forward with the L2 norm: this block's channels start in the q|k sections, so its outputs
+  // go to s_y and l2norm_tile stores them (block-uniform).
+  const bool staged = !BWD && cb0 < p.nrm_ch;
+  T* s_y = reinterpret_cast<T*>(s_raw + S * kBuf);
+  const int64_t out_c0 = c0 - (BWD ? 0 : p.nrm_ch);  // the output column of channel c0 (unstaged blocks)
+  const int64_t row_step = staged ? kCB : p.outs;
+  auto norm_pass = [&](int kk) {  // tile kk's staged outputs -> qn, kn, rstd, v
+    const int rel0k = kk * kTT - (WP - 1);
+    l2norm_tile<T>(p, s_y + (kk & 1) * kTileElems, cb0, A + rel0k, max(0, -rel0k), min(kTT, nown - rel0k));
+  };
 
 #pragma unroll
   for (int k = 0; k < S - 1; ++k) {
@@ -296,7 +383,9 @@ conv1d_varlen_kernel(const ConvParams p) {
     // A + rel0 + r. The output row pointer runs along with r (outs elements per row): it points
     // at row u (forward) or at row u - (WP-1), whose dx completes at step u (backward).
     const int rel0 = k * kTT - (WP - 1);
-    T* g_row = g_out + (u_begin + int64_t(k) * kTT - (BWD ? (WP - 1) : 0)) * p.outs + c0;
+    // Staged (forward with the L2 norm): tile row r goes to s_y row r instead (generic stores).
+    T* g_row = staged ? s_y + (k & 1) * kTileElems + kCPT * threadIdx.x
+                      : g_out + (u_begin + int64_t(k) * kTT - (BWD ? (WP - 1) : 0)) * p.outs + out_c0;
 
     // One step of the stream (row r of the tile). MASKED: the window may hold rows of an
     // earlier sequence, so every tap checks seq_idx; otherwise all taps are valid.
@@ -378,7 +467,7 @@ conv1d_varlen_kernel(const ConvParams p) {
           r_pend[ch][WP - 1] = 0.f;
         }
       }
-      g_row += p.outs;
+      g_row += row_step;
     };
 
     // Block-uniform: is the window plus the whole tile inside one sequence? The seq column
@@ -401,10 +490,14 @@ conv1d_varlen_kernel(const ConvParams p) {
 #pragma unroll kUn
       for (int r = 0; r < kTT; ++r) step(r, std::true_type{}, std::false_type{});
     }
-    __syncthreads();  // this buffer is refilled by the next iteration's load
+    // The previous tile's norm pass: its s_y half was filled before the last iteration's closing
+    // barrier, and is refilled only after this iteration's.
+    if (!BWD && staged && k > 0) norm_pass(k - 1);
+    __syncthreads();  // this buffer (and the other s_y half) is refilled by the next iteration
     buf = buf == S - 1 ? 0 : buf + 1;
   }
 
+  if (!BWD && staged && ntiles > 0) norm_pass(ntiles - 1);  // after the loop's closing barrier
   if constexpr (BWD) {
     ew::pdl_trigger();  // the partials reduction may start launching (it waits for our writes)
 #pragma unroll
@@ -493,10 +586,9 @@ int64_t num_groups(int64_t T, int W, bool bwd) {
 
 template <typename T, int WP, bool BWD, bool GATE>
 void launch_conv(const ConvParams& p, int64_t ngroups, cudaStream_t st) {
-  constexpr int smem = smem_bytes<T, BWD>();
+  const int smem = smem_bytes<T, BWD>() + (p.nrm_ch > 0 ? nrm_stage_bytes<T>() : 0);
   auto kernel = conv1d_varlen_kernel<T, WP, BWD, GATE>;
-  if constexpr (smem > 48 * 1024)
-    DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  if (smem > 48 * 1024) DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int64_t ncb = (p.D + kCB - 1) / kCB;
   const int64_t blocks = ngroups * ncb + (GATE ? p.gate_blocks : 0);
   DT_CHECK(blocks <= int64_t(INT_MAX), "causal_conv1d: {} blocks exceed the grid limit (T = {}, D = {})", blocks, p.T,
@@ -642,6 +734,52 @@ void causal_conv1d_gate_fwd(const TensorView& y, const TensorView& x, const Tens
       gate_block_count(p.gf.T, p.gf.cpr, kThreads, kGateRowsFwd, gate_block_cap("DT_CONV_GATE_FWD_BLOCKS", kGateFwdBlocks));
   ew::NvtxRange range(op);
   dispatch_conv<false, true>(x.dtype, p, num_groups(p.T, p.W, false), static_cast<cudaStream_t>(s.handle));
+}
+
+// The conv with the L2 norm of the q, k heads (shapes checked by ops::causal_conv1d_l2norm_fwd).
+// One launch when the head dim divides the 256-channel blocks (a power of two from 16 to 256),
+// so each block's units are whole heads of one section; else the three ops in turn.
+void causal_conv1d_l2norm_fwd(const ConvNormOut& out, const TensorView& x, const TensorView& w, const TensorView& bias,
+                              bool silu, float eps, const VarlenMeta& m, const GdnGateFwdViews* gt, Stream s) {
+  constexpr const char* op = "cuda::causal_conv1d_l2norm_fwd";
+  const int64_t T = x.shape[0], H = out.qn.shape[1], hd = out.qn.shape[2];
+  const bool fusable = hd >= 16 && kCB % hd == 0 && H > 0;  // a power of two from 16 to 256
+  if (!fusable || T == 0) {
+    detail::conv_l2norm_composed(out, x, w, bias, silu, eps, m, gt, s);
+    return;
+  }
+  const ConvDims d = check_common(x, w, bias, m, op);
+  const Act xa = check_act(x, x, op, "x");
+  const Act va = check_act(out.v, out.v, op, "v");  // [T, D - 2 H hd] (=)
+  ConvParams p{};
+  p.x = x.data, p.xs = xa.stride;
+  p.out = out.v.data, p.outs = va.stride;
+  p.w = w.ptr<float>(), p.ws = w.stride[0];
+  p.bias = ew::is_absent(bias) ? nullptr : bias.ptr<float>();
+  p.seq_idx = m.seq_idx_dev;
+  p.T = d.T, p.D = d.D, p.W = d.W, p.silu = silu ? 1 : 0;
+  p.vec = (xa.vec16 ? kVecX : 0) | (va.vec_pair ? kVecOut : 0) | (va.vec16 ? kVecOut16 : 0);
+  p.nrm_ch = 2 * H * hd, p.nrm_eps = eps;
+  while ((int64_t(1) << p.nrm_lg) < hd) ++p.nrm_lg;
+  p.nrm_tpr = std::min(32, ew::pow2_ceil(int(hd) / (x.dtype == DType::bf16 ? 8 : 4)));  // l2norm_fwd's lanes per row
+  p.nrm_y[0] = out.qn.data, p.nrm_y[1] = out.kn.data;
+  p.nrm_r[0] = out.rq.ptr<float>(), p.nrm_r[1] = out.rk.ptr<float>();
+  DT_CHECK(ew::aligned16(out.qn.data) && ew::aligned16(out.kn.data), "{}: qn and kn must be 16-byte aligned, got {} {}",
+           op, out.qn.str(), out.kn.str());
+  const cudaStream_t st = static_cast<cudaStream_t>(s.handle);
+  ew::NvtxRange range(op);
+  if (gt) {
+    p.gf = gate_fwd_params(gt->g, gt->beta, gt->a, gt->b, gt->A_log, gt->dt_bias, op);
+    check_gate_rows(p.gf.T, T, gt->a.device, x.device, op);
+    DT_CHECK(gt->a.dtype == x.dtype, "{}: the gates' a must have x's dtype {}, got {}", op, dtype_name(x.dtype),
+             gt->a.str());
+    p.gate_first = gate_first();
+    p.gate_blocks = gate_block_count(p.gf.T, p.gf.cpr, kThreads, kGateRowsFwd,
+                                     gate_block_cap("DT_CONV_GATE_FWD_BLOCKS", kGateFwdBlocks));
+    dispatch_conv<false, true>(x.dtype, p, num_groups(p.T, p.W, false), st);
+  } else {
+    dispatch_conv<false, false>(x.dtype, p, num_groups(p.T, p.W, false), st);
+  }
 }
 
 void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias,

@@ -1,7 +1,7 @@
 // CUDA row L2-norm over the head dim, gdn-math.md sections 1.1, 6 and 4.2 (B11).
 //   forward:  rstd = 1 / sqrt(sum_i x_i^2 + eps)   (eps inside the root of the SUM, as FLA and HF)
 //             y = x * rstd
-//   backward: y = x * rstd (recomputed from x and the saved rstd)
+//   backward: y = x * rstd (recomputed from x and the saved rstd; l2norm_bwd_y: given as y)
 //             dx = rstd * (dy - y * sum_i(dy_i * y_i))                        dx OVERWRITTEN (=)
 // Layouts: x, y, dy, dx: [rows, d] or [A, B, d] (e.g. [T, Hk, dk] straight out of the conv
 //   output [T, conv_dim]): any strides on the leading dims, unit inner stride; rstd: [rows] f32
@@ -132,7 +132,8 @@ __global__ __launch_bounds__(kThreads) void l2norm_bwd_kernel(T* __restrict__ g_
                                                               const T* __restrict__ g_dy, ew::RowMap dym,
                                                               const T* __restrict__ g_x, ew::RowMap xm,
                                                               const float* __restrict__ g_rstd, int64_t rows, int d,
-                                                              int tpr, bool dx_vec, bool dy_vec, bool x_vec) {
+                                                              int tpr, bool dx_vec, bool dy_vec, bool x_vec,
+                                                              bool x_is_y) {
   constexpr int V = ew::kVec<T>, NS = kSlots<T>, R = kRowsOf<T, kBwdSlots>, S = kBwdStages, P = 2 * R * NS;
   static_assert(S >= 2, "the ring needs two stages");
   extern __shared__ uint4 s_ring[];  // [S][P][kThreads] x | dy slots, then [S][R][kThreads] rstd
@@ -190,7 +191,7 @@ __global__ __launch_bounds__(kThreads) void l2norm_bwd_kernel(T* __restrict__ g_
       for (int s = 0; s < NS; ++s)
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-          r_x[i][s][k] *= r_rstd[i];  // now y
+          if (!x_is_y) r_x[i][s][k] *= r_rstd[i];  // now y
           r_dot = fmaf(r_dy[i][s][k], r_x[i][s][k], r_dot);
         }
       r_dot = ew::group_sum(r_dot, tpr);
@@ -276,13 +277,16 @@ void l2norm_fwd(const TensorView& y, const TensorView& rstd, const TensorView& x
   DT_CUDA_LAUNCH_CHECK();
 }
 
-void l2norm_bwd(const TensorView& dx, const TensorView& dy, const TensorView& x, const TensorView& rstd, Stream s) {
-  constexpr const char* op = "cuda::l2norm_bwd";
+namespace {
+// x_is_y: `x` holds y itself (l2norm_bwd_y).
+void l2norm_bwd_impl(const TensorView& dx, const TensorView& dy, const TensorView& x, const TensorView& rstd,
+                     bool x_is_y, Stream s) {
+  const char* op = x_is_y ? "cuda::l2norm_bwd_y" : "cuda::l2norm_bwd";
   const RowsOf xr = rows_of(x, op, "x");     // [rows, d]
   const RowsOf dyr = rows_of(dy, op, "dy");  // [rows, d]
   const RowsOf dxr = rows_of(dx, op, "dx");  // [rows, d] (=)
-  check_same_shape(dy, x, "cuda::l2norm_bwd dy vs x");
-  check_same_shape(dx, x, "cuda::l2norm_bwd dx vs x");
+  check_same_shape(dy, x, "cuda::l2norm_bwd dy vs x (or y)");
+  check_same_shape(dx, x, "cuda::l2norm_bwd dx vs x (or y)");
   DT_CHECK(dx.dtype == x.dtype && dy.dtype == x.dtype, "{}: dx {}, dy {} and x {} must have one dtype", op, dx.str(),
            dy.str(), x.str());
   DT_CHECK(dx.device == x.device && dy.device == x.device, "{}: dx, dy and x must be on one device", op);
@@ -298,11 +302,19 @@ void l2norm_bwd(const TensorView& dx, const TensorView& dy, const TensorView& x,
     const unsigned grid = ring_grid<T, true>(l2norm_bwd_kernel<T>, xr.rows, tpr);
     l2norm_bwd_kernel<T><<<grid, kThreads, ring_bytes<T, true>(), st>>>(
         dx.ptr<T>(), dxr.map, dy.ptr<T>(), dyr.map, x.ptr<T>(), xr.map, rstd.ptr<float>(), xr.rows, int(xr.d), tpr,
-        dxr.vec, dyr.vec, xr.vec);
+        dxr.vec, dyr.vec, xr.vec, x_is_y);
   };
   if (x.dtype == DType::bf16) launch(__nv_bfloat16{});
   else launch(float{});
   DT_CUDA_LAUNCH_CHECK();
+}
+}  // namespace
+
+void l2norm_bwd(const TensorView& dx, const TensorView& dy, const TensorView& x, const TensorView& rstd, Stream s) {
+  l2norm_bwd_impl(dx, dy, x, rstd, false, s);
+}
+void l2norm_bwd_y(const TensorView& dx, const TensorView& dy, const TensorView& y, const TensorView& rstd, Stream s) {
+  l2norm_bwd_impl(dx, dy, y, rstd, true, s);
 }
 
 }  // namespace dt::ops::cuda

@@ -192,6 +192,20 @@ void l2norm_bwd(Rows<Real> dx, Rows<const Real> dy, Rows<const Real> x, const Re
   }
 }
 
+// From the normalised y itself (causal_conv1d_l2norm_fwd keeps y, not x).
+template <typename Real>
+void l2norm_bwd_y(Rows<Real> dx, Rows<const Real> dy, Rows<const Real> y, const Real* rstd, int64_t rows, int64_t d) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const Real* yr = y.row(r);
+    const Real* dyr = dy.row(r);
+    const double rs = double(rstd[r]);
+    double dot = 0.0;  // sum dy * y
+    for (int64_t i = 0; i < d; ++i) dot += double(dyr[i]) * double(yr[i]);
+    Real* dxr = dx.row(r);
+    for (int64_t i = 0; i < d; ++i) dxr[i] = Real(rs * (double(dyr[i]) - double(yr[i]) * dot));
+  }
+}
+
 // =============================================================== 3. gates
 template <typename Real>
 void gate_fwd(Rows<Real> g, Rows<Real> beta, Rows<const Real> a, Rows<const Real> b, const Real* A_log,
