@@ -1,4 +1,5 @@
-// CUDA conv1d_varlen, l2norm, gdn_gate and gated_rmsnorm (forward and backward) against the CPU
+// CUDA conv1d_varlen, l2norm (also from y), gdn_gate, gated_rmsnorm (forward and backward) and
+// the fused conv + gates and conv + l2norm launches (against the separate ops, bitwise) against the CPU
 // reference (dt::ops::<op> on CPU f32 views) on fresh random data every run (DT_TEST_SEED
 // replays one), packed batches of lengths {1, 2, 63, 64, 65, 127, 1000, 4097} in a random order.
 //   f32 inputs: rel. L2 < 1e-4 for outputs and every gradient;

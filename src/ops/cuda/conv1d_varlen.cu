@@ -28,6 +28,10 @@
 //   kernel's tail). The grid depends only on (T, D, W, dtype). Tiles that touch a sequence
 //   boundary take a masked path (a select per tap); the others skip the selects. Both run the
 //   same fma chains, so the path taken never changes the bits.
+// L2 norm (causal_conv1d_l2norm_fwd): blocks whose channels start in the q|k sections put each
+//   16-row tile's outputs (rounded) into a shared-memory stage instead of DRAM; while the next
+//   tile streams, l2norm_tile normalises the staged one per head exactly as l2norm_fwd_kernel
+//   (its lanes, sum order, rsqrtf) and writes qn, kn, rstd (and a mixed block's v columns).
 // Gates: causal_conv1d_gate_fwd/bwd put the GDN gates' row loops (gdn_gate.cuh) in extra blocks
 //   at the front of this grid (the conv's blocks and results unchanged); the backward's gate
 //   partials get their own fixed-order column sum after the conv's.
