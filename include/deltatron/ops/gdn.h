@@ -96,8 +96,8 @@ void causal_conv1d_l2norm_fwd(const ConvNormOut& out, const TensorView& x, const
 // Forward intermediates handed to the backward, which then skips recomputing them (the prep
 // and state kernels: ~1.9 of 9.7 ms fwd+bwd at bench shape (a)); bitwise the same result.
 // CUDA only: the CPU recurrence ignores it. Memory: gamma [T, Hv] f32; W, Delta [T, Hv, dk|dv]
-// and Tm [NT, Hv, 64, 64] in the input dtype; chunk states h [NT, Hv, dk, dv] (NT = chunks):
-// about 4.5x the bytes of v. Give the same object to gdn_chunk_fwd (fills it) and gdn_chunk_bwd
+// and Tm, P = (Q K^T) (.) Gamma [NT, Hv, 64, 64] in the input dtype; chunk states h [NT, Hv, dk,
+// dv] (NT = chunks): about 5x the bytes of v. Give the same object to gdn_chunk_fwd (fills it) and gdn_chunk_bwd
 // (reads it); clear it after the backward.
 struct GdnChunkSaved {
   std::vector<Tensor> tensors;  // opaque to callers

@@ -15,7 +15,8 @@
 // token/chunk axis is always on gridDim.x):
 //   forward : prep (K1+K2+K3: gamma cumsum, A = KK^T masked, Tm = (I+A)^-1 in fp32, W, U)
 //             -> state (K4, serial: chunk-start states h, Delta, ht) -> out (K5: o)
-//   backward: prep (+ Tm saved) -> state (h, Delta recomputed) -> dvl (B3: dDelta_local)
+//   backward: prep (+ Tm saved) -> state (h, Delta recomputed) -> dvl (B3: dDelta_local; P from the
+//             forward's out kernel when the intermediates are saved)
 //             -> rev (B4, serial: dS1 per chunk, full dDelta, dh0) -> dqk (B5: dq, dk part, dW,
 //             dgamma part) -> wy (B6-B8: dk2, dv, dbeta, dgamma2, reverse cumsum -> dg)
 //             -> gsum (B12: dq, dk summed over the G v-heads of each key head, fixed order; with
@@ -601,6 +602,29 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Pa
 }
 
 // ---- out: O = scale (diag(e^gamma) Q h_c + P Delta), P = (Q K^T) (.) Gamma, causal -------------
+// P [C][C] as out and dvl compute it (dvl uses it transposed): a warp tile per (16 rows, 32
+// columns), zeros above the diagonal and in rows >= L, each entry rounded once into s_p.
+template <class T>
+__device__ __forceinline__ void p_tile(T* s_p, const T* s_q, const T* s_k, const float* s_gam, int L, int dk, int warp) {
+  const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+  float r_acc[1][4][4];
+  zero(r_acc);
+  if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_q, LDD<T>, s_k, LDD<T>, m0, n0, dk);
+  frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+    const bool rv = r < L;
+    store2(s_p + r * LDC<T> + c, (rv && c <= r) ? x0 * expf(s_gam[r] - s_gam[c]) : 0.f,
+           (rv && c + 1 <= r) ? x1 * expf(s_gam[r] - s_gam[c + 1]) : 0.f);
+  });
+}
+// The whole [C][C] tile to global (16-byte vectors); the forward hands it to dvl.
+template <class T>
+__device__ __forceinline__ void store_p(T* g, const T* s_p, int tid) {
+  constexpr int V = 16 / sizeof(T);
+  for (int idx = tid * V; idx < C * C; idx += kChunkThreads * V) {
+    const int r = idx / C, c = idx - r * C;
+    *reinterpret_cast<uint4*>(g + idx) = *reinterpret_cast<const uint4*>(s_p + r * LDC<T> + c);
+  }
+}
 template <class T>
 struct OutSmem {
   static constexpr size_t q = 0;                                 // T [C][LDD]
@@ -610,7 +634,18 @@ struct OutSmem {
   static constexpr size_t pm = hs + sizeof(T) * D * LDD<T>;      // T [C][LDC]
   static constexpr size_t gam = pm + sizeof(T) * C * LDC<T>;     // f32 [C]
   static constexpr size_t bytes = gam + sizeof(float) * C;
-  static constexpr size_t bytes_dvl = hs + sizeof(T) * C * LDC<T> + sizeof(float) * C;  // no h_c tile
+};
+// dvl: dO, P, gamma first, so that with the forward's P (nothing else to load) the launch takes
+// only those (26.8 KB at bf16: four CTAs per SM, the register limit); Q, K after them.
+template <class T>
+struct DvlSmem {
+  static constexpr size_t d = 0;                                 // T [C][LDD]  dO
+  static constexpr size_t pm = d + sizeof(T) * C * LDD<T>;       // T [C][LDC]  P
+  static constexpr size_t gam = pm + sizeof(T) * C * LDC<T>;     // f32 [C]
+  static constexpr size_t bytes_p = gam + sizeof(float) * C;     // P from the forward
+  static constexpr size_t q = bytes_p;                           // T [C][LDD]
+  static constexpr size_t k = q + sizeof(T) * C * LDD<T>;        // T [C][LDD]
+  static constexpr size_t bytes = k + sizeof(T) * C * LDD<T>;    // P computed here
 };
 
 template <class T>
@@ -619,7 +654,8 @@ __global__ __launch_bounds__(kChunkThreads) void out_kernel(Params p, const T* _
                                                             const float* __restrict__ g_gam,
                                                             const T* __restrict__ g_h,  // [NT, Hv, dk, dv]
                                                             const T* __restrict__ g_D,  // [T, Hv, dv]
-                                                            T* __restrict__ g_o) {      // [T, Hv, dv]
+                                                            T* __restrict__ g_o,        // [T, Hv, dv]
+                                                            T* __restrict__ g_P) {      // [NT, Hv, C, C] or null
   extern __shared__ __align__(16) unsigned char smem[];
   using S = OutSmem<T>;
   T* s_q = reinterpret_cast<T*>(smem + S::q);
@@ -639,18 +675,9 @@ __global__ __launch_bounds__(kChunkThreads) void out_kernel(Params p, const T* _
   cp_commit();
   cp_wait<0>();
   __syncthreads();
-  {  // P = (Q K^T) (.) Gamma, j <= i < L   [C, C]
-    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
-    float r_acc[1][4][4];
-    zero(r_acc);
-    if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_q, LDD<T>, s_k, LDD<T>, m0, n0, p.dk);
-    frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-      const bool rv = r < L;
-      store2(s_p + r * LDC<T> + c, (rv && c <= r) ? x0 * expf(s_gam[r] - s_gam[c]) : 0.f,
-             (rv && c + 1 <= r) ? x1 * expf(s_gam[r] - s_gam[c + 1]) : 0.f);
-    });
-  }
+  p_tile(s_p, s_q, s_k, s_gam, L, p.dk, warp);  // P = (Q K^T) (.) Gamma, j <= i < L   [C, C]
   __syncthreads();
+  if (g_P) store_p(g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, s_p, tid);  // for dvl (saved intermediates)
   {  // O [C, dv]
     const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1);
     if (m0 < L && n0 < p.dv) {
@@ -670,46 +697,48 @@ __global__ __launch_bounds__(kChunkThreads) void out_kernel(Params p, const T* _
 }
 
 // ---- dvl: dDelta_local = scale P^T dO  (B3) ------------------------------------------------------
+// P from the forward (g_P, saved intermediates: only P and dO are loaded) or computed here exactly
+// as the forward's out kernel does (p_tile), so both give the same bits.
 template <class T>
 __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(Params p, const T* __restrict__ g_q,
                                                             const T* __restrict__ g_k,
                                                             const float* __restrict__ g_gam,
+                                                            const T* __restrict__ g_P,   // [NT, Hv, C, C] or null
                                                             const T* __restrict__ g_do,  // [T, Hv, dv]
                                                             T* __restrict__ g_dDl) {     // [T, Hv, dv]
   extern __shared__ __align__(16) unsigned char smem[];
-  using S = OutSmem<T>;
+  using S = DvlSmem<T>;
   T* s_q = reinterpret_cast<T*>(smem + S::q);
   T* s_k = reinterpret_cast<T*>(smem + S::k);
   T* s_do = reinterpret_cast<T*>(smem + S::d);
-  T* s_p = reinterpret_cast<T*>(smem + S::hs);  // [C][LDC] (no h_c tile here)
-  float* s_gam = reinterpret_cast<float*>(smem + S::hs + sizeof(T) * C * LDC<T>);
+  T* s_p = reinterpret_cast<T*>(smem + S::pm);
+  float* s_gam = reinterpret_cast<float*>(smem + S::gam);
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, L = ci.L, Lk = round16(L);
-  load_tile(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
-  load_tile(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
   load_tile(s_do, LDD<T>, g_do + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid,
             kChunkThreads);
-  load_col(s_gam, g_gam + ci.bos * p.Hv + ci.h, p.Hv, C, L, tid, kChunkThreads);
-  cp_commit();
-  cp_wait<0>();
-  __syncthreads();
-  {  // P^T[j][i] = (K_j . Q_i) exp(gam_i - gam_j), j <= i < L
-    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
-    float r_acc[1][4][4];
-    zero(r_acc);
-    if (m0 < L && n0 + 32 > m0) warp_gemm<1, 4, false, true>(r_acc, s_k, LDD<T>, s_q, LDD<T>, m0, n0, p.dk);
-    frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-      store2(s_p + r * LDC<T> + c, (r <= c && c < L) ? x0 * expf(s_gam[c] - s_gam[r]) : 0.f,
-             (r <= c + 1 && c + 1 < L) ? x1 * expf(s_gam[c + 1] - s_gam[r]) : 0.f);
-    });
+  if (g_P) {
+    load_tile(s_p, LDC<T>, g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, C, C, tid, kChunkThreads);
+    cp_commit();
+    cp_wait<0>();
+  } else {
+    load_tile(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid,
+              kChunkThreads);
+    load_tile(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid,
+              kChunkThreads);
+    load_col(s_gam, g_gam + ci.bos * p.Hv + ci.h, p.Hv, C, L, tid, kChunkThreads);
+    cp_commit();
+    cp_wait<0>();
+    __syncthreads();
+    p_tile(s_p, s_q, s_k, s_gam, L, p.dk, warp);  // P = (Q K^T) (.) Gamma, j <= i < L   [C, C]
   }
   __syncthreads();
-  {
+  {  // dDelta_local = scale P^T dO   [C, dv] (P read transposed: rows i of P are the k index)
     const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1);
     if (m0 < L && n0 < p.dv) {
       float r_acc[2][4][4];
       zero(r_acc);
-      warp_gemm<2, 4, false, false>(r_acc, s_p, LDC<T>, s_do, LDD<T>, m0, n0, Lk);
+      warp_gemm<2, 4, true, false>(r_acc, s_p, LDC<T>, s_do, LDD<T>, m0, n0, Lk);
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         if (r < L && c < p.dv) store2(g_dDl + ((ci.bos + r) * p.Hv + ci.h) * p.dv + c, p.scale * x0, p.scale * x1);
       });
@@ -1700,18 +1729,19 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
   Tensor Tm = saved ? Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev) : Tensor();  // [NT, Hv, C, C]
   Tensor h = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);          // [NT, Hv, dk, dv]
   Tensor Dl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv]
+  Tensor P = saved ? Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev) : Tensor();   // [NT, Hv, C, C]
   launch_prep_state<T>(p, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
                        saved ? Tm.ptr<T>() : nullptr, h.ptr<T>(), Dl.ptr<T>(), tptr<float>(ht), st);
   if (p.NT > 0) {
     set_smem(out_kernel<T>, OutSmem<T>::bytes);
-    out_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, OutSmem<T>::bytes, st>>>(p, tptr<T>(q), tptr<T>(k),
-                                                                                gam.ptr<float>(), h.ptr<T>(),
-                                                                                Dl.ptr<T>(), tptr<T>(o));
+    out_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, OutSmem<T>::bytes, st>>>(
+        p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), h.ptr<T>(), Dl.ptr<T>(), tptr<T>(o), saved ? P.ptr<T>() : nullptr);
     DT_CUDA_LAUNCH_CHECK();
   }
   // U is not kept: the backward reads it only to recompute h and Delta, which are kept (-1x the
   // bytes of v per layer; bench-0.8b: -33 MB per GDN layer, -0.6 GB a step).
-  if (saved) saved->tensors = {std::move(gam), std::move(W), Tensor(), std::move(Tm), std::move(h), std::move(Dl)};
+  if (saved)
+    saved->tensors = {std::move(gam), std::move(W), Tensor(), std::move(Tm), std::move(h), std::move(Dl), std::move(P)};
 }
 
 template <class T>
@@ -1722,9 +1752,9 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
              const GdnChunkSaved* saved) {
   const DType dt = q.dtype;
   const int64_t T1 = std::max<int64_t>(p.T, 1), NT1 = std::max<int64_t>(p.NT, 1);
-  Tensor gam, W, U, Tm, h, Dl;  // from the forward when it saved them, else recomputed
+  Tensor gam, W, U, Tm, h, Dl, P;  // from the forward when it saved them, else recomputed (P: in dvl)
   if (saved && saved->defined()) {
-    DT_CHECK(saved->tensors.size() == 6 && saved->tensors[1].shape() == (Shape{T1, p.Hv, p.dk}) &&
+    DT_CHECK(saved->tensors.size() == 7 && saved->tensors[1].shape() == (Shape{T1, p.Hv, p.dk}) &&
                  saved->tensors[4].shape() == (Shape{NT1, p.Hv, p.dk, p.dv}) && saved->tensors[1].dtype() == dt,
              "gdn_chunk_bwd: GdnChunkSaved does not come from the forward of these inputs");
     gam = saved->tensors[0];
@@ -1733,6 +1763,7 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
     Tm = saved->tensors[3];
     h = saved->tensors[4];
     Dl = saved->tensors[5];
+    P = saved->tensors[6];
   } else {
     gam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);       // [T, Hv] f32
     W = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);            // [T, Hv, dk]
@@ -1747,9 +1778,10 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   Tensor dS1 = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);        // [NT, Hv, dk, dv]
   Tensor dD = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv] dDelta
   if (p.NT > 0) {
-    set_smem(dvl_kernel<T>, OutSmem<T>::bytes_dvl);
-    dvl_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, OutSmem<T>::bytes_dvl, st>>>(
-        p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), tptr<T>(do_), dDl.ptr<T>());
+    const size_t bytes = P.defined() ? DvlSmem<T>::bytes_p : DvlSmem<T>::bytes;
+    set_smem(dvl_kernel<T>, DvlSmem<T>::bytes);
+    dvl_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, bytes, st>>>(
+        p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), P.defined() ? P.ptr<T>() : nullptr, tptr<T>(do_), dDl.ptr<T>());
     DT_CUDA_LAUNCH_CHECK();
   }
   const SerialForm form = p.N > 0 ? serial_form<T>(p.dk) : SerialForm{};
