@@ -182,6 +182,33 @@ void bench_conv_l2norm(const dt::ops::VarlenMeta& m, cudaStream_t st, const Tens
     dt::ops::causal_conv1d_l2norm_fwd({q, k, rq, rk, s.v}, s.x, w, TensorView{}, true, 1e-6f, m, nullptr, Stream{st});
   });
   check_finite("conv+l2norm qn", sets[0].qkn, st);
+
+  // Backward: l2norm_bwd_y of q and k into dc's q|k columns, then the conv backward (dc's v
+  // columns as the chunk backward left them), against the one launch (dq|dk, qn|kn, rstd and dv
+  // read; dc's q|k columns never written).
+  Tensor dqk = Tensor::empty(Shape{2, T, Hk, dk}, DType::bf16, kGpu), dvv = Tensor::empty(Shape{T, D - 2 * qk}, DType::bf16, kGpu);
+  Tensor dc = Tensor::empty(Shape{T, D}, DType::bf16, kGpu), dx = Tensor::empty(Shape{T, D}, DType::bf16, kGpu);
+  Tensor dw = Tensor::zeros(Shape{D, W}, DType::f32, kGpu, {st});
+  rand_fill(dqk, 950, -1.f, 1.f, st), rand_fill(dvv, 951, -1.f, 1.f, st), rand_fill(dc, 952, -1.f, 1.f, st);
+  const double bwd_fused = 3 * act + rs + 3 * double(D * W) * 4 + double(T) * 4 + qkb;  // x, dq|dk + dv, dx; qn|kn
+  const double bwd_separate = bwd_fused + 2 * qkb;
+  time_kernel("l2norm bwd (q|k) + conv1d bwd", bwd_separate, nsets, st, busy, [&](int i) {
+    const Set& s = sets[size_t(i)];
+    for (int j = 0; j < 2; ++j)
+      dt::ops::l2norm_bwd_y(view3(dc, T, Hk, dk, j * qk), dqk.view().slice(0, j, j + 1).reshape(Shape{T, Hk, dk}),
+                            s.qkn.view().slice(0, j, j + 1).reshape(Shape{T, Hk, dk}),
+                            s.rstd.view().slice(0, j, j + 1).flatten(), Stream{st});
+    dt::ops::causal_conv1d_bwd(dx, dw, TensorView{}, dc, s.x, w, TensorView{}, true, m, Stream{st});
+  });
+  time_kernel("conv1d+l2norm bwd (fused)", bwd_fused, nsets, st, busy, [&](int i) {
+    const Set& s = sets[size_t(i)];
+    auto part = [&](const Tensor& t2, int j) { return t2.view().slice(0, j, j + 1).reshape(Shape{T, Hk, dk}); };
+    dt::ops::causal_conv1d_l2norm_bwd(dx, dw, TensorView{},
+                                      {part(dqk, 0), part(dqk, 1), part(s.qkn, 0), part(s.qkn, 1),
+                                       s.rstd.view().slice(0, 0, 1).flatten(), s.rstd.view().slice(0, 1, 2).flatten(), dvv},
+                                      s.x, w, TensorView{}, true, m, nullptr, Stream{st});
+  });
+  check_finite("conv+l2norm dx", dx, st);
 }
 
 // The gates carried by the conv's launch (ops::causal_conv1d_gate_fwd/bwd, what the layer runs):

@@ -271,7 +271,7 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   const Dims d = dims(psp);
   const int64_t H = c.hidden, dk = c.head_k_dim, dv = c.head_v_dim;
   const int64_t T = d.T, T_cp = d.T_cp, T_in = d.T_in, v_t = d.v_t, C_tp = d.C_tp;
-  const int64_t qk_l = d.qk_l, v_l = d.v_l, conv_l = d.conv_l, C_l = d.C_l;
+  const int64_t v_l = d.v_l, conv_l = d.conv_l, C_l = d.C_l;
   const int64_t off_z = d.off_z, off_b = d.off_b, off_a = d.off_a;
   DT_CHECK(int(saved_.size()) == kNumSaved && saved_[kXg].defined(), "GatedDeltaNet {}: backward without forward",
            prefix_);
@@ -328,29 +328,24 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
                          dyn.view().reshape(Shape{T, hv_l_, dv}), saved_[kO],
                          heads(cols(saved_[kHp], off_z, v_l), hv_l_, dv), params_[kNorm].w(), saved_[kRn], s);
 
-  // Core backward; dv straight into its columns of dc = d(conv output) [T, conv_l].
-  Tensor dc = Tensor::empty(Shape{T, conv_l}, A, dev);
+  // Core backward.                  dq, dk [T, Hk_l, dk] (of qn, kn); dv [T, v_l] (of the conv's v)
+  Tensor dvc = Tensor::empty(Shape{T, v_l}, A, dev);
   Tensor dq = Tensor::empty(Shape{T, hk_l_, dk}, A, dev), dkk = Tensor::empty(Shape{T, hk_l_, dk}, A, dev);
   Tensor dg = Tensor::empty(Shape{T, hv_l_}, DType::f32, dev), dbeta = Tensor::empty(Shape{T, hv_l_}, DType::f32, dev);
   ops::GdnArgs chunk_args;
   if (chunk_saved_.defined()) chunk_args.saved = &chunk_saved_;
-  ops::gdn_chunk_bwd(dq, dkk, heads(cols(dc, 2 * qk_l, v_l), hv_l_, dv), dg, dbeta, TensorView{}, d_o, TensorView{},
+  ops::gdn_chunk_bwd(dq, dkk, heads(dvc, hv_l_, dv), dg, dbeta, TensorView{}, d_o, TensorView{},
                      saved_[kQn], saved_[kKn], heads(saved_[kC], hv_l_, dv), saved_[kG],
                      saved_[kBeta], TensorView{}, chunk_args, meta, s);
   chunk_saved_.clear();
   release({kC});
 
   // Gradient of the (post-cp2hp) projection output, section by section.  dhp [T, C_l]
-  // L2-norm backward from the normalised q, k straight into dc's q and k columns.
-  const Tensor* grads[2] = {&dq, &dkk};
-  for (int i = 0; i < 2; ++i)
-    ops::l2norm_bwd_y(heads(cols(dc, i * qk_l, qk_l), hk_l_, dk), *grads[i], saved_[kQn + i], saved_[kRq + i], s);
-  release({kQn, kKn, kRq, kRk});
-
-  // Conv backward: d(qkv pre-conv) into dhp; dw for this CP rank's channels. The gates'
-  // backward (da, db into their columns of dhp) runs in the same launch. Both accumulate (+=)
-  // straight into the parameter gradients: A_log's and dt_bias's head slices, and the conv
-  // weight's when its rows are one block (cp == 1; else three sections, added after).
+  // L2-norm backward (from the normalised q, k and rstd) and conv backward in one launch: d(qkv
+  // pre-conv) into dhp; dw for this CP rank's channels. The gates' backward (da, db into their
+  // columns of dhp) runs in the same launch. Both accumulate (+=) straight into the parameter
+  // gradients: A_log's and dt_bias's head slices, and the conv weight's when its rows are one
+  // block (cp == 1; else three sections, added after).
   Tensor dwc_t;
   TensorView dwc;
   if (cp_ > 1) {
@@ -366,8 +361,10 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
                                    dbeta,
                                    cols(saved_[kHp], off_a, hv_l_),  cols(saved_[kHp], off_b, hv_l_),
                                    head_slice(kALog),                head_slice(kDtBias)};
-  ops::causal_conv1d_gate_bwd(cols(dhp, 0, conv_l), dwc, TensorView{}, dc, cols(saved_[kHp], 0, conv_l), wc,
-                              TensorView{}, true, meta, gates, s);
+  ops::causal_conv1d_l2norm_bwd(cols(dhp, 0, conv_l), dwc, TensorView{},
+                                {dq, dkk, saved_[kQn], saved_[kKn], saved_[kRq], saved_[kRk], dvc},
+                                cols(saved_[kHp], 0, conv_l), wc, TensorView{}, true, meta, &gates, s);
+  release({kQn, kKn, kRq, kRk});
   if (cp_ > 1) add_conv_weight_grad(dwc);
 
   if (gather_) {

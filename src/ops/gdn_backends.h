@@ -17,6 +17,10 @@
   void causal_conv1d_l2norm_fwd(const ConvNormOut& out, const TensorView& x, const TensorView& w,                \
                                 const TensorView& bias, bool silu, float eps, const VarlenMeta& m,               \
                                 const GdnGateFwdViews* gate, Stream s);                                          \
+  void causal_conv1d_l2norm_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias,           \
+                                const ConvNormGrad& grad, const TensorView& x, const TensorView& w,              \
+                                const TensorView& bias, bool silu, const VarlenMeta& m,                          \
+                                const GdnGateBwdViews* gate, Stream s);                                          \
   void gdn_gate_fwd(const TensorView& g, const TensorView& beta, const TensorView& a, const TensorView& b,        \
                     const TensorView& A_log, const TensorView& dt_bias, Stream s);                               \
   void gdn_gate_bwd(const TensorView& da, const TensorView& db, const TensorView& dA_log,                        \
@@ -55,4 +59,8 @@ namespace dt::ops::detail {
 // (the CPU's form, and CUDA's when dk does not divide the conv's 256-channel blocks).
 void conv_l2norm_composed(const ConvNormOut& out, const TensorView& x, const TensorView& w, const TensorView& bias,
                           bool silu, float eps, const VarlenMeta& m, const GdnGateFwdViews* gate, Stream s);
+void conv_l2norm_bwd_composed(const TensorView& dx, const TensorView& dw, const TensorView& dbias,
+                              const ConvNormGrad& grad, const TensorView& x, const TensorView& w,
+                              const TensorView& bias, bool silu, const VarlenMeta& m, const GdnGateBwdViews* gate,
+                              Stream s);
 }  // namespace dt::ops::detail

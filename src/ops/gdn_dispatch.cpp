@@ -48,7 +48,51 @@ void causal_conv1d_l2norm_fwd(const ConvNormOut& out, const TensorView& x, const
   DT_ROUTE(causal_conv1d_l2norm_fwd, x, out, x, w, bias, silu, eps, m, gate, s);
 }
 
+void causal_conv1d_l2norm_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias,
+                              const ConvNormGrad& g, const TensorView& x, const TensorView& w, const TensorView& bias,
+                              bool silu, const VarlenMeta& m, const GdnGateBwdViews* gate, Stream s) {
+  constexpr const char* op = "causal_conv1d_l2norm_bwd";
+  DT_CHECK(x.ndim() == 2, "{}: x must be [T, 2 Hk dk + Dv], got {}", op, x.str());
+  const int64_t T = x.shape[0];
+  const TensorView* heads[4] = {&g.dq, &g.dk, &g.qn, &g.kn};
+  const char* names[4] = {"dq", "dk", "qn", "kn"};
+  for (int i = 0; i < 4; ++i)
+    DT_CHECK(heads[i]->ndim() == 3 && heads[i]->shape[0] == T && heads[i]->shape == g.qn.shape &&
+                 heads[i]->is_contiguous() && heads[i]->dtype == x.dtype && heads[i]->device == x.device,
+             "{}: {} must be a contiguous [T={}, Hk, dk] view like qn {} in x's dtype {} on {}, got {}", op, names[i],
+             T, g.qn.str(), dtype_name(x.dtype), x.device.str(), heads[i]->str());
+  for (const TensorView* r : {&g.rq, &g.rk})
+    DT_CHECK(r->dtype == DType::f32 && r->is_contiguous() && r->device == x.device && r->numel() == T * g.qn.shape[1],
+             "{}: {} must be a contiguous f32 view of T * Hk = {} rows on {}, got {}", op, r == &g.rq ? "rq" : "rk",
+             T * g.qn.shape[1], x.device.str(), r->str());
+  const int64_t qk_ch = g.qn.shape[1] * g.qn.shape[2];
+  DT_CHECK(g.dv.ndim() == 2 && g.dv.shape[0] == T && g.dv.shape[1] == x.shape[1] - 2 * qk_ch && g.dv.shape[1] > 0 &&
+               g.dv.dtype == x.dtype && g.dv.device == x.device,
+           "{}: dv must be [T={}, D - 2 Hk dk = {}] (D = {}, Hk dk = {}) in x's dtype on x's device, got {}", op, T,
+           x.shape[1] - 2 * qk_ch, x.shape[1], qk_ch, g.dv.str());
+  DT_ROUTE(causal_conv1d_l2norm_bwd, x, dx, dw, dbias, g, x, w, bias, silu, m, gate, s);
+}
+
 namespace detail {
+void conv_l2norm_bwd_composed(const TensorView& dx, const TensorView& dw, const TensorView& dbias,
+                              const ConvNormGrad& g, const TensorView& x, const TensorView& w, const TensorView& bias,
+                              bool silu, const VarlenMeta& m, const GdnGateBwdViews* gate, Stream s) {
+  const int64_t T = x.shape[0], H = g.qn.shape[1], d = g.qn.shape[2];
+  Tensor dc = Tensor::empty(x.shape, x.dtype, x.device);  // [T, D]
+  const TensorView* dy[2] = {&g.dq, &g.dk};
+  const TensorView* y[2] = {&g.qn, &g.kn};
+  const TensorView* r[2] = {&g.rq, &g.rk};
+  for (int i = 0; i < 2; ++i) {
+    TensorView ci = dc.view().slice(1, i * H * d, (i + 1) * H * d);  // [T, H d] -> [T, H, d] heads in place
+    ci.shape = Shape{T, H, d};
+    ci.stride[0] = dc.view().stride[0], ci.stride[1] = d, ci.stride[2] = 1;
+    l2norm_bwd_y(ci, *dy[i], *y[i], *r[i], s);
+  }
+  copy(dc.view().slice(1, 2 * H * d, x.shape[1]), g.dv, s);
+  if (gate) causal_conv1d_gate_bwd(dx, dw, dbias, dc, x, w, bias, silu, m, *gate, s);
+  else causal_conv1d_bwd(dx, dw, dbias, dc, x, w, bias, silu, m, s);
+}
+
 void conv_l2norm_composed(const ConvNormOut& out, const TensorView& x, const TensorView& w, const TensorView& bias,
                           bool silu, float eps, const VarlenMeta& m, const GdnGateFwdViews* gate, Stream s) {
   const int64_t T = x.shape[0], H = out.qn.shape[1], d = out.qn.shape[2];

@@ -743,8 +743,8 @@ TEST(GdnCpuOps, ConvPackedEqualsSeparate) {
   EXPECT_TRUE(dt::testing::close_rel(to_vec(dwp), dw, 1e-6)) << "f32 dw vs float64";
 }
 
-// causal_conv1d_l2norm_fwd (the layer's conv + q/k L2 norm): qn, kn, rstd and v against the
-// float64 conv and l2norm references; a v of the wrong width fails naming the rule.
+// causal_conv1d_l2norm_fwd / _bwd (the layer's conv + q/k L2 norm): qn, kn, rstd, v and dx, dw
+// against the float64 conv and l2norm references; a v of the wrong width fails naming the rule.
 TEST(GdnCpuOps, ConvL2NormMatchesFloat64) {
   Rand r(12);
   const int64_t H = 2, d = 8, Dv = 12, D = 2 * H * d + Dv;
@@ -777,6 +777,34 @@ TEST(GdnCpuOps, ConvL2NormMatchesFloat64) {
   Vec got_rs = to_vec(rq), rk_v = to_vec(rk);
   got_rs.insert(got_rs.end(), rk_v.begin(), rk_v.end());
   EXPECT_TRUE(dt::testing::close_rel(got_rs, rs, 1e-6)) << "rstd";
+
+  // Backward (causal_conv1d_l2norm_bwd): dc = [l2norm_bwd_y(dq) | l2norm_bwd_y(dk) | dv], then the
+  // conv backward, all in float64; the op from the f32 qn, kn, rstd.
+  Vec dqk[2] = {r.normal(size_t(T * H * d)), r.normal(size_t(T * H * d))}, dv = r.normal(size_t(T * Dv));
+  for (Vec* e : {&dqk[0], &dqk[1], &dv})
+    for (double& u : *e) u = double(float(u));
+  Vec dc(size_t(T * D));
+  for (int sec = 0; sec < 2; ++sec) {
+    Vec ys(size_t(T * H * d)), dxs(ys.size());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < H * d; ++i) ys[size_t(t * H * d + i)] = c[size_t(t * D + sec * H * d + i)];
+    ref::l2norm_bwd_y<double>(rows(dxs, d), crows(dqk[sec], d), crows(ys, d), rs.data() + sec * T * H, T * H, d);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < H * d; ++i) dc[size_t(t * D + sec * H * d + i)] = dxs[size_t(t * H * d + i)];
+  }
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < Dv; ++i) dc[size_t(t * D + 2 * H * d + i)] = dv[size_t(t * Dv + i)];
+  p.wy = dc;
+  Vec dx_r, dw_r, db_r;
+  p.backward(dx_r, dw_r, db_r);
+  Tensor dx = Tensor::empty({T, D}, DType::f32), dw = Tensor::zeros({D, 4}, DType::f32);
+  dt::testing::poison(dx);
+  dt::ops::causal_conv1d_l2norm_bwd(dx, dw, TensorView{},
+                                    {tensor_of(dqk[0], {T, H, d}), tensor_of(dqk[1], {T, H, d}), qn, kn, rq, rk,
+                                     tensor_of(dv, {T, Dv})},
+                                    x, w, TensorView{}, true, vb.meta(), nullptr);
+  EXPECT_TRUE(dt::testing::close_rel(to_vec(dx), dx_r, 1e-5)) << "dx";
+  EXPECT_TRUE(dt::testing::close_rel(to_vec(dw), dw_r, 1e-5)) << "dw (+=)";
 }
 
 TEST(GdnCpuOpsDeathTest, ConvL2NormNamesTheBadView) {

@@ -458,9 +458,10 @@ void run_conv_gate(DType t, const ConvGateCase& cc) {
 }
 
 // ============================================================== 1 (+ 3) + 2. conv1d with the q, k L2 norm
-// causal_conv1d_l2norm_fwd against the separate ops on the same device inputs (conv, with or
-// without the gates, into c; l2norm_fwd of c's q and k heads; c's v columns): qn, kn, rq, rk, v
-// and the gates bitwise equal; the CPU op within tol. Cases: the Qwen block layout (q|k blocks
+// causal_conv1d_l2norm_fwd / _bwd against the separate ops on the same device inputs (conv, with
+// or without the gates, into c; l2norm_fwd of c's q and k heads; c's v columns; backward:
+// l2norm_bwd_y into dc, then the conv backward): qn, kn, rq, rk, v, dx, dw and the gates bitwise
+// equal; the CPU op within tol. Cases: the Qwen block layout (q|k blocks
 // normed, v blocks plain); a 256-channel block holding both q|k heads and v columns (mixed);
 // dk = 256 (f32: two slots per lane); dk = 96 (not a divisor of 256: the composed path).
 struct ConvNormCase {
@@ -541,6 +542,56 @@ void run_conv_norm(DType t, const ConvNormCase& cc) {
   expect_close(tag + " | kn", fu.kn, kr, tol);
   expect_close(tag + " | rq", fu.rq, rqr, tol);
   expect_close(tag + " | v", fu.v.view, vr, tol);
+
+  // Backward (causal_conv1d_l2norm_bwd) from the forward's qn, kn, rstd and fresh dq, dk, dv,
+  // against l2norm_bwd_y into dc's q|k heads, dv into its v columns, then the conv (+ gates)
+  // backward on dc: dx, dw and the gates' gradients bitwise; dx, dw against the CPU op.
+  Tensor dq = Tensor::empty(Shape{T, cc.H, cc.dk}, t, kGpu), dk = Tensor::empty(Shape{T, cc.H, cc.dk}, t, kGpu);
+  DevAct dv = dev_alloc(T, cc.Dv, t, cc.L), dg = dev_alloc(T, Hv, DType::f32, cc.L), dbe = dev_alloc(T, Hv, DType::f32, cc.L);
+  ops::copy(dq, ops::to_device(as(rand_host(Shape{T, cc.H, cc.dk}), t), kGpu));
+  ops::copy(dk, ops::to_device(as(rand_host(Shape{T, cc.H, cc.dk}), t), kGpu));
+  fill_random(dv, -1.f, 1.f), fill_random(dg, -1.f, 1.f), fill_random(dbe, -1.f, 1.f);
+  const Tensor dw0 = rand_host(Shape{D, cc.W}, -1.f, 1.f), dA0 = rand_host(Shape{Hv}), ddt0 = rand_host(Shape{Hv});
+  struct Grad {
+    DevAct dx, da, db;
+    Tensor dw, dA, ddt;
+  };
+  auto alloc_grad = [&]() {
+    return Grad{dev_alloc(T, D, t, cc.L), dev_alloc(T, Hv, t, cc.L), dev_alloc(T, Hv, t, cc.L),
+                ops::to_device(dw0, kGpu), ops::to_device(dA0, kGpu), ops::to_device(ddt0, kGpu)};
+  };
+  auto gates_of = [&](Grad& gr) {
+    return ops::GdnGateBwdViews{gr.da.view, gr.db.view, gr.dA, gr.ddt, dg.view, dbe.view, a.view, b.view, Ad, dtd};
+  };
+  Grad gs = alloc_grad();
+  Tensor dc = Tensor::empty(Shape{T, D}, t, kGpu);
+  const Tensor* dqk[2] = {&dq, &dk};
+  for (int i = 0; i < 2; ++i) {
+    TensorView ci = dc.view().slice(1, i * qk, (i + 1) * qk);
+    ci.shape = Shape{T, cc.H, cc.dk};
+    ci.stride[0] = D, ci.stride[1] = cc.dk, ci.stride[2] = 1;
+    ops::l2norm_bwd_y(ci, *dqk[i], *ys[i], *rs[i]);
+  }
+  ops::copy(dc.view().slice(1, 2 * qk, D), dv.view);
+  if (cc.gate) ops::causal_conv1d_gate_bwd(gs.dx.view, gs.dw, TensorView{}, dc, x.view, wd, TensorView{}, true, m, gates_of(gs));
+  else ops::causal_conv1d_bwd(gs.dx.view, gs.dw, TensorView{}, dc, x.view, wd, TensorView{}, true, m);
+  Grad gf = alloc_grad();
+  const ops::GdnGateBwdViews gfv = gates_of(gf);
+  ops::causal_conv1d_l2norm_bwd(gf.dx.view, gf.dw, TensorView{}, {dq, dk, fu.qn, fu.kn, fu.rq, fu.rk, dv.view}, x.view,
+                                wd, TensorView{}, true, m, cc.gate ? &gfv : nullptr);
+  EXPECT_TRUE(same_bits(gf.dx.view, gs.dx.view)) << "dx";
+  EXPECT_TRUE(same_bits(gf.dw, gs.dw)) << "dw";
+  EXPECT_TRUE(pads_untouched(gf.dx)) << "dx";
+  if (cc.gate)
+    EXPECT_TRUE(same_bits(gf.da.view, gs.da.view) && same_bits(gf.db.view, gs.db.view) && same_bits(gf.dA, gs.dA) &&
+                same_bits(gf.ddt, gs.ddt))
+        << "gates' gradients";
+  Tensor dxr = Tensor::empty(Shape{T, D}, DType::f32), dwr = clone(dw0);
+  ops::causal_conv1d_l2norm_bwd(dxr, dwr, TensorView{},
+                                {host_f32(dq), host_f32(dk), qr, kr, rqr, rkr, host_f32(dv.view)}, xh, wh, TensorView{},
+                                true, hbatch.meta(), nullptr);
+  expect_close(tag + " | dx", gf.dx.view, dxr, tol);
+  expect_close(tag + " | dw (+=)", gf.dw, dwr, tol);
 }
 
 TEST(GdnSmallCuda, ConvL2NormEqualsSeparateF32) {

@@ -84,6 +84,21 @@ void causal_conv1d_l2norm_fwd(const ConvNormOut& out, const TensorView& x, const
                               const TensorView& bias, bool silu, float eps, const VarlenMeta& m,
                               const GdnGateFwdViews* gate, Stream s = {});
 
+// Its backward: exactly l2norm_bwd_y(dc_q, dq, qn, rq) and l2norm_bwd_y(dc_k, dk, kn, rk) into
+// dc = [dc_q | dc_k | dv], then causal_conv1d_gate_bwd (gate given) or causal_conv1d_bwd with
+// dy = dc, except that dc_q, dc_k are never stored: dx, dw, dbias (and the gates' gradients) are
+// the same bits. CUDA: one launch when each head row's chunks are one group of l2norm's lanes (dk
+// a power of two, 16..256 in bf16, 16..128 in f32: each tile's q|k rows are transformed in
+// shared memory as they land), else the ops in turn; CPU: the ops in turn.
+//   dq, dk, qn, kn: [T, Hk, dk] contiguous; rq, rk: [T * Hk] f32; dv: [T, Dv] (rows may be strided)
+struct ConvNormGrad {
+  TensorView dq, dk, qn, kn, rq, rk, dv;
+};
+void causal_conv1d_l2norm_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias,
+                              const ConvNormGrad& grad, const TensorView& x, const TensorView& w,
+                              const TensorView& bias, bool silu, const VarlenMeta& m, const GdnGateBwdViews* gate,
+                              Stream s = {});
+
 // ---- 4. chunk_gated_delta_rule_varlen (gdn-math.md sections 2-5) --------------------------
 // Per sequence n and v-head h (key head h / (Hv/Hk)), token by token:
 //   S <- exp(g_t) S;  u = beta_t (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = scale * S^T q_t

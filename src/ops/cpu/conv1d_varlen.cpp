@@ -73,4 +73,11 @@ void causal_conv1d_l2norm_fwd(const ConvNormOut& out, const TensorView& x, const
   detail::conv_l2norm_composed(out, x, w, bias, silu, eps, m, gate, s);
 }
 
+void causal_conv1d_l2norm_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias,
+                              const ConvNormGrad& grad, const TensorView& x, const TensorView& w,
+                              const TensorView& bias, bool silu, const VarlenMeta& m, const GdnGateBwdViews* gate,
+                              Stream s) {
+  detail::conv_l2norm_bwd_composed(dx, dw, dbias, grad, x, w, bias, silu, m, gate, s);
+}
+
 }  // namespace dt::ops::cpu

@@ -123,11 +123,15 @@ struct ConvParams {
   // causal_conv1d_l2norm_fwd: channels [0, nrm_ch) are the q and k sections (nrm_ch / 2 each,
   // heads of nrm_d channels); they go L2-normalised to nrm_y[section] [T, nrm_ch / 2] with
   // rstd to nrm_r[section] [T * heads]; channel c >= nrm_ch goes to out at c - nrm_ch.
+  // causal_conv1d_l2norm_bwd: dy of channels [0, nrm_ch) is l2norm_bwd_y(nrm_g, nrm_y, nrm_r) of
+  // the section's head rows, made in shared memory as each tile lands; dy of channel c >= nrm_ch
+  // is p.dy at c - nrm_ch.
   int64_t nrm_ch;            // 0: a plain conv
-  int nrm_lg, nrm_tpr;       // log2 of the head dim; lanes per head row (as l2norm_fwd's tpr)
+  int nrm_lg, nrm_tpr;       // log2 of the head dim; lanes per head row (as l2norm's tpr)
   float nrm_eps;
-  void* nrm_y[2];
-  float* nrm_r[2];
+  void* nrm_y[2];            // qn, kn [T, heads, hd]: written (forward) or read (backward)
+  float* nrm_r[2];           // rstd [T * heads]: likewise
+  const void* nrm_g[2];      // backward: dqn, dkn [T, heads, hd]
 };
 
 template <typename T, bool BWD>
@@ -143,6 +147,12 @@ constexpr int smem_bytes() {
 template <typename T>
 constexpr int nrm_stage_bytes() {
   return 2 * kTT * kCB * int(sizeof(T));
+}
+// The backward with the L2 norm loads per stage the tile's qn|kn rows and, per thread and row, the
+// rstd of its own chunk's head: s_yn [kTT, kCB] T | s_rs [rows per thread][kThreads] f32.
+template <typename T>
+constexpr int nrm_bwd_stage_bytes() {
+  return kTT * kCB * int(sizeof(T)) + kTT * kCB / (16 / int(sizeof(T))) * 4;
 }
 
 // One 16-byte chunk (kVec<T> channels from c) of row u into shared memory: cp.async when the
@@ -304,6 +314,13 @@ conv1d_varlen_kernel(const ConvParams p) {
   auto s_seq = [&](int buf) {
     return reinterpret_cast<int32_t*>(s_raw + buf * kBuf + kTileElems * int(sizeof(T)) * (BWD ? 2 : 1));
   };
+  // Backward with the L2 norm: per-stage qn|kn rows and per-thread rstd after the ring.
+  constexpr int kNrmBwd = nrm_bwd_stage_bytes<T>();
+  auto s_yn = [&](int buf) { return reinterpret_cast<T*>(s_raw + S * kBuf + buf * kNrmBwd); };
+  auto s_rs = [&](int buf) {
+    return reinterpret_cast<float*>(s_raw + S * kBuf + buf * kNrmBwd + kTileElems * int(sizeof(T)));
+  };
+  const bool nrm_bwd = BWD && cb0 < p.nrm_ch;  // block-uniform
 
   // This thread's chunk column is fixed (kThreads is a multiple of kChunksPerRow); its rows step
   // by kRowStep. Rows outside [0, min(T, u_end)) are zero-filled.
@@ -320,8 +337,28 @@ conv1d_varlen_kernel(const ConvParams p) {
       const int64_t u = ut + r;
       const bool row_ok = u >= 0 && u < u_lim;
       load_chunk<T>(s_x(buf) + r * kCB + cc0 * V, g_x, p.xs, u, c_ld, row_ok, p.D, p.vec & kVecX);
-      if constexpr (BWD)  // dy rows before A only feed pending sums of earlier groups: skip them
-        load_chunk<T>(s_dy(buf) + r * kCB + cc0 * V, g_dy, p.dys, u, c_ld, row_ok && u >= A, p.D, p.vec & kVecDy);
+      if constexpr (BWD) {  // dy rows before A only feed pending sums of earlier groups: skip them
+        const bool dy_ok = row_ok && u >= A;
+        if (c_ld >= p.nrm_ch) {  // dy = p.dy at c - nrm_ch (nrm_ch = 0 but with the L2 norm)
+          load_chunk<T>(s_dy(buf) + r * kCB + cc0 * V, g_dy, p.dys, u, c_ld - p.nrm_ch, dy_ok, p.D - p.nrm_ch,
+                        p.vec & kVecDy);
+        } else {  // q|k channels: this chunk of the head row's dqn|dkn and qn|kn, and its rstd
+          const int sec = c_ld >= (p.nrm_ch >> 1) ? 1 : 0;
+          const int64_t hc = c_ld - (sec ? p.nrm_ch >> 1 : 0), heads = (p.nrm_ch >> 1) >> p.nrm_lg;
+          const int64_t row = u * heads + (hc >> p.nrm_lg);
+          const int64_t off = (row << p.nrm_lg) + (hc & ((int64_t(1) << p.nrm_lg) - 1));
+          T* d_dy = s_dy(buf) + r * kCB + cc0 * V;
+          T* d_yn = s_yn(buf) + r * kCB + cc0 * V;
+          if (dy_ok) {
+            ew::cp_async16(d_dy, static_cast<const T*>(p.nrm_g[sec]) + off);
+            ew::cp_async16(d_yn, static_cast<const T*>(p.nrm_y[sec]) + off);
+          } else {
+            *reinterpret_cast<uint4*>(d_dy) = make_uint4(0u, 0u, 0u, 0u);
+            *reinterpret_cast<uint4*>(d_yn) = make_uint4(0u, 0u, 0u, 0u);
+          }
+          ew::cp_async4_zfill(s_rs(buf) + it * kThreads + threadIdx.x, p.nrm_r[sec] + (dy_ok ? row : 0), dy_ok);
+        }
+      }
     }
     if (threadIdx.x < kTT) {
       // Invalid rows get sentinels that keep the column non-decreasing and match no sequence:
@@ -329,6 +366,33 @@ conv1d_varlen_kernel(const ConvParams p) {
       const int64_t u = ut + threadIdx.x;
       if (u >= 0 && u < u_lim) ew::cp_async4_zfill(s_seq(buf) + threadIdx.x, p.seq_idx + u, true);
       else s_seq(buf)[threadIdx.x] = u < 0 ? -2 : INT_MAX;
+    }
+  };
+
+  // The L2-norm backward of a landed tile's q|k chunks, in place in s_dy: dy = rstd (dqn - qn
+  // sum(dqn qn)) per head row, exactly l2norm_bwd_y's lanes, order and rounding. A head row's
+  // chunks are consecutive lanes of one warp (the chunk column is the lane for bf16, lane + 32
+  // per warp pair for f32), which are l2norm's lanes for that row: each thread only transforms
+  // the chunks it loaded itself. Every lane joins the group sums; only q|k chunks are written.
+  auto l2norm_bwd_chunks = [&](int buf) {
+#pragma unroll
+    for (int it = 0; it < kChunkIters; ++it) {
+      const int r = r_first + it * kRowStep;
+      T* d_dy = s_dy(buf) + r * kCB + cc0 * V;
+      float r_dy[V], r_y[V];
+      ew::unpack16<T>(*reinterpret_cast<const uint4*>(d_dy), r_dy);
+      ew::unpack16<T>(*reinterpret_cast<const uint4*>(s_yn(buf) + r * kCB + cc0 * V), r_y);
+      float r_dot = 0.f;
+#pragma unroll
+      for (int e = 0; e < V; ++e) r_dot = fmaf(r_dy[e], r_y[e], r_dot);
+      r_dot = ew::group_sum(r_dot, p.nrm_tpr);
+      if (c_ld < p.nrm_ch) {
+        const float r_rstd = s_rs(buf)[it * kThreads + threadIdx.x];
+        float r_dx[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) r_dx[e] = r_rstd * (r_dy[e] - r_y[e] * r_dot);
+        *reinterpret_cast<uint4*>(d_dy) = ew::pack16<T>(r_dx);
+      }
     }
   };
 
@@ -379,6 +443,7 @@ conv1d_varlen_kernel(const ConvParams p) {
     if (k + S - 1 < ntiles) load_tile(k + S - 1, buf == 0 ? S - 1 : buf - 1);
     ew::cp_async_commit();
     ew::cp_async_wait<S - 1>();  // tile k has landed (this thread's copies) ...
+    if (BWD && nrm_bwd) l2norm_bwd_chunks(buf);  // on this thread's own chunks only: no barrier
     __syncthreads();             // ... and everyone's
     const T* s_xb = s_x(buf) + kCPT * threadIdx.x;
     const T* s_dyb = s_dy(buf) + kCPT * threadIdx.x;
@@ -590,7 +655,8 @@ int64_t num_groups(int64_t T, int W, bool bwd) {
 
 template <typename T, int WP, bool BWD, bool GATE>
 void launch_conv(const ConvParams& p, int64_t ngroups, cudaStream_t st) {
-  const int smem = smem_bytes<T, BWD>() + (p.nrm_ch > 0 ? nrm_stage_bytes<T>() : 0);
+  const int smem =
+      smem_bytes<T, BWD>() + (p.nrm_ch > 0 ? (BWD ? kStages<true> * nrm_bwd_stage_bytes<T>() : nrm_stage_bytes<T>()) : 0);
   auto kernel = conv1d_varlen_kernel<T, WP, BWD, GATE>;
   if (smem > 48 * 1024) DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int64_t ncb = (p.D + kCB - 1) / kCB;
@@ -783,6 +849,65 @@ void causal_conv1d_l2norm_fwd(const ConvNormOut& out, const TensorView& x, const
     dispatch_conv<false, true>(x.dtype, p, num_groups(p.T, p.W, false), st);
   } else {
     dispatch_conv<false, false>(x.dtype, p, num_groups(p.T, p.W, false), st);
+  }
+}
+
+// The conv backward from the q, k L2 norm's input gradients (shapes checked by
+// ops::causal_conv1d_l2norm_bwd). One launch when each head row's chunks are one group of
+// lanes (head dim a power of two, 16..256 for bf16, 16..128 for f32), else the ops in turn.
+void causal_conv1d_l2norm_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias,
+                              const ConvNormGrad& g, const TensorView& x, const TensorView& w, const TensorView& bias,
+                              bool silu, const VarlenMeta& m, const GdnGateBwdViews* gt, Stream s) {
+  constexpr const char* op = "cuda::causal_conv1d_l2norm_bwd";
+  const int64_t T = x.shape[0], H = g.qn.shape[1], hd = g.qn.shape[2];
+  const int V = x.dtype == DType::bf16 ? 8 : 4;
+  const bool fusable = hd >= 16 && kCB % hd == 0 && hd / V <= 32 && H > 0;  // a power of two
+  if (!fusable || T == 0) {
+    detail::conv_l2norm_bwd_composed(dx, dw, dbias, g, x, w, bias, silu, m, gt, s);
+    return;
+  }
+  const ConvDims d = check_common(x, w, bias, m, op);
+  const Act xa = check_act(x, x, op, "x");      // [T, D]
+  const Act dxa = check_act(dx, x, op, "dx");   // [T, D] (=)
+  const Act dva = check_act(g.dv, g.dv, op, "dv");  // [T, D - 2 H hd]
+  DT_CHECK(dw.device == x.device && dw.dtype == DType::f32 && dw.ndim() == 2 && dw.shape == w.shape &&
+               (dw.shape[1] <= 1 || dw.stride[1] == 1),
+           "{}: dw must be an f32 {} view with a unit inner stride on {}, got {}", op, w.shape.str(), x.device.str(),
+           dw.str());
+  if (!ew::is_absent(dbias))
+    DT_CHECK(dbias.device == x.device && dbias.dtype == DType::f32 && dbias.numel() == d.D && dbias.is_contiguous(),
+             "{}: dbias must be an empty view or a contiguous f32 [{}] view, got {}", op, d.D, dbias.str());
+  for (const TensorView* v : {&g.dq, &g.dk, &g.qn, &g.kn})
+    DT_CHECK(ew::aligned16(v->data), "{}: dq, dk, qn and kn must be 16-byte aligned, got {}", op, v->str());
+  ConvParams p{};
+  p.x = x.data, p.xs = xa.stride;
+  p.dy = g.dv.data, p.dys = dva.stride;
+  p.out = dx.data, p.outs = dxa.stride;
+  p.w = w.ptr<float>(), p.ws = w.stride[0];
+  p.bias = ew::is_absent(bias) ? nullptr : bias.ptr<float>();
+  p.seq_idx = m.seq_idx_dev;
+  p.T = d.T, p.D = d.D, p.W = d.W, p.silu = silu ? 1 : 0;
+  p.vec = (xa.vec16 ? kVecX : 0) | (dva.vec16 ? kVecDy : 0) | (dxa.vec_pair ? kVecOut : 0);
+  p.nrm_ch = 2 * H * hd;
+  while ((int64_t(1) << p.nrm_lg) < hd) ++p.nrm_lg;
+  p.nrm_tpr = int(hd) / V;  // l2norm's lanes per row (hd / V <= 32)
+  p.nrm_g[0] = g.dq.data, p.nrm_g[1] = g.dk.data;
+  p.nrm_y[0] = g.qn.data, p.nrm_y[1] = g.kn.data;
+  p.nrm_r[0] = const_cast<float*>(g.rq.ptr<float>()), p.nrm_r[1] = const_cast<float*>(g.rk.ptr<float>());
+  const cudaStream_t st = static_cast<cudaStream_t>(s.handle);
+  ew::NvtxRange range(op);
+  if (gt) {
+    p.gb = gate_bwd_params(gt->da, gt->db, gt->dA_log, gt->ddt_bias, gt->dg, gt->dbeta, gt->a, gt->b, gt->A_log,
+                           gt->dt_bias, op);
+    check_gate_rows(p.gb.T, T, gt->a.device, x.device, op);
+    DT_CHECK(gt->a.dtype == x.dtype, "{}: the gates' a must have x's dtype {}, got {}", op, dtype_name(x.dtype),
+             gt->a.str());
+    p.gate_first = gate_first();
+    p.gate_blocks = gate_block_count(p.gb.T, p.gb.cpr, kThreads, kGateRowsBwd,
+                                     gate_block_cap("DT_CONV_GATE_BWD_BLOCKS", kGateBwdBlocks));
+    run_bwd<true>(p, x.dtype, x.device, dw, dbias, gt, st);
+  } else {
+    run_bwd<false>(p, x.dtype, x.device, dw, dbias, nullptr, st);
   }
 }
 
