@@ -32,6 +32,10 @@
 //   16-row tile's outputs (rounded) into a shared-memory stage instead of DRAM; while the next
 //   tile streams, l2norm_tile normalises the staged one per head exactly as l2norm_fwd_kernel
 //   (its lanes, sum order, rsqrtf) and writes qn, kn, rstd (and a mixed block's v columns).
+// L2 norm backward (causal_conv1d_l2norm_bwd): for q|k chunks the ring loads dqn|dkn (as dy),
+//   qn|kn and rstd instead of dy; right after a tile lands each thread turns its own chunks into
+//   dy = rstd (dqn - qn sum(dqn qn)) (l2norm_bwd_chunks: a head row's chunks are consecutive
+//   lanes, l2norm's own grouping, so no extra barrier); v channels read dy at c - nrm_ch.
 // Gates: causal_conv1d_gate_fwd/bwd put the GDN gates' row loops (gdn_gate.cuh) in extra blocks
 //   at the front of this grid (the conv's blocks and results unchanged); the backward's gate
 //   partials get their own fixed-order column sum after the conv's.
