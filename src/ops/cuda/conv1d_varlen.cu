@@ -701,12 +701,17 @@ bool fwd_params(ConvParams* p, const TensorView& y, const TensorView& x, const T
 }
 
 // The backward's parameters but the partials pointer; false when there is nothing to compute.
+// nrm_ch > 0 (causal_conv1d_l2norm_bwd): dy holds only the channels from nrm_ch on, [T, D - nrm_ch].
 bool bwd_params(ConvParams* p, const TensorView& dx, const TensorView& dw, const TensorView& dbias,
                 const TensorView& dy, const TensorView& x, const TensorView& w, const TensorView& bias, bool silu,
-                const VarlenMeta& m, const char* op) {
+                const VarlenMeta& m, const char* op, int64_t nrm_ch = 0) {
   const ConvDims d = check_common(x, w, bias, m, op);
   const Act xa = check_act(x, x, op, "x");     // [T, D]
-  const Act dya = check_act(dy, x, op, "dy");  // [T, D]
+  DT_CHECK(dy.ndim() == 2 && dy.shape[0] == d.T && dy.shape[1] == d.D - nrm_ch,
+           "{}: dy must be [T={}, {}], got {}", op, d.T, d.D - nrm_ch, dy.str());
+  const Act dya = check_act(dy, dy, op, "dy");  // [T, D - nrm_ch]
+  DT_CHECK(dy.dtype == x.dtype && dy.device == x.device, "{}: dy must have x's dtype and device ({}), got {}", op,
+           x.str(), dy.str());
   const Act dxa = check_act(dx, x, op, "dx");  // [T, D] (=)
   DT_CHECK(dw.device == x.device && dw.dtype == DType::f32 && dw.ndim() == 2 && dw.shape == w.shape &&
                (dw.shape[1] <= 1 || dw.stride[1] == 1),
@@ -870,28 +875,10 @@ void causal_conv1d_l2norm_bwd(const TensorView& dx, const TensorView& dw, const 
     detail::conv_l2norm_bwd_composed(dx, dw, dbias, g, x, w, bias, silu, m, gt, s);
     return;
   }
-  const ConvDims d = check_common(x, w, bias, m, op);
-  const Act xa = check_act(x, x, op, "x");      // [T, D]
-  const Act dxa = check_act(dx, x, op, "dx");   // [T, D] (=)
-  const Act dva = check_act(g.dv, g.dv, op, "dv");  // [T, D - 2 H hd]
-  DT_CHECK(dw.device == x.device && dw.dtype == DType::f32 && dw.ndim() == 2 && dw.shape == w.shape &&
-               (dw.shape[1] <= 1 || dw.stride[1] == 1),
-           "{}: dw must be an f32 {} view with a unit inner stride on {}, got {}", op, w.shape.str(), x.device.str(),
-           dw.str());
-  if (!ew::is_absent(dbias))
-    DT_CHECK(dbias.device == x.device && dbias.dtype == DType::f32 && dbias.numel() == d.D && dbias.is_contiguous(),
-             "{}: dbias must be an empty view or a contiguous f32 [{}] view, got {}", op, d.D, dbias.str());
   for (const TensorView* v : {&g.dq, &g.dk, &g.qn, &g.kn})
     DT_CHECK(ew::aligned16(v->data), "{}: dq, dk, qn and kn must be 16-byte aligned, got {}", op, v->str());
-  ConvParams p{};
-  p.x = x.data, p.xs = xa.stride;
-  p.dy = g.dv.data, p.dys = dva.stride;
-  p.out = dx.data, p.outs = dxa.stride;
-  p.w = w.ptr<float>(), p.ws = w.stride[0];
-  p.bias = ew::is_absent(bias) ? nullptr : bias.ptr<float>();
-  p.seq_idx = m.seq_idx_dev;
-  p.T = d.T, p.D = d.D, p.W = d.W, p.silu = silu ? 1 : 0;
-  p.vec = (xa.vec16 ? kVecX : 0) | (dva.vec16 ? kVecDy : 0) | (dxa.vec_pair ? kVecOut : 0);
+  ConvParams p;
+  bwd_params(&p, dx, dw, dbias, g.dv, x, w, bias, silu, m, op, 2 * H * hd);  // dy: the v channels only
   p.nrm_ch = 2 * H * hd;
   while ((int64_t(1) << p.nrm_lg) < hd) ++p.nrm_lg;
   p.nrm_tpr = int(hd) / V;  // l2norm's lanes per row (hd / V <= 32)
