@@ -220,15 +220,15 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
   ops::GdnArgs chunk_args;
   chunk_saved_.clear();
   if (dev.is_cuda() && ctx_.gdn_save_chunk) chunk_args.saved = &chunk_saved_;
+  // With the gated RMSNorm with z, per v-head over dv (GdnOutNorm).      yn [T, Hv_l * dv]
+  saved_[kRn] = Tensor::empty(Shape{T * hv_l_}, DType::f32, dev);
+  Tensor yn = Tensor::empty(Shape{T, v_l}, A, dev);
+  const ops::GdnOutNorm norm{yn.view().reshape(Shape{T, hv_l_, dv}), saved_[kRn],
+                             heads(cols(hp, d.off_z, v_l), hv_l_, dv), params_[kNorm].w(), c.norm_eps};
+  chunk_args.norm = &norm;
   ops::gdn_chunk_fwd(saved_[kO], TensorView{}, saved_[kQn], saved_[kKn],
                      heads(saved_[kC], hv_l_, dv), saved_[kG], saved_[kBeta], TensorView{},
                      chunk_args, meta, s);
-
-  // Gated RMSNorm with z, per v-head over dv.                            yn [T, Hv_l * dv]
-  saved_[kRn] = Tensor::empty(Shape{T * hv_l_}, DType::f32, dev);
-  Tensor yn = Tensor::empty(Shape{T, v_l}, A, dev);
-  ops::gated_rmsnorm_fwd(yn.view().reshape(Shape{T, hv_l_, dv}), saved_[kRn], saved_[kO],
-                         heads(cols(hp, d.off_z, v_l), hv_l_, dv), params_[kNorm].w(), c.norm_eps, s);
   if (ctx_.gdn_recompute)
     for (S i : kConvNorm) saved_[i] = Tensor();
 

@@ -131,6 +131,20 @@ void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const Te
 void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k,
                    const TensorView& v, const TensorView& g, const TensorView& beta, const TensorView& h0,
                    const GdnArgs& args, const VarlenMeta& m, Stream s) {
+  if (const GdnOutNorm* n = args.norm) {  // the epilogue's views, as gated_rmsnorm_fwd takes them
+    constexpr const char* op = "gdn_chunk_fwd (GdnOutNorm)";
+    for (const TensorView* a : {&n->y, &n->z})
+      DT_CHECK(a->ndim() == 3 && a->shape == o.shape && a->dtype == o.dtype && a->device == o.device &&
+                   a->stride[2] == 1,
+               "{}: {} must be {} like o {} with a unit inner stride, got {}", op, a == &n->y ? "y" : "z",
+               o.shape.str(), o.str(), a->str());
+    DT_CHECK(n->rstd.dtype == DType::f32 && n->rstd.is_contiguous() && n->rstd.device == o.device &&
+                 n->rstd.numel() == o.shape[0] * o.shape[1],
+             "{}: rstd must be a contiguous f32 view of T * Hv = {} rows on {}, got {}", op, o.shape[0] * o.shape[1],
+             o.device.str(), n->rstd.str());
+    DT_CHECK(n->w.dtype == DType::f32 && n->w.is_contiguous() && n->w.device == o.device && n->w.numel() == o.shape[2],
+             "{}: w must be a contiguous f32 [dv={}] view on {}, got {}", op, o.shape[2], o.device.str(), n->w.str());
+  }
   DT_ROUTE(gdn_chunk_fwd, o, o, ht, q, k, v, g, beta, h0, args, m, s);
 }
 void gdn_chunk_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& dg,

@@ -521,6 +521,57 @@ TEST(GdnChunkCuda, GqaPairSumEqualsGsum) {
                "DT_GDN_GQA_PAIR='yes' is not one of: 0 ");
 }
 
+// GdnOutNorm: the gated RMSNorm in the out kernel's epilogue (DT_GDN_OUT_NORM=1) gives o, y and
+// rstd with the bits of gdn_chunk_fwd then gated_rmsnorm_fwd (the default, DT_GDN_OUT_NORM=0);
+// z is read in place from a wider buffer, as the layer passes it.
+TEST(GdnChunkCuda, OutNormEpilogueEqualsGatedRmsnorm) {
+  const ScopedEnv knob("DT_GDN_OUT_NORM");
+  const std::vector<Case> cases{
+      {"d128 G2 h0", {1, 63, 64, 65, 200, 129}, 1, 2, 128, 128, true, false},
+      {"dk96 dv80 (idle lanes)", {70, 64, 129, 1}, 1, 2, 96, 80, false, false},
+      {"dk64 dv64 G1", {65, 1, 300, 128}, 2, 2, 64, 64, false, false},
+  };
+  uint64_t salt = 800;
+  for (DType dt : {DType::bf16, DType::f32})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(dt::dtype_name(dt)) + " " + c.name);
+      const Inputs in = make_inputs(c, dt == DType::bf16, ++salt);
+      const int64_t T = c.T(), Z = c.Hv * c.dv + 24;  // z inside [T, Hv dv + 24] rows, from column 8
+      dt::ops::VarlenBatch vb(cu_of(c.lens), Device::cuda());
+      Tensor q = upload(in.q, dt), k = upload(in.k, dt), v = upload(in.v, dt), g = upload(in.g, DType::f32);
+      Tensor beta = upload(in.beta, DType::f32), h0 = upload(in.h0, DType::f32);
+      Tensor zbuf = upload(host({T, Z}, std::vector<float>(size_t(T * Z), 0.f)), dt);
+      dt::ops::rng_normal(zbuf, dt::testing::test_seed() + salt, 3, 0.f, 2.f, dt::ops::RngSlice::whole(zbuf));
+      TensorView z = zbuf.view().slice(1, 8, 8 + c.Hv * c.dv);
+      z.shape = Shape{T, c.Hv, c.dv};
+      z.stride = {Z, c.dv, 1};
+      Tensor w = upload(host({c.dv}, std::vector<float>(size_t(c.dv), 0.f)), DType::f32);
+      dt::ops::rng_normal(w, dt::testing::test_seed() + salt + 1, 4, 1.f, 0.2f, dt::ops::RngSlice::whole(w));
+      auto fwd = [&](const char* mode, bool with_norm, Tensor* o, Tensor* y, Tensor* r) {
+        knob.set(mode);
+        *o = Tensor::empty(Shape{T, c.Hv, c.dv}, dt, Device::cuda());
+        *y = Tensor::empty(Shape{T, c.Hv, c.dv}, dt, Device::cuda());
+        *r = Tensor::empty(Shape{T * c.Hv}, DType::f32, Device::cuda());
+        for (Tensor* x : {o, y, r}) dt::testing::poison(*x);
+        const dt::ops::GdnOutNorm norm{*y, *r, z, w, 1e-6f};
+        dt::ops::GdnArgs args;
+        if (with_norm) args.norm = &norm;
+        dt::ops::gdn_chunk_fwd(*o, TensorView(), q, k, v, g, beta, view_or_none(h0), args, vb.meta());
+        if (!with_norm) dt::ops::gated_rmsnorm_fwd(*y, *r, *o, z, w, 1e-6f);
+      };
+      Tensor o0, y0, r0;
+      fwd(nullptr, false, &o0, &y0, &r0);
+      for (const char* mode : {static_cast<const char*>(nullptr), "0", "1"}) {
+        Tensor o1, y1, r1;
+        fwd(mode, true, &o1, &y1, &r1);
+        const std::string m = std::string("DT_GDN_OUT_NORM=") + (mode ? mode : "unset");
+        EXPECT_TRUE(bitwise_eq(host_vec(o1), host_vec(o0))) << m << ": o";
+        EXPECT_TRUE(bitwise_eq(host_vec(y1), host_vec(y0))) << m << ": y";
+        EXPECT_TRUE(bitwise_eq(host_vec(r1), host_vec(r0))) << m << ": rstd";
+      }
+    }
+}
+
 TEST(GdnChunkCuda, WarpSerialKernelsEnvErrors) {
   const Case c{"tiny", {65, 3}, 1, 2, 32, 32, false, false};
   const ScopedEnv serial("DT_GDN_SERIAL"), rev("DT_GDN_REV_STAGES");

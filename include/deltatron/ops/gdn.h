@@ -119,9 +119,19 @@ struct GdnChunkSaved {
   bool defined() const { return !tensors.empty(); }
   void clear() { tensors.clear(); }
 };
+// The gated RMSNorm of the output (section 5 below) as part of the forward: exactly
+// gated_rmsnorm_fwd(y, rstd, o, z, w, eps) after the chunk rule (o is still written). CUDA
+// with DT_GDN_OUT_NORM=1: in the out kernel's epilogue (the o tile normalised in shared memory
+// with gated_rmsnorm_fwd's lanes, order and rounding, so o is never read back); otherwise, and
+// on the CPU, the two ops in turn.
+struct GdnOutNorm {
+  TensorView y, rstd, z, w;  // as gated_rmsnorm_fwd's: y, z [T, Hv, dv]; rstd [T * Hv]; w [dv]
+  float eps = 1e-6f;
+};
 struct GdnArgs {
-  float scale = 0.0f;              // 0: dk^-0.5
-  GdnChunkSaved* saved = nullptr;  // optional: see GdnChunkSaved
+  float scale = 0.0f;                // 0: dk^-0.5
+  GdnChunkSaved* saved = nullptr;    // optional: see GdnChunkSaved
+  const GdnOutNorm* norm = nullptr;  // forward only, optional: see GdnOutNorm
 };
 void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k,
                    const TensorView& v, const TensorView& g, const TensorView& beta, const TensorView& h0,

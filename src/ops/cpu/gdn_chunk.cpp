@@ -56,6 +56,7 @@ void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& 
   a.ht = views::dense(ht, state, op, "ht", true);                // [N, Hv, dk, dv] or null
   const int32_t* cu = views::host_cu(m, d.T, op);
   ref::gdn_recurrent_fwd<float>(a, ref_shape(d, args), cu);
+  if (const GdnOutNorm* n = args.norm) cpu::gated_rmsnorm_fwd(n->y, n->rstd, o, n->z, n->w, n->eps, {});
 }
 
 void gdn_chunk_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& dg,

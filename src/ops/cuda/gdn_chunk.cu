@@ -66,6 +66,7 @@
 #include "core/env_knob.h"
 #include "deltatron/core/tensor.h"
 #include "deltatron/ops/basic.h"
+#include "ops/cuda/gdn_elementwise_common.cuh"  // ew:: row helpers of the out kernel's norm epilogue
 #include "ops/cuda/mma_common.cuh"
 #include "ops/gdn_backends.h"
 
@@ -648,6 +649,21 @@ struct DvlSmem {
   static constexpr size_t bytes = k + sizeof(T) * C * LDD<T>;    // P computed here
 };
 
+// The gated RMSNorm epilogue (GdnOutNorm, DT_GDN_OUT_NORM=1): y = o rstd w silu(z) per row of dv,
+// rstd = 1 / sqrt(mean(o^2) + eps), from the rounded o tile in shared memory, with
+// gated_rmsnorm_fwd_kernel's lanes (tpr per row, 16-byte slots), sum order and rounding.
+struct OutNorm {
+  const void* z;    // [T, Hv, dv]: token stride sz, head stride dv; null: no epilogue
+  int64_t sz;
+  const float* w;   // [dv]
+  void* y;          // [T, Hv, dv]: token stride sy, head stride dv
+  int64_t sy;
+  float* rstd;      // [T * Hv]
+  float eps;
+  int tpr;
+  int w_vec;        // w 16-byte aligned
+};
+
 template <class T>
 __global__ __launch_bounds__(kChunkThreads) void out_kernel(Params p, const T* __restrict__ g_q,
                                                             const T* __restrict__ g_k,
@@ -655,7 +671,8 @@ __global__ __launch_bounds__(kChunkThreads) void out_kernel(Params p, const T* _
                                                             const T* __restrict__ g_h,  // [NT, Hv, dk, dv]
                                                             const T* __restrict__ g_D,  // [T, Hv, dv]
                                                             T* __restrict__ g_o,        // [T, Hv, dv]
-                                                            T* __restrict__ g_P) {      // [NT, Hv, C, C] or null
+                                                            T* __restrict__ g_P,        // [NT, Hv, C, C] or null
+                                                            const OutNorm nrm) {
   extern __shared__ __align__(16) unsigned char smem[];
   using S = OutSmem<T>;
   T* s_q = reinterpret_cast<T*>(smem + S::q);
@@ -666,6 +683,7 @@ __global__ __launch_bounds__(kChunkThreads) void out_kernel(Params p, const T* _
   float* s_gam = reinterpret_cast<float*>(smem + S::gam);
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, L = ci.L, Lk = round16(L);
+  const bool norm = nrm.z != nullptr;
   load_tile(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
   load_tile(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
   load_tile(s_d, LDD<T>, g_D + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
@@ -678,21 +696,88 @@ __global__ __launch_bounds__(kChunkThreads) void out_kernel(Params p, const T* _
   p_tile(s_p, s_q, s_k, s_gam, L, p.dk, warp);  // P = (Q K^T) (.) Gamma, j <= i < L   [C, C]
   __syncthreads();
   if (g_P) store_p(g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, s_p, tid);  // for dvl (saved intermediates)
-  {  // O [C, dv]
-    const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1);
-    if (m0 < L && n0 < p.dv) {
+  if (norm) {  // K is dead: z's tile loads over it while O is computed
+    load_tile(s_k, LDD<T>, static_cast<const T*>(nrm.z) + ci.bos * nrm.sz + int64_t(ci.h) * p.dv, nrm.sz, C, L, p.dv, D,
+              tid, kChunkThreads);
+    cp_commit();
+  }
+  const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1);
+  const bool active = m0 < L && n0 < p.dv;
+  auto o_tile = [&](float (&r_acc)[2][4][4]) {  // O [C, dv], this warp's [32, 32]
+    warp_gemm<2, 4, false, false>(r_acc, s_q, LDD<T>, s_h, LDD<T>, m0, n0, p.dk);
+    frag_pairs(r_acc, m0, n0, [&](int r, int, float& x0, float& x1) {
+      const float e = r < L ? expf(s_gam[r]) : 0.f;
+      x0 *= e, x1 *= e;
+    });
+    warp_gemm<2, 4, false, false>(r_acc, s_p, LDC<T>, s_d, LDD<T>, m0, n0, Lk);
+  };
+  if (!norm) {
+    if (active) {
       float r_acc[2][4][4];
       zero(r_acc);
-      warp_gemm<2, 4, false, false>(r_acc, s_q, LDD<T>, s_h, LDD<T>, m0, n0, p.dk);
-      frag_pairs(r_acc, m0, n0, [&](int r, int, float& x0, float& x1) {
-        const float e = r < L ? expf(s_gam[r]) : 0.f;
-        x0 *= e, x1 *= e;
-      });
-      warp_gemm<2, 4, false, false>(r_acc, s_p, LDC<T>, s_d, LDD<T>, m0, n0, Lk);
+      o_tile(r_acc);
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         if (r < L && c < p.dv) store2(g_o + ((ci.bos + r) * p.Hv + ci.h) * p.dv + c, p.scale * x0, p.scale * x1);
       });
     }
+    return;
+  }
+  float r_acc[2][4][4];
+  zero(r_acc);
+  if (active) o_tile(r_acc);
+  // Epilogue: the rounded o tile into s_h (h_c is dead once every warp's products are done), then
+  // one group of nrm.tpr lanes per row: o and y rows out in 16-byte slots, rstd per row.
+  T* s_o = s_h;  // [C][LDD]
+  __syncthreads();
+  if (active)
+    frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+      store2(s_o + r * LDD<T> + c, p.scale * x0, p.scale * x1);
+    });
+  cp_wait<0>();
+  __syncthreads();
+  constexpr int V = 16 / int(sizeof(T)), NS = (256 / V + 31) / 32;  // gated_rmsnorm's slots per lane
+  const int tpr = nrm.tpr, lane = tid & (tpr - 1), grp = tid / tpr, gpb = kChunkThreads / tpr;
+  float r_w[NS][V];
+#pragma unroll
+  for (int sl = 0; sl < NS; ++sl) ew::load_param<V>(nrm.w, int64_t(lane + sl * tpr) * V, p.dv, nrm.w_vec != 0, r_w[sl]);
+  const float inv_d = 1.f / float(p.dv);
+  for (int r = grp; r < C; r += gpb) {  // C is a multiple of gpb, or gpb > C: warp-uniform trips
+    float r_o[NS][V], r_z[NS][V];
+    float r_ss = 0.f;
+#pragma unroll
+    for (int sl = 0; sl < NS; ++sl) {
+      const int e0 = (lane + sl * tpr) * V;
+      if (e0 < p.dv) {
+        ew::unpack16<T>(*reinterpret_cast<const uint4*>(s_o + r * LDD<T> + e0), r_o[sl]);
+        ew::unpack16<T>(*reinterpret_cast<const uint4*>(s_k + r * LDD<T> + e0), r_z[sl]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) r_o[sl][e] = r_z[sl][e] = 0.f;
+      }
+#pragma unroll
+      for (int e = 0; e < V; ++e) r_ss = fmaf(r_o[sl][e], r_o[sl][e], r_ss);
+    }
+    r_ss = ew::group_sum(r_ss, tpr);
+    const float r_rstd = rsqrtf(r_ss * inv_d + nrm.eps);
+    if (r >= L) continue;
+    const int64_t t = ci.bos + r;
+    T* g_orow = g_o + (t * p.Hv + ci.h) * p.dv;
+    T* g_yrow = static_cast<T*>(nrm.y) + t * nrm.sy + int64_t(ci.h) * p.dv;
+#pragma unroll
+    for (int sl = 0; sl < NS; ++sl) {
+      const int e0 = (lane + sl * tpr) * V;
+      if (e0 < p.dv) {
+        *reinterpret_cast<uint4*>(g_orow + e0) = *reinterpret_cast<const uint4*>(s_o + r * LDD<T> + e0);
+        float r_y[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const float z = r_z[sl][e];
+          r_y[e] = r_o[sl][e] * r_rstd * r_w[sl][e] * (z * ew::sigmoid_f(z));
+        }
+        ew::store_slot<T>(g_yrow, e0, p.dv, true, r_y);
+      }
+    }
+    if (lane == 0) nrm.rstd[t * p.Hv + ci.h] = r_rstd;
   }
 }
 
@@ -1717,10 +1802,34 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
   }
 }
 
+// The out kernel's norm epilogue for GdnArgs.norm, when DT_GDN_OUT_NORM=1 and the views allow
+// its 16-byte row slots (o, y, z rows aligned; dv a multiple of 16 already); else z = null and
+// the caller runs gated_rmsnorm_fwd after.
+template <class T>
+OutNorm out_norm(const GdnOutNorm* n, const TensorView& o, const Params& p) {
+  OutNorm r{};
+  if (!n || env::choice("DT_GDN_OUT_NORM", {{"0", "gated_rmsnorm_fwd after the chunk rule"},
+                                            {"1", "in the out kernel's epilogue"}}) != 1)
+    return r;
+  const int64_t es = int64_t(sizeof(T));
+  auto rows16 = [&](const TensorView& v) {  // [T, Hv, dv]: head stride dv, 16-byte aligned token rows
+    return v.ndim() == 3 && v.stride[1] == p.dv && v.stride[2] == 1 && ew::aligned16(v.data) &&
+           (v.stride[0] * es) % 16 == 0;
+  };
+  if (!rows16(n->y) || !rows16(n->z) || !ew::aligned16(o.data) || !n->rstd.is_contiguous()) return r;
+  r.z = n->z.data, r.sz = n->z.stride[0];
+  r.w = n->w.ptr<float>(), r.w_vec = ew::aligned16(n->w.data) ? 1 : 0;
+  r.y = n->y.data, r.sy = n->y.stride[0];
+  r.rstd = const_cast<float*>(n->rstd.ptr<float>());
+  r.eps = n->eps;
+  r.tpr = std::min(32, ew::pow2_ceil((p.dv + 16 / es - 1) / (16 / es)));  // gated_rmsnorm's lanes per row
+  return r;
+}
+
 template <class T>
 void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k, const TensorView& v,
              const TensorView& g, const TensorView& beta, const TensorView& h0, const Params& p, Device dev,
-             cudaStream_t st, GdnChunkSaved* saved) {
+             cudaStream_t st, GdnChunkSaved* saved, const GdnOutNorm* norm) {
   const DType dt = q.dtype;
   const int64_t T1 = std::max<int64_t>(p.T, 1), NT1 = std::max<int64_t>(p.NT, 1);
   Tensor gam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);            // [T, Hv] f32
@@ -1732,12 +1841,15 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
   Tensor P = saved ? Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev) : Tensor();   // [NT, Hv, C, C]
   launch_prep_state<T>(p, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
                        saved ? Tm.ptr<T>() : nullptr, h.ptr<T>(), Dl.ptr<T>(), tptr<float>(ht), st);
+  const OutNorm nrm = out_norm<T>(norm, o, p);
   if (p.NT > 0) {
     set_smem(out_kernel<T>, OutSmem<T>::bytes);
     out_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, OutSmem<T>::bytes, st>>>(
-        p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), h.ptr<T>(), Dl.ptr<T>(), tptr<T>(o), saved ? P.ptr<T>() : nullptr);
+        p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), h.ptr<T>(), Dl.ptr<T>(), tptr<T>(o), saved ? P.ptr<T>() : nullptr,
+        nrm);
     DT_CUDA_LAUNCH_CHECK();
   }
+  if (norm && !nrm.z) cuda::gated_rmsnorm_fwd(norm->y, norm->rstd, o, norm->z, norm->w, norm->eps, Stream{st});
   // U is not kept: the backward reads it only to recompute h and Delta, which are kept (-1x the
   // bytes of v per layer; bench-0.8b: -33 MB per GDN layer, -0.6 GB a step).
   if (saved)
@@ -1917,9 +2029,9 @@ void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& 
   gck::Params p = gck::make_params(d, args, m);
   p.sv = gck::token_stride(vin, d.Hv * d.dv);
   if (q.dtype == DType::bf16)
-    gck::run_fwd<gck::bf16>(o, ht, q, k, vin, g, beta, h0, p, q.device, st, args.saved);
+    gck::run_fwd<gck::bf16>(o, ht, q, k, vin, g, beta, h0, p, q.device, st, args.saved, args.norm);
   else
-    gck::run_fwd<float>(o, ht, q, k, vin, g, beta, h0, p, q.device, st, args.saved);
+    gck::run_fwd<float>(o, ht, q, k, vin, g, beta, h0, p, q.device, st, args.saved, args.norm);
 }
 
 void gdn_chunk_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& dg,
