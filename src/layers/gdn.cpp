@@ -321,12 +321,13 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
     for (S i : which) saved_[i] = Tensor();
   };
 
-  // Gated RMSNorm backward; dz straight into its columns of dhp.   do [T, Hv_l, dv]; dhp [T, C_l]
+  // Gated RMSNorm backward (made by the chunk backward first: GdnOutNormBwd); dz straight into
+  // its columns of dhp.                                          do [T, Hv_l, dv]; dhp [T, C_l]
   Tensor dhp = Tensor::empty(Shape{T, C_l}, A, dev);
   Tensor d_o = Tensor::empty(Shape{T, hv_l_, dv}, A, dev);
-  ops::gated_rmsnorm_bwd(d_o, heads(cols(dhp, off_z, v_l), hv_l_, dv), params_[kNorm].grad,
-                         dyn.view().reshape(Shape{T, hv_l_, dv}), saved_[kO],
-                         heads(cols(saved_[kHp], off_z, v_l), hv_l_, dv), params_[kNorm].w(), saved_[kRn], s);
+  const ops::GdnOutNormBwd norm_bwd{heads(cols(dhp, off_z, v_l), hv_l_, dv), params_[kNorm].grad,
+                                    dyn.view().reshape(Shape{T, hv_l_, dv}), saved_[kO],
+                                    heads(cols(saved_[kHp], off_z, v_l), hv_l_, dv), params_[kNorm].w(), saved_[kRn]};
 
   // Core backward.                  dq, dk [T, Hk_l, dk] (of qn, kn); dv [T, v_l] (of the conv's v)
   Tensor dvc = Tensor::empty(Shape{T, v_l}, A, dev);
@@ -334,6 +335,7 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   Tensor dg = Tensor::empty(Shape{T, hv_l_}, DType::f32, dev), dbeta = Tensor::empty(Shape{T, hv_l_}, DType::f32, dev);
   ops::GdnArgs chunk_args;
   if (chunk_saved_.defined()) chunk_args.saved = &chunk_saved_;
+  chunk_args.norm_bwd = &norm_bwd;
   ops::gdn_chunk_bwd(dq, dkk, heads(dvc, hv_l_, dv), dg, dbeta, TensorView{}, d_o, TensorView{},
                      saved_[kQn], saved_[kKn], heads(saved_[kC], hv_l_, dv), saved_[kG],
                      saved_[kBeta], TensorView{}, chunk_args, meta, s);

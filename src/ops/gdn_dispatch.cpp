@@ -152,6 +152,24 @@ void gdn_chunk_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
                    const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& g,
                    const TensorView& beta, const TensorView& h0, const GdnArgs& args, const VarlenMeta& m,
                    Stream s) {
+  if (const GdnOutNormBwd* n = args.norm_bwd) {  // the prologue's views, as gated_rmsnorm_bwd takes them
+    constexpr const char* op = "gdn_chunk_bwd (GdnOutNormBwd)";
+    const char* names[4] = {"dz", "dy", "o", "z"};
+    const TensorView* acts[4] = {&n->dz, &n->dy, &n->o, &n->z};
+    for (int i = 0; i < 4; ++i)
+      DT_CHECK(acts[i]->ndim() == 3 && acts[i]->shape == do_.shape && acts[i]->dtype == do_.dtype &&
+                   acts[i]->device == do_.device && acts[i]->stride[2] == 1,
+               "{}: {} must be {} like do {} with a unit inner stride, got {}", op, names[i], do_.shape.str(),
+               do_.str(), acts[i]->str());
+    for (const TensorView* a : {&n->w, &n->dw})
+      DT_CHECK(a->dtype == DType::f32 && a->is_contiguous() && a->device == do_.device && a->numel() == do_.shape[2],
+               "{}: {} must be a contiguous f32 [dv={}] view on {}, got {}", op, a == &n->w ? "w" : "dw",
+               do_.shape[2], do_.device.str(), a->str());
+    DT_CHECK(n->rstd.dtype == DType::f32 && n->rstd.is_contiguous() && n->rstd.device == do_.device &&
+                 n->rstd.numel() == do_.shape[0] * do_.shape[1],
+             "{}: rstd must be a contiguous f32 view of T * Hv = {} rows on {}, got {}", op,
+             do_.shape[0] * do_.shape[1], do_.device.str(), n->rstd.str());
+  }
   DT_ROUTE(gdn_chunk_bwd, dq, dq, dk, dv, dg, dbeta, dh0, do_, dht, q, k, v, g, beta, h0, args, m, s);
 }
 void gated_rmsnorm_fwd(const TensorView& y, const TensorView& rstd, const TensorView& o, const TensorView& z,

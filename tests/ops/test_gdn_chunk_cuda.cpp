@@ -521,9 +521,10 @@ TEST(GdnChunkCuda, GqaPairSumEqualsGsum) {
                "DT_GDN_GQA_PAIR='yes' is not one of: 0 ");
 }
 
-// GdnOutNorm: the gated RMSNorm in the out kernel's epilogue (DT_GDN_OUT_NORM=1) gives o, y and
-// rstd with the bits of gdn_chunk_fwd then gated_rmsnorm_fwd (the default, DT_GDN_OUT_NORM=0);
-// z is read in place from a wider buffer, as the layer passes it.
+// GdnOutNorm / GdnOutNormBwd: the gated RMSNorm in the out kernel's epilogue and its backward in
+// dvl (DT_GDN_OUT_NORM=1) give the bits of gdn_chunk_fwd then gated_rmsnorm_fwd, and of
+// gated_rmsnorm_bwd then gdn_chunk_bwd (the default, DT_GDN_OUT_NORM=0), but for the norm weight's
+// gradient (another summation order); z is read in place from a wider buffer, as the layer passes it.
 TEST(GdnChunkCuda, OutNormEpilogueEqualsGatedRmsnorm) {
   const ScopedEnv knob("DT_GDN_OUT_NORM");
   const std::vector<Case> cases{
@@ -568,6 +569,42 @@ TEST(GdnChunkCuda, OutNormEpilogueEqualsGatedRmsnorm) {
         EXPECT_TRUE(bitwise_eq(host_vec(o1), host_vec(o0))) << m << ": o";
         EXPECT_TRUE(bitwise_eq(host_vec(y1), host_vec(y0))) << m << ": y";
         EXPECT_TRUE(bitwise_eq(host_vec(r1), host_vec(r0))) << m << ": rstd";
+      }
+
+      // Backward (GdnOutNormBwd): gated_rmsnorm_bwd then gdn_chunk_bwd, against the norm's backward
+      // in dvl (DT_GDN_OUT_NORM=1): do, dz and every chunk gradient bitwise; dw (+=) within fp32
+      // rounding (its partials are summed over dvl's CTAs instead of the norm kernel's blocks).
+      Tensor dy = upload(in.dO, dt);  // the gradient of y
+      const Tensor dw0 = upload(host({c.dv}, std::vector<float>(size_t(c.dv), 0.25f)), DType::f32);
+      struct Grads {
+        Tensor d_o, dz, dw, dq, dk, dv, dg, dbeta;
+      };
+      auto bwd = [&](const char* mode, bool with_norm) {
+        knob.set(mode);
+        Grads r;
+        for (Tensor* x : {&r.d_o, &r.dz, &r.dv}) *x = Tensor::empty(Shape{T, c.Hv, c.dv}, dt, Device::cuda());
+        for (Tensor* x : {&r.dq, &r.dk}) *x = Tensor::empty(Shape{T, c.Hk, c.dk}, dt, Device::cuda());
+        for (Tensor* x : {&r.dg, &r.dbeta}) *x = Tensor::empty(Shape{T, c.Hv}, DType::f32, Device::cuda());
+        for (Tensor* x : {&r.d_o, &r.dz, &r.dv, &r.dq, &r.dk, &r.dg, &r.dbeta}) dt::testing::poison(*x);
+        r.dw = Tensor::empty(Shape{c.dv}, DType::f32, Device::cuda());
+        dt::ops::copy(r.dw, dw0);
+        const dt::ops::GdnOutNormBwd nb{r.dz, r.dw, dy, o0, z, w, r0};
+        dt::ops::GdnArgs args;
+        if (with_norm) args.norm_bwd = &nb;
+        else dt::ops::gated_rmsnorm_bwd(r.d_o, r.dz, r.dw, dy, o0, z, w, r0);
+        dt::ops::gdn_chunk_bwd(r.dq, r.dk, r.dv, r.dg, r.dbeta, TensorView(), r.d_o, TensorView(), q, k, v, g, beta,
+                               view_or_none(h0), args, vb.meta());
+        return r;
+      };
+      const Grads ref = bwd(nullptr, false);
+      for (const char* mode : {"0", "1"}) {
+        const Grads got = bwd(mode, true);
+        const std::string m = std::string("DT_GDN_OUT_NORM=") + mode;
+        const Tensor* a[7] = {&got.d_o, &got.dz, &got.dq, &got.dk, &got.dv, &got.dg, &got.dbeta};
+        const Tensor* b[7] = {&ref.d_o, &ref.dz, &ref.dq, &ref.dk, &ref.dv, &ref.dg, &ref.dbeta};
+        const char* names[7] = {"do", "dz", "dq", "dk", "dv", "dg", "dbeta"};
+        for (int i = 0; i < 7; ++i) EXPECT_TRUE(bitwise_eq(host_vec(*a[i]), host_vec(*b[i]))) << m << ": " << names[i];
+        EXPECT_TRUE(dt::testing::close_rel(got.dw, ref.dw, 1e-5)) << m << ": dw";
       }
     }
 }

@@ -128,10 +128,18 @@ struct GdnOutNorm {
   TensorView y, rstd, z, w;  // as gated_rmsnorm_fwd's: y, z [T, Hv, dv]; rstd [T * Hv]; w [dv]
   float eps = 1e-6f;
 };
+// Its backward as part of the chunk backward: exactly gated_rmsnorm_bwd(do_, dz, dw, dy, o, z, w,
+// rstd) first, so gdn_chunk_bwd's do_ is then an OUTPUT (=). CUDA with DT_GDN_OUT_NORM=1: in
+// the dvl kernel (do_ and dz the same bits; dw (+=) summed over another fixed tiling, within fp32
+// rounding); otherwise, and on the CPU, the ops in turn.
+struct GdnOutNormBwd {
+  TensorView dz, dw, dy, o, z, w, rstd;  // as gated_rmsnorm_bwd's
+};
 struct GdnArgs {
-  float scale = 0.0f;                // 0: dk^-0.5
-  GdnChunkSaved* saved = nullptr;    // optional: see GdnChunkSaved
-  const GdnOutNorm* norm = nullptr;  // forward only, optional: see GdnOutNorm
+  float scale = 0.0f;                        // 0: dk^-0.5
+  GdnChunkSaved* saved = nullptr;            // optional: see GdnChunkSaved
+  const GdnOutNorm* norm = nullptr;          // forward only, optional: see GdnOutNorm
+  const GdnOutNormBwd* norm_bwd = nullptr;   // backward only, optional: see GdnOutNormBwd
 };
 void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k,
                    const TensorView& v, const TensorView& g, const TensorView& beta, const TensorView& h0,

@@ -64,6 +64,8 @@ void gdn_chunk_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
                    const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& g,
                    const TensorView& beta, const TensorView& h0, const GdnArgs& args, const VarlenMeta& m, Stream) {
   constexpr const char* op = "gdn_chunk_bwd";
+  if (const GdnOutNormBwd* n = args.norm_bwd)  // do_ is made here first
+    cpu::gated_rmsnorm_bwd(do_, n->dz, n->dw, n->dy, n->o, n->z, n->w, n->rstd, {});
   const Dims d = gdn_dims(q, v, m, op);
   const Shape state{d.N, d.Hv, d.dk, d.dv};
   ref::GdnRefBwd<float> a;

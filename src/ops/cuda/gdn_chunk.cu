@@ -17,6 +17,8 @@
 //             -> state (K4, serial: chunk-start states h, Delta, ht) -> out (K5: o)
 //   backward: prep (+ Tm saved) -> state (h, Delta recomputed) -> dvl (B3: dDelta_local; P from the
 //             forward's out kernel when the intermediates are saved)
+//   With GdnArgs.norm / norm_bwd and DT_GDN_OUT_NORM=1, out ends with the gated RMSNorm of its
+//   rows and dvl begins with the norm's backward (dO made there); else they run as their own ops.
 //             -> rev (B4, serial: dS1 per chunk, full dDelta, dh0) -> dqk (B5: dq, dk part, dW,
 //             dgamma part) -> wy (B6-B8: dk2, dv, dbeta, dgamma2, reverse cumsum -> dg)
 //             -> gsum (B12: dq, dk summed over the G v-heads of each key head, fixed order; with
@@ -637,7 +639,7 @@ struct OutSmem {
   static constexpr size_t bytes = gam + sizeof(float) * C;
 };
 // dvl: dO, P, gamma first, so that with the forward's P (nothing else to load) the launch takes
-// only those (26.8 KB at bf16: four CTAs per SM, the register limit); Q, K after them.
+// only those (26.9 KB at bf16; its 65 registers hold it to three CTAs per SM); Q, K after them.
 template <class T>
 struct DvlSmem {
   static constexpr size_t d = 0;                                 // T [C][LDD]  dO
@@ -784,13 +786,38 @@ __global__ __launch_bounds__(kChunkThreads) void out_kernel(Params p, const T* _
 // ---- dvl: dDelta_local = scale P^T dO  (B3) ------------------------------------------------------
 // P from the forward (g_P, saved intermediates: only P and dO are loaded) or computed here exactly
 // as the forward's out kernel does (p_tile), so both give the same bits.
+// With the gated RMSNorm's backward (GdnOutNormBwd, DT_GDN_OUT_NORM=1: nrm.dy set), dO is made
+// here from dy, o, z and rstd, row by row with gated_rmsnorm_bwd_kernel's lanes, order and
+// rounding (dO and dz the same bits), and written out for rev and dqk; the norm weight's gradient
+// leaves as this CTA's column partial (its rows in fixed order), summed over CTAs by colsum_add.
+struct DvlNorm {
+  const void* dy;   // [T, Hv, dv]: token stride sdy, head stride dv; null: dO is an input
+  int64_t sdy;
+  const void* o;    // [T, Hv, dv] contiguous
+  const void* z;    // [T, Hv, dv]: token stride sz
+  int64_t sz;
+  const float* w;   // [dv]
+  const float* rstd;  // [T * Hv]
+  void* dz;         // [T, Hv, dv]: token stride sdz
+  int64_t sdz;
+  float* part;      // [NT * Hv, dv] f32: per-CTA partials of dw
+  int tpr;
+  int w_vec;
+};
 template <class T>
+constexpr size_t dvl_norm_bytes() {  // o, z tiles and rstd after DvlSmem<T>::bytes
+  return 2 * sizeof(T) * C * LDD<T> + sizeof(float) * C;
+}
+
+template <class T, bool NORM>  // NORM: the gated RMSNorm prologue (its own instantiation, so the plain
+                                // one keeps its registers: 65 at bf16)
 __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(Params p, const T* __restrict__ g_q,
                                                             const T* __restrict__ g_k,
                                                             const float* __restrict__ g_gam,
                                                             const T* __restrict__ g_P,   // [NT, Hv, C, C] or null
-                                                            const T* __restrict__ g_do,  // [T, Hv, dv]
-                                                            T* __restrict__ g_dDl) {     // [T, Hv, dv]
+                                                            T* __restrict__ g_do,        // [T, Hv, dv] (= with nrm)
+                                                            T* __restrict__ g_dDl,       // [T, Hv, dv]
+                                                            const DvlNorm nrm) {
   extern __shared__ __align__(16) unsigned char smem[];
   using S = DvlSmem<T>;
   T* s_q = reinterpret_cast<T*>(smem + S::q);
@@ -798,25 +825,110 @@ __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(Params p, const T* _
   T* s_do = reinterpret_cast<T*>(smem + S::d);
   T* s_p = reinterpret_cast<T*>(smem + S::pm);
   float* s_gam = reinterpret_cast<float*>(smem + S::gam);
+  T* s_o = reinterpret_cast<T*>(smem + S::bytes);                                  // norm: o [C][LDD]
+  T* s_z = reinterpret_cast<T*>(smem + S::bytes + sizeof(T) * C * LDD<T>);         // norm: z [C][LDD]
+  float* s_rs = reinterpret_cast<float*>(smem + S::bytes + 2 * sizeof(T) * C * LDD<T>);  // norm: rstd [C]
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, L = ci.L, Lk = round16(L);
-  load_tile(s_do, LDD<T>, g_do + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid,
-            kChunkThreads);
+  constexpr bool norm = NORM;
+  if constexpr (NORM) {  // dy into dO's tile (made into dO in place), o, z, rstd
+    load_tile(s_do, LDD<T>, static_cast<const T*>(nrm.dy) + ci.bos * nrm.sdy + int64_t(ci.h) * p.dv, nrm.sdy, C, L,
+              p.dv, D, tid, kChunkThreads);
+    load_tile(s_o, LDD<T>, static_cast<const T*>(nrm.o) + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, C, L,
+              p.dv, D, tid, kChunkThreads);
+    load_tile(s_z, LDD<T>, static_cast<const T*>(nrm.z) + ci.bos * nrm.sz + int64_t(ci.h) * p.dv, nrm.sz, C, L, p.dv,
+              D, tid, kChunkThreads);
+    load_col(s_rs, nrm.rstd + ci.bos * p.Hv + ci.h, p.Hv, C, L, tid, kChunkThreads);
+  } else {
+    load_tile(s_do, LDD<T>, g_do + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid,
+              kChunkThreads);
+  }
   if (g_P) {
     load_tile(s_p, LDC<T>, g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, C, C, tid, kChunkThreads);
-    cp_commit();
-    cp_wait<0>();
   } else {
     load_tile(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid,
               kChunkThreads);
     load_tile(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid,
               kChunkThreads);
     load_col(s_gam, g_gam + ci.bos * p.Hv + ci.h, p.Hv, C, L, tid, kChunkThreads);
-    cp_commit();
-    cp_wait<0>();
-    __syncthreads();
-    p_tile(s_p, s_q, s_k, s_gam, L, p.dk, warp);  // P = (Q K^T) (.) Gamma, j <= i < L   [C, C]
   }
+  cp_commit();
+  cp_wait<0>();
+  if (!g_P || norm) __syncthreads();
+  if constexpr (NORM) {  // dO, dz per row (rows >= L load as zeros and stay zeros); dw's lane partials
+    constexpr int V = 16 / int(sizeof(T)), NS = (256 / V + 31) / 32;  // gated_rmsnorm's slots per lane
+    const int tpr = nrm.tpr, lane = tid & (tpr - 1), grp = tid / tpr, gpb = kChunkThreads / tpr;
+    float r_w[NS][V], r_dw[NS][V];
+#pragma unroll
+    for (int sl = 0; sl < NS; ++sl) {
+      ew::load_param<V>(nrm.w, int64_t(lane + sl * tpr) * V, p.dv, nrm.w_vec != 0, r_w[sl]);
+#pragma unroll
+      for (int e = 0; e < V; ++e) r_dw[sl][e] = 0.f;
+    }
+    const float inv_d = 1.f / float(p.dv);
+    for (int r = grp; r < C; r += gpb) {  // warp-uniform trips (see the out kernel's epilogue)
+      float r_o[NS][V], r_z[NS][V], r_dy[NS][V];
+      const float r_rstd = s_rs[r];
+      float r_m = 0.f;  // sum(xh * w * dy0)
+      const int64_t t = ci.bos + r;
+#pragma unroll
+      for (int sl = 0; sl < NS; ++sl) {
+        const int e0 = (lane + sl * tpr) * V;
+        if (e0 < p.dv) {
+          ew::unpack16<T>(*reinterpret_cast<const uint4*>(s_o + r * LDD<T> + e0), r_o[sl]);
+          ew::unpack16<T>(*reinterpret_cast<const uint4*>(s_z + r * LDD<T> + e0), r_z[sl]);
+          ew::unpack16<T>(*reinterpret_cast<const uint4*>(s_do + r * LDD<T> + e0), r_dy[sl]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < V; ++e) r_o[sl][e] = r_z[sl][e] = r_dy[sl][e] = 0.f;
+        }
+        float r_dz[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          const float z = r_z[sl][e], dy = r_dy[sl][e];
+          const float xh = r_o[sl][e] * r_rstd;
+          const float sg = ew::sigmoid_f(z);
+          const float dy0 = dy * (z * sg);
+          r_dz[e] = dy * xh * r_w[sl][e] * (sg * (1.f + z * (1.f - sg)));
+          r_dw[sl][e] = fmaf(dy0, xh, r_dw[sl][e]);
+          r_m = fmaf(xh * r_w[sl][e], dy0, r_m);
+          r_o[sl][e] = xh;
+          r_dy[sl][e] = dy0;
+        }
+        if (r < L && e0 < p.dv)
+          ew::store_slot<T>(static_cast<T*>(nrm.dz) + t * nrm.sdz + int64_t(ci.h) * p.dv, e0, p.dv, true, r_dz);
+      }
+      r_m = ew::group_sum(r_m, tpr) * inv_d;
+#pragma unroll
+      for (int sl = 0; sl < NS; ++sl) {
+        const int e0 = (lane + sl * tpr) * V;
+        if (e0 < p.dv) {
+          float r_do[V];
+#pragma unroll
+          for (int e = 0; e < V; ++e) r_do[e] = r_rstd * (r_w[sl][e] * r_dy[sl][e] - r_o[sl][e] * r_m);
+          const uint4 u = ew::pack16<T>(r_do);
+          *reinterpret_cast<uint4*>(s_do + r * LDD<T> + e0) = u;  // this lane's slot only: no race
+          if (r < L) *reinterpret_cast<uint4*>(g_do + (t * p.Hv + ci.h) * p.dv + e0) = u;
+        }
+      }
+    }
+    __syncthreads();  // dO complete; o and z are dead: their tile takes dw's group partials
+    float* s_dw = reinterpret_cast<float*>(s_o);  // [gpb][dv] f32
+#pragma unroll
+    for (int sl = 0; sl < NS; ++sl) {
+      const int e0 = (lane + sl * tpr) * V;
+#pragma unroll
+      for (int e = 0; e < V; ++e)
+        if (e0 + e < p.dv) s_dw[grp * p.dv + e0 + e] = r_dw[sl][e];
+    }
+    __syncthreads();
+    for (int c = tid; c < p.dv; c += kChunkThreads) {
+      float r_sum = 0.f;
+      for (int g = 0; g < gpb; ++g) r_sum += s_dw[g * p.dv + c];
+      nrm.part[(int64_t(ci.c) * p.Hv + ci.h) * p.dv + c] = r_sum;
+    }
+  }
+  if (!g_P) p_tile(s_p, s_q, s_k, s_gam, L, p.dk, warp);  // P = (Q K^T) (.) Gamma, j <= i < L   [C, C]
   __syncthreads();
   {  // dDelta_local = scale P^T dO   [C, dv] (P read transposed: rows i of P are the k index)
     const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1);
@@ -1856,12 +1968,38 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
     saved->tensors = {std::move(gam), std::move(W), Tensor(), std::move(Tm), std::move(h), std::move(Dl), std::move(P)};
 }
 
+// dvl's norm prologue for GdnArgs.norm_bwd, when DT_GDN_OUT_NORM=1 and every row is 16-byte
+// aligned (dy, o, z, dz, do); else dy = null and the caller runs gated_rmsnorm_bwd first.
+template <class T>
+DvlNorm dvl_norm(const GdnOutNormBwd* n, const TensorView& do_, const Params& p) {
+  DvlNorm r{};
+  if (!n || env::choice("DT_GDN_OUT_NORM", {{"0", "gated_rmsnorm_bwd before the chunk rule's backward"},
+                                            {"1", "in the dvl kernel"}}) != 1)
+    return r;
+  const int64_t es = int64_t(sizeof(T));
+  auto rows16 = [&](const TensorView& v) {  // [T, Hv, dv]: head stride dv, 16-byte aligned token rows
+    return v.ndim() == 3 && v.stride[1] == p.dv && v.stride[2] == 1 && ew::aligned16(v.data) &&
+           (v.stride[0] * es) % 16 == 0;
+  };
+  if (!rows16(n->dy) || !rows16(n->z) || !rows16(n->dz) || !ew::aligned16(n->o.data) || !n->o.is_contiguous() ||
+      !ew::aligned16(do_.data) || !n->rstd.is_contiguous())
+    return r;
+  r.dy = n->dy.data, r.sdy = n->dy.stride[0];
+  r.o = n->o.data;
+  r.z = n->z.data, r.sz = n->z.stride[0];
+  r.w = n->w.ptr<float>(), r.w_vec = ew::aligned16(n->w.data) ? 1 : 0;
+  r.rstd = n->rstd.ptr<float>();
+  r.dz = n->dz.data, r.sdz = n->dz.stride[0];
+  r.tpr = std::min(32, ew::pow2_ceil((p.dv + 16 / es - 1) / (16 / es)));  // gated_rmsnorm's lanes per row
+  return r;
+}
+
 template <class T>
 void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& dg,
              const TensorView& dbeta, const TensorView& dh0, const TensorView& do_, const TensorView& dht,
              const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& g,
              const TensorView& beta, const TensorView& h0, const Params& p, Device dev, cudaStream_t st,
-             const GdnChunkSaved* saved) {
+             const GdnChunkSaved* saved, const GdnOutNormBwd* norm) {
   const DType dt = q.dtype;
   const int64_t T1 = std::max<int64_t>(p.T, 1), NT1 = std::max<int64_t>(p.NT, 1);
   Tensor gam, W, U, Tm, h, Dl, P;  // from the forward when it saved them, else recomputed (P: in dvl)
@@ -1889,12 +2027,32 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   Tensor dDl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);               // [T, Hv, dv] dDelta_local
   Tensor dS1 = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);        // [NT, Hv, dk, dv]
   Tensor dD = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv] dDelta
+  // The gated RMSNorm's backward: in dvl (DT_GDN_OUT_NORM=1 and 16-byte rows) or before it.
+  const DvlNorm nrm = dvl_norm<T>(norm, do_, p);
+  if (norm && !nrm.dy)
+    cuda::gated_rmsnorm_bwd(do_, norm->dz, norm->dw, norm->dy, norm->o, norm->z, norm->w, norm->rstd, Stream{st});
   if (p.NT > 0) {
-    const size_t bytes = P.defined() ? DvlSmem<T>::bytes_p : DvlSmem<T>::bytes;
-    set_smem(dvl_kernel<T>, DvlSmem<T>::bytes);
-    dvl_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, bytes, st>>>(
-        p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), P.defined() ? P.ptr<T>() : nullptr, tptr<T>(do_), dDl.ptr<T>());
-    DT_CUDA_LAUNCH_CHECK();
+    Tensor part;  // [NT * Hv, dv] f32: dvl's per-CTA partials of the norm weight's gradient
+    DvlNorm nk = nrm;
+    if (nk.dy) {
+      part = Tensor::empty(Shape{int64_t(p.NT) * p.Hv, p.dv}, DType::f32, dev);
+      nk.part = part.ptr<float>();
+    }
+    const size_t bytes = (P.defined() && !nk.dy ? DvlSmem<T>::bytes_p : DvlSmem<T>::bytes) +
+                         (nk.dy ? dvl_norm_bytes<T>() : 0);
+    auto dvl = [&](auto norm_tag) {
+      constexpr bool NORM = decltype(norm_tag)::value;
+      set_smem(dvl_kernel<T, NORM>, DvlSmem<T>::bytes + (NORM ? dvl_norm_bytes<T>() : 0));
+      dvl_kernel<T, NORM><<<dim3(p.NT, p.Hv), kChunkThreads, bytes, st>>>(
+          p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), P.defined() ? P.ptr<T>() : nullptr, tptr<T>(do_), dDl.ptr<T>(),
+          nk);
+      DT_CUDA_LAUNCH_CHECK();
+    };
+    if (nk.dy) dvl(std::true_type{});
+    else dvl(std::false_type{});
+    if (nk.dy)  // dw += the CTAs' partials, in CTA order
+      ew::colsum_add(norm->dw.ptr<float>(), norm->dw.ptr<float>(), part.ptr<float>(), int64_t(p.NT) * p.Hv, p.dv,
+                     p.dv, st);
   }
   const SerialForm form = p.N > 0 ? serial_form<T>(p.dk) : SerialForm{};
   const int sg = form.split, nw = form.warps;
@@ -2058,9 +2216,11 @@ void gdn_chunk_bwd(const TensorView& dq, const TensorView& dk, const TensorView&
   p.sv = gck::token_stride(vin, d.Hv * d.dv);
   p.sdv = gck::token_stride(dvo, d.Hv * d.dv);
   if (q.dtype == DType::bf16)
-    gck::run_bwd<gck::bf16>(dq, dk, dvo, dg, dbeta, dh0, do_, dht, q, k, vin, g, beta, h0, p, q.device, st, args.saved);
+    gck::run_bwd<gck::bf16>(dq, dk, dvo, dg, dbeta, dh0, do_, dht, q, k, vin, g, beta, h0, p, q.device, st, args.saved,
+                            args.norm_bwd);
   else
-    gck::run_bwd<float>(dq, dk, dvo, dg, dbeta, dh0, do_, dht, q, k, vin, g, beta, h0, p, q.device, st, args.saved);
+    gck::run_bwd<float>(dq, dk, dvo, dg, dbeta, dh0, do_, dht, q, k, vin, g, beta, h0, p, q.device, st, args.saved,
+                        args.norm_bwd);
   if (dvt.defined()) ops::copy(dv, dvt, s);
 }
 
