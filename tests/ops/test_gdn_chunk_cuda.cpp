@@ -579,8 +579,15 @@ TEST(GdnChunkCuda, OutNormEpilogueEqualsGatedRmsnorm) {
       struct Grads {
         Tensor d_o, dz, dw, dq, dk, dv, dg, dbeta;
       };
-      auto bwd = [&](const char* mode, bool with_norm) {
+      auto bwd = [&](const char* mode, bool with_norm, bool save) {
         knob.set(mode);
+        dt::ops::GdnChunkSaved saved;  // save: dvl reads the forward's P (the norm tiles then go over Q, K)
+        if (save) {
+          Tensor o_tmp = Tensor::empty(Shape{T, c.Hv, c.dv}, dt, Device::cuda());
+          dt::ops::GdnArgs fa;
+          fa.saved = &saved;
+          dt::ops::gdn_chunk_fwd(o_tmp, TensorView(), q, k, v, g, beta, view_or_none(h0), fa, vb.meta());
+        }
         Grads r;
         for (Tensor* x : {&r.d_o, &r.dz, &r.dv}) *x = Tensor::empty(Shape{T, c.Hv, c.dv}, dt, Device::cuda());
         for (Tensor* x : {&r.dq, &r.dk}) *x = Tensor::empty(Shape{T, c.Hk, c.dk}, dt, Device::cuda());
@@ -590,22 +597,24 @@ TEST(GdnChunkCuda, OutNormEpilogueEqualsGatedRmsnorm) {
         dt::ops::copy(r.dw, dw0);
         const dt::ops::GdnOutNormBwd nb{r.dz, r.dw, dy, o0, z, w, r0};
         dt::ops::GdnArgs args;
+        if (save) args.saved = &saved;
         if (with_norm) args.norm_bwd = &nb;
         else dt::ops::gated_rmsnorm_bwd(r.d_o, r.dz, r.dw, dy, o0, z, w, r0);
         dt::ops::gdn_chunk_bwd(r.dq, r.dk, r.dv, r.dg, r.dbeta, TensorView(), r.d_o, TensorView(), q, k, v, g, beta,
                                view_or_none(h0), args, vb.meta());
         return r;
       };
-      const Grads ref = bwd(nullptr, false);
-      for (const char* mode : {"0", "1"}) {
-        const Grads got = bwd(mode, true);
-        const std::string m = std::string("DT_GDN_OUT_NORM=") + mode;
-        const Tensor* a[7] = {&got.d_o, &got.dz, &got.dq, &got.dk, &got.dv, &got.dg, &got.dbeta};
-        const Tensor* b[7] = {&ref.d_o, &ref.dz, &ref.dq, &ref.dk, &ref.dv, &ref.dg, &ref.dbeta};
-        const char* names[7] = {"do", "dz", "dq", "dk", "dv", "dg", "dbeta"};
-        for (int i = 0; i < 7; ++i) EXPECT_TRUE(bitwise_eq(host_vec(*a[i]), host_vec(*b[i]))) << m << ": " << names[i];
-        EXPECT_TRUE(dt::testing::close_rel(got.dw, ref.dw, 1e-5)) << m << ": dw";
-      }
+      const Grads ref = bwd(nullptr, false, false);
+      for (const char* mode : {"0", "1"})
+        for (bool save : {false, true}) {
+          const Grads got = bwd(mode, true, save);
+          const std::string m = std::string("DT_GDN_OUT_NORM=") + mode + (save ? " saved" : "");
+          const Tensor* a[7] = {&got.d_o, &got.dz, &got.dq, &got.dk, &got.dv, &got.dg, &got.dbeta};
+          const Tensor* b[7] = {&ref.d_o, &ref.dz, &ref.dq, &ref.dk, &ref.dv, &ref.dg, &ref.dbeta};
+          const char* names[7] = {"do", "dz", "dq", "dk", "dv", "dg", "dbeta"};
+          for (int i = 0; i < 7; ++i) EXPECT_TRUE(bitwise_eq(host_vec(*a[i]), host_vec(*b[i]))) << m << ": " << names[i];
+          EXPECT_TRUE(dt::testing::close_rel(got.dw, ref.dw, 1e-5)) << m << ": dw";
+        }
     }
 }
 

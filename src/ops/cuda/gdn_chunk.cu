@@ -805,8 +805,8 @@ struct DvlNorm {
   int w_vec;
 };
 template <class T>
-constexpr size_t dvl_norm_bytes() {  // o, z tiles and rstd after DvlSmem<T>::bytes
-  return 2 * sizeof(T) * C * LDD<T> + sizeof(float) * C;
+constexpr size_t dvl_norm_bytes(bool p_saved) {  // after DvlSmem<T>::bytes: (o, z tiles unless over Q, K) rstd
+  return (p_saved ? 0 : 2 * sizeof(T) * C * LDD<T>) + sizeof(float) * C;
 }
 
 template <class T, bool NORM>  // NORM: the gated RMSNorm prologue (its own instantiation, so the plain
@@ -825,9 +825,10 @@ __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(Params p, const T* _
   T* s_do = reinterpret_cast<T*>(smem + S::d);
   T* s_p = reinterpret_cast<T*>(smem + S::pm);
   float* s_gam = reinterpret_cast<float*>(smem + S::gam);
-  T* s_o = reinterpret_cast<T*>(smem + S::bytes);                                  // norm: o [C][LDD]
-  T* s_z = reinterpret_cast<T*>(smem + S::bytes + sizeof(T) * C * LDD<T>);         // norm: z [C][LDD]
-  float* s_rs = reinterpret_cast<float*>(smem + S::bytes + 2 * sizeof(T) * C * LDD<T>);  // norm: rstd [C]
+  // Norm tiles: o, z over Q, K when P comes from the forward (Q, K unused), else after them; rstd last.
+  T* s_o = g_P ? s_q : reinterpret_cast<T*>(smem + S::bytes);             // norm: o [C][LDD]
+  T* s_z = g_P ? s_k : s_o + C * LDD<T>;                                 // norm: z [C][LDD]
+  float* s_rs = reinterpret_cast<float*>(smem + S::bytes + (g_P ? 0 : 2 * sizeof(T) * C * LDD<T>));  // [C]
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, L = ci.L, Lk = round16(L);
   constexpr bool norm = NORM;
@@ -2038,11 +2039,11 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
       part = Tensor::empty(Shape{int64_t(p.NT) * p.Hv, p.dv}, DType::f32, dev);
       nk.part = part.ptr<float>();
     }
-    const size_t bytes = (P.defined() && !nk.dy ? DvlSmem<T>::bytes_p : DvlSmem<T>::bytes) +
-                         (nk.dy ? dvl_norm_bytes<T>() : 0);
+    const size_t bytes = nk.dy ? DvlSmem<T>::bytes + dvl_norm_bytes<T>(P.defined())
+                               : (P.defined() ? DvlSmem<T>::bytes_p : DvlSmem<T>::bytes);
     auto dvl = [&](auto norm_tag) {
       constexpr bool NORM = decltype(norm_tag)::value;
-      set_smem(dvl_kernel<T, NORM>, DvlSmem<T>::bytes + (NORM ? dvl_norm_bytes<T>() : 0));
+      set_smem(dvl_kernel<T, NORM>, DvlSmem<T>::bytes + (NORM ? dvl_norm_bytes<T>(false) : 0));
       dvl_kernel<T, NORM><<<dim3(p.NT, p.Hv), kChunkThreads, bytes, st>>>(
           p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), P.defined() ? P.ptr<T>() : nullptr, tptr<T>(do_), dDl.ptr<T>(),
           nk);
