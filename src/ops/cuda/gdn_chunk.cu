@@ -1915,21 +1915,29 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
   }
 }
 
+// DT_GDN_OUT_NORM=1: the gated RMSNorm (GdnArgs.norm / norm_bwd) inside out and dvl.
+bool out_norm_knob() {
+  return env::choice("DT_GDN_OUT_NORM", {{"0", "the gated RMSNorm's own kernels around the chunk rule"},
+                                         {"1", "in the out kernel's epilogue and the dvl kernel's prologue"}}) == 1;
+}
+// A [T, Hv, dv] view the norm's 16-byte row slots can use: head stride dv, aligned token rows.
+template <class T>
+bool norm_rows16(const TensorView& v, int dv) {
+  return v.ndim() == 3 && v.stride[1] == dv && v.stride[2] == 1 && ew::aligned16(v.data) &&
+         (v.stride[0] * int64_t(sizeof(T))) % 16 == 0;
+}
+
 // The out kernel's norm epilogue for GdnArgs.norm, when DT_GDN_OUT_NORM=1 and the views allow
 // its 16-byte row slots (o, y, z rows aligned; dv a multiple of 16 already); else z = null and
 // the caller runs gated_rmsnorm_fwd after.
 template <class T>
 OutNorm out_norm(const GdnOutNorm* n, const TensorView& o, const Params& p) {
   OutNorm r{};
-  if (!n || env::choice("DT_GDN_OUT_NORM", {{"0", "gated_rmsnorm_fwd after the chunk rule"},
-                                            {"1", "in the out kernel's epilogue"}}) != 1)
-    return r;
+  if (!n || !out_norm_knob()) return r;
   const int64_t es = int64_t(sizeof(T));
-  auto rows16 = [&](const TensorView& v) {  // [T, Hv, dv]: head stride dv, 16-byte aligned token rows
-    return v.ndim() == 3 && v.stride[1] == p.dv && v.stride[2] == 1 && ew::aligned16(v.data) &&
-           (v.stride[0] * es) % 16 == 0;
-  };
-  if (!rows16(n->y) || !rows16(n->z) || !ew::aligned16(o.data) || !n->rstd.is_contiguous()) return r;
+  if (!norm_rows16<T>(n->y, p.dv) || !norm_rows16<T>(n->z, p.dv) || !ew::aligned16(o.data) ||
+      !n->rstd.is_contiguous())
+    return r;
   r.z = n->z.data, r.sz = n->z.stride[0];
   r.w = n->w.ptr<float>(), r.w_vec = ew::aligned16(n->w.data) ? 1 : 0;
   r.y = n->y.data, r.sy = n->y.stride[0];
@@ -1974,16 +1982,10 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
 template <class T>
 DvlNorm dvl_norm(const GdnOutNormBwd* n, const TensorView& do_, const Params& p) {
   DvlNorm r{};
-  if (!n || env::choice("DT_GDN_OUT_NORM", {{"0", "gated_rmsnorm_bwd before the chunk rule's backward"},
-                                            {"1", "in the dvl kernel"}}) != 1)
-    return r;
+  if (!n || !out_norm_knob()) return r;
   const int64_t es = int64_t(sizeof(T));
-  auto rows16 = [&](const TensorView& v) {  // [T, Hv, dv]: head stride dv, 16-byte aligned token rows
-    return v.ndim() == 3 && v.stride[1] == p.dv && v.stride[2] == 1 && ew::aligned16(v.data) &&
-           (v.stride[0] * es) % 16 == 0;
-  };
-  if (!rows16(n->dy) || !rows16(n->z) || !rows16(n->dz) || !ew::aligned16(n->o.data) || !n->o.is_contiguous() ||
-      !ew::aligned16(do_.data) || !n->rstd.is_contiguous())
+  if (!norm_rows16<T>(n->dy, p.dv) || !norm_rows16<T>(n->z, p.dv) || !norm_rows16<T>(n->dz, p.dv) ||
+      !ew::aligned16(n->o.data) || !n->o.is_contiguous() || !ew::aligned16(do_.data) || !n->rstd.is_contiguous())
     return r;
   r.dy = n->dy.data, r.sdy = n->dy.stride[0];
   r.o = n->o.data;
