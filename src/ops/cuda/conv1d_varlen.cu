@@ -774,6 +774,27 @@ void check_gate_rows(int64_t T_gate, int64_t T, Device gdev, Device dev, const c
            gdev.str(), T, dev.str());
 }
 
+// The gates' parameters in a conv launch (their checks, block count and place); the caller has
+// the conv's. gate_fwd_setup / gate_bwd_setup.
+void gate_fwd_setup(ConvParams& p, const TensorView& x, const GdnGateFwdViews& gt, const char* op) {
+  p.gf = gate_fwd_params(gt.g, gt.beta, gt.a, gt.b, gt.A_log, gt.dt_bias, op);
+  check_gate_rows(p.gf.T, x.shape[0], gt.a.device, x.device, op);
+  DT_CHECK(gt.a.dtype == x.dtype, "{}: the gates' a must have x's dtype {}, got {}", op, dtype_name(x.dtype),
+           gt.a.str());
+  p.gate_first = gate_first();
+  p.gate_blocks =
+      gate_block_count(p.gf.T, p.gf.cpr, kThreads, kGateRowsFwd, gate_block_cap("DT_CONV_GATE_FWD_BLOCKS", kGateFwdBlocks));
+}
+void gate_bwd_setup(ConvParams& p, const TensorView& x, const GdnGateBwdViews& gt, const char* op) {
+  p.gb = gate_bwd_params(gt.da, gt.db, gt.dA_log, gt.ddt_bias, gt.dg, gt.dbeta, gt.a, gt.b, gt.A_log, gt.dt_bias, op);
+  check_gate_rows(p.gb.T, x.shape[0], gt.a.device, x.device, op);
+  DT_CHECK(gt.a.dtype == x.dtype, "{}: the gates' a must have x's dtype {}, got {}", op, dtype_name(x.dtype),
+           gt.a.str());
+  p.gate_first = gate_first();
+  p.gate_blocks =
+      gate_block_count(p.gb.T, p.gb.cpr, kThreads, kGateRowsBwd, gate_block_cap("DT_CONV_GATE_BWD_BLOCKS", kGateBwdBlocks));
+}
+
 }  // namespace
 
 void causal_conv1d_fwd(const TensorView& y, const TensorView& x, const TensorView& w, const TensorView& bias,
@@ -800,17 +821,11 @@ void causal_conv1d_gate_fwd(const TensorView& y, const TensorView& x, const Tens
   constexpr const char* op = "cuda::causal_conv1d_gate_fwd";
   ConvParams p;
   const bool conv = fwd_params(&p, y, x, w, bias, silu, m, op);
-  p.gf = gate_fwd_params(gt.g, gt.beta, gt.a, gt.b, gt.A_log, gt.dt_bias, op);
-  check_gate_rows(p.gf.T, x.shape[0], gt.a.device, x.device, op);
-  DT_CHECK(gt.a.dtype == x.dtype, "{}: the gates' a must have x's dtype {}, got {}", op, dtype_name(x.dtype),
-           gt.a.str());
+  gate_fwd_setup(p, x, gt, op);
   if (!conv) {  // no conv channels (D = 0) or no tokens: the gates alone (nothing at T = 0)
     cuda::gdn_gate_fwd(gt.g, gt.beta, gt.a, gt.b, gt.A_log, gt.dt_bias, s);
     return;
   }
-  p.gate_first = gate_first();
-  p.gate_blocks =
-      gate_block_count(p.gf.T, p.gf.cpr, kThreads, kGateRowsFwd, gate_block_cap("DT_CONV_GATE_FWD_BLOCKS", kGateFwdBlocks));
   ew::NvtxRange range(op);
   dispatch_conv<false, true>(x.dtype, p, num_groups(p.T, p.W, false), static_cast<cudaStream_t>(s.handle));
 }
@@ -848,13 +863,7 @@ void causal_conv1d_l2norm_fwd(const ConvNormOut& out, const TensorView& x, const
   const cudaStream_t st = static_cast<cudaStream_t>(s.handle);
   ew::NvtxRange range(op);
   if (gt) {
-    p.gf = gate_fwd_params(gt->g, gt->beta, gt->a, gt->b, gt->A_log, gt->dt_bias, op);
-    check_gate_rows(p.gf.T, T, gt->a.device, x.device, op);
-    DT_CHECK(gt->a.dtype == x.dtype, "{}: the gates' a must have x's dtype {}, got {}", op, dtype_name(x.dtype),
-             gt->a.str());
-    p.gate_first = gate_first();
-    p.gate_blocks = gate_block_count(p.gf.T, p.gf.cpr, kThreads, kGateRowsFwd,
-                                     gate_block_cap("DT_CONV_GATE_FWD_BLOCKS", kGateFwdBlocks));
+    gate_fwd_setup(p, x, *gt, op);
     dispatch_conv<false, true>(x.dtype, p, num_groups(p.T, p.W, false), st);
   } else {
     dispatch_conv<false, false>(x.dtype, p, num_groups(p.T, p.W, false), st);
@@ -888,14 +897,7 @@ void causal_conv1d_l2norm_bwd(const TensorView& dx, const TensorView& dw, const 
   const cudaStream_t st = static_cast<cudaStream_t>(s.handle);
   ew::NvtxRange range(op);
   if (gt) {
-    p.gb = gate_bwd_params(gt->da, gt->db, gt->dA_log, gt->ddt_bias, gt->dg, gt->dbeta, gt->a, gt->b, gt->A_log,
-                           gt->dt_bias, op);
-    check_gate_rows(p.gb.T, T, gt->a.device, x.device, op);
-    DT_CHECK(gt->a.dtype == x.dtype, "{}: the gates' a must have x's dtype {}, got {}", op, dtype_name(x.dtype),
-             gt->a.str());
-    p.gate_first = gate_first();
-    p.gate_blocks = gate_block_count(p.gb.T, p.gb.cpr, kThreads, kGateRowsBwd,
-                                     gate_block_cap("DT_CONV_GATE_BWD_BLOCKS", kGateBwdBlocks));
+    gate_bwd_setup(p, x, *gt, op);
     run_bwd<true>(p, x.dtype, x.device, dw, dbias, gt, st);
   } else {
     run_bwd<false>(p, x.dtype, x.device, dw, dbias, nullptr, st);
@@ -908,17 +910,11 @@ void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const Te
   constexpr const char* op = "cuda::causal_conv1d_gate_bwd";
   ConvParams p;
   const bool conv = bwd_params(&p, dx, dw, dbias, dy, x, w, bias, silu, m, op);
-  p.gb = gate_bwd_params(gt.da, gt.db, gt.dA_log, gt.ddt_bias, gt.dg, gt.dbeta, gt.a, gt.b, gt.A_log, gt.dt_bias, op);
-  check_gate_rows(p.gb.T, x.shape[0], gt.a.device, x.device, op);
-  DT_CHECK(gt.a.dtype == x.dtype, "{}: the gates' a must have x's dtype {}, got {}", op, dtype_name(x.dtype),
-           gt.a.str());
+  gate_bwd_setup(p, x, gt, op);
   if (!conv) {
     cuda::gdn_gate_bwd(gt.da, gt.db, gt.dA_log, gt.ddt_bias, gt.dg, gt.dbeta, gt.a, gt.b, gt.A_log, gt.dt_bias, s);
     return;
   }
-  p.gate_first = gate_first();
-  p.gate_blocks =
-      gate_block_count(p.gb.T, p.gb.cpr, kThreads, kGateRowsBwd, gate_block_cap("DT_CONV_GATE_BWD_BLOCKS", kGateBwdBlocks));
   ew::NvtxRange range(op);
   run_bwd<true>(p, x.dtype, x.device, dw, dbias, &gt, static_cast<cudaStream_t>(s.handle));
 }
