@@ -267,6 +267,15 @@ std::vector<float> host_vec(const Tensor& t) {
   return t.defined() ? std::vector<float>(t.ptr<float>(), t.ptr<float>() + t.numel()) : std::vector<float>();
 }
 
+// Any-device tensor -> host f32 values (bf16 widened exactly), for bitwise comparisons.
+std::vector<float> dev_vec(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return {};
+  Tensor h = dt::ops::to_host(t);
+  Tensor f = Tensor::empty(t.shape(), DType::f32);
+  dt::ops::copy(f, h);
+  return std::vector<float>(f.ptr<float>(), f.ptr<float>() + f.numel());
+}
+
 TEST(GdnChunkCuda, PackedEqualsSeparate) {
   for (DType dt : {DType::f32, DType::bf16}) {
     const Case c{"packed", {65, 1, 200, 64, 0, 130}, 2, 4, 32, 32, true, true};
@@ -566,9 +575,9 @@ TEST(GdnChunkCuda, OutNormEpilogueEqualsGatedRmsnorm) {
         Tensor o1, y1, r1;
         fwd(mode, true, &o1, &y1, &r1);
         const std::string m = std::string("DT_GDN_OUT_NORM=") + (mode ? mode : "unset");
-        EXPECT_TRUE(bitwise_eq(host_vec(o1), host_vec(o0))) << m << ": o";
-        EXPECT_TRUE(bitwise_eq(host_vec(y1), host_vec(y0))) << m << ": y";
-        EXPECT_TRUE(bitwise_eq(host_vec(r1), host_vec(r0))) << m << ": rstd";
+        EXPECT_TRUE(bitwise_eq(dev_vec(o1), dev_vec(o0))) << m << ": o";
+        EXPECT_TRUE(bitwise_eq(dev_vec(y1), dev_vec(y0))) << m << ": y";
+        EXPECT_TRUE(bitwise_eq(dev_vec(r1), dev_vec(r0))) << m << ": rstd";
       }
 
       // Backward (GdnOutNormBwd): gated_rmsnorm_bwd then gdn_chunk_bwd, against the norm's backward
@@ -578,6 +587,7 @@ TEST(GdnChunkCuda, OutNormEpilogueEqualsGatedRmsnorm) {
       const Tensor dw0 = upload(host({c.dv}, std::vector<float>(size_t(c.dv), 0.25f)), DType::f32);
       struct Grads {
         Tensor d_o, dz, dw, dq, dk, dv, dg, dbeta;
+        Tensor dz_buf;  // dz lies in columns [8, 8 + Hv dv) of [T, Hv dv + 24] rows, as the layer's dhp
       };
       auto bwd = [&](const char* mode, bool with_norm, bool save) {
         knob.set(mode);
@@ -589,19 +599,26 @@ TEST(GdnChunkCuda, OutNormEpilogueEqualsGatedRmsnorm) {
           dt::ops::gdn_chunk_fwd(o_tmp, TensorView(), q, k, v, g, beta, view_or_none(h0), fa, vb.meta());
         }
         Grads r;
-        for (Tensor* x : {&r.d_o, &r.dz, &r.dv}) *x = Tensor::empty(Shape{T, c.Hv, c.dv}, dt, Device::cuda());
+        for (Tensor* x : {&r.d_o, &r.dv}) *x = Tensor::empty(Shape{T, c.Hv, c.dv}, dt, Device::cuda());
+        r.dz_buf = Tensor::empty(Shape{T, Z}, dt, Device::cuda());
+        dt::testing::poison(r.dz_buf);
+        TensorView dzv = r.dz_buf.view().slice(1, 8, 8 + c.Hv * c.dv);
+        dzv.shape = Shape{T, c.Hv, c.dv};
+        dzv.stride = {Z, c.dv, 1};
         for (Tensor* x : {&r.dq, &r.dk}) *x = Tensor::empty(Shape{T, c.Hk, c.dk}, dt, Device::cuda());
         for (Tensor* x : {&r.dg, &r.dbeta}) *x = Tensor::empty(Shape{T, c.Hv}, DType::f32, Device::cuda());
-        for (Tensor* x : {&r.d_o, &r.dz, &r.dv, &r.dq, &r.dk, &r.dg, &r.dbeta}) dt::testing::poison(*x);
+        for (Tensor* x : {&r.d_o, &r.dv, &r.dq, &r.dk, &r.dg, &r.dbeta}) dt::testing::poison(*x);
         r.dw = Tensor::empty(Shape{c.dv}, DType::f32, Device::cuda());
         dt::ops::copy(r.dw, dw0);
-        const dt::ops::GdnOutNormBwd nb{r.dz, r.dw, dy, o0, z, w, r0};
+        const dt::ops::GdnOutNormBwd nb{dzv, r.dw, dy, o0, z, w, r0};
         dt::ops::GdnArgs args;
         if (save) args.saved = &saved;
         if (with_norm) args.norm_bwd = &nb;
-        else dt::ops::gated_rmsnorm_bwd(r.d_o, r.dz, r.dw, dy, o0, z, w, r0);
+        else dt::ops::gated_rmsnorm_bwd(r.d_o, dzv, r.dw, dy, o0, z, w, r0);
         dt::ops::gdn_chunk_bwd(r.dq, r.dk, r.dv, r.dg, r.dbeta, TensorView(), r.d_o, TensorView(), q, k, v, g, beta,
                                view_or_none(h0), args, vb.meta());
+        r.dz = Tensor::empty(Shape{T, c.Hv, c.dv}, dt, Device::cuda());
+        dt::ops::copy(r.dz, dzv);
         return r;
       };
       const Grads ref = bwd(nullptr, false, false);
@@ -612,8 +629,14 @@ TEST(GdnChunkCuda, OutNormEpilogueEqualsGatedRmsnorm) {
           const Tensor* a[7] = {&got.d_o, &got.dz, &got.dq, &got.dk, &got.dv, &got.dg, &got.dbeta};
           const Tensor* b[7] = {&ref.d_o, &ref.dz, &ref.dq, &ref.dk, &ref.dv, &ref.dg, &ref.dbeta};
           const char* names[7] = {"do", "dz", "dq", "dk", "dv", "dg", "dbeta"};
-          for (int i = 0; i < 7; ++i) EXPECT_TRUE(bitwise_eq(host_vec(*a[i]), host_vec(*b[i]))) << m << ": " << names[i];
+          for (int i = 0; i < 7; ++i) EXPECT_TRUE(bitwise_eq(dev_vec(*a[i]), dev_vec(*b[i]))) << m << ": " << names[i];
           EXPECT_TRUE(dt::testing::close_rel(got.dw, ref.dw, 1e-5)) << m << ": dw";
+          const std::vector<float> zb = dev_vec(got.dz_buf);  // dz's buffer outside its columns: untouched
+          bool pads_nan = true;
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t col : {int64_t(0), int64_t(7), 8 + c.Hv * c.dv, Z - 1})
+              pads_nan = pads_nan && std::isnan(zb[size_t(t * Z + col)]);
+          EXPECT_TRUE(pads_nan) << m << ": dz written outside its view";
         }
     }
 }
