@@ -1,4 +1,7 @@
 // Routes each GDN op to its CPU or CUDA implementation by the device of the first view.
+#include <initializer_list>
+#include <utility>
+
 #include "deltatron/ops/basic.h"
 #include "ops/gdn_backends.h"
 #include "ops/route.h"
@@ -22,54 +25,51 @@ void l2norm_bwd(const TensorView& dx, const TensorView& dy, const TensorView& x,
 void l2norm_bwd_y(const TensorView& dx, const TensorView& dy, const TensorView& y, const TensorView& rstd, Stream s) {
   DT_ROUTE(l2norm_bwd_y, dx, dx, dy, y, rstd, s);
 }
+namespace {
+// The q|k head views of the conv + l2norm ops: contiguous [T, Hk, dk] like qn in x's dtype, rstd
+// [T * Hk] f32, and the v-side view [T, D - 2 Hk dk] (vname: "v" forward, "dv" backward).
+using NamedView = std::pair<const char*, const TensorView*>;
+void check_conv_norm(const char* op, const TensorView& x, std::initializer_list<NamedView> heads, const TensorView& qn,
+                     const TensorView& rq, const TensorView& rk, const TensorView& v, const char* vname) {
+  DT_CHECK(x.ndim() == 2, "{}: x must be [T, 2 Hk dk + Dv], got {}", op, x.str());
+  const int64_t T = x.shape[0];
+  for (const auto& [name, h] : heads)
+    DT_CHECK(h->ndim() == 3 && h->shape[0] == T && h->shape == qn.shape && h->is_contiguous() &&
+                 h->dtype == x.dtype && h->device == x.device,
+             "{}: {} must be a contiguous [T={}, Hk, dk] view like qn {} in x's dtype {} on {}, got {}", op, name, T,
+             qn.str(), dtype_name(x.dtype), x.device.str(), h->str());
+  for (const TensorView* r : {&rq, &rk})
+    DT_CHECK(r->dtype == DType::f32 && r->is_contiguous() && r->device == x.device && r->numel() == T * qn.shape[1],
+             "{}: {} must be a contiguous f32 view of T * Hk = {} rows on {}, got {}", op, r == &rq ? "rq" : "rk",
+             T * qn.shape[1], x.device.str(), r->str());
+  const int64_t qk_ch = qn.shape[1] * qn.shape[2];
+  DT_CHECK(v.ndim() == 2 && v.shape[0] == T && v.shape[1] == x.shape[1] - 2 * qk_ch && v.shape[1] > 0 &&
+               v.dtype == x.dtype && v.device == x.device,
+           "{}: {} must be [T={}, D - 2 Hk dk = {}] (D = {}, Hk dk = {}) in x's dtype on x's device, got {}", op, vname,
+           T, x.shape[1] - 2 * qk_ch, x.shape[1], qk_ch, v.str());
+}
+
+// Section i (q: 0, k: 1) of a [T, D] buffer's q|k columns as its head rows [T, H, d], in place.
+TensorView section_heads(const Tensor& c, int i, int64_t H, int64_t d) {
+  TensorView v = c.view().slice(1, i * H * d, (i + 1) * H * d);
+  v.shape = Shape{c.shape()[0], H, d};
+  v.stride[0] = c.view().stride[0], v.stride[1] = d, v.stride[2] = 1;
+  return v;
+}
+}  // namespace
+
 void causal_conv1d_l2norm_fwd(const ConvNormOut& out, const TensorView& x, const TensorView& w, const TensorView& bias,
                               bool silu, float eps, const VarlenMeta& m, const GdnGateFwdViews* gate, Stream s) {
-  constexpr const char* op = "causal_conv1d_l2norm_fwd";
-  DT_CHECK(x.ndim() == 2, "{}: x must be [T, 2 Hk dk + Dv], got {}", op, x.str());
-  const TensorView* qk[2] = {&out.qn, &out.kn};
-  const TensorView* rs[2] = {&out.rq, &out.rk};
-  const int64_t T = x.shape[0];
-  for (int i = 0; i < 2; ++i) {
-    const char* name = i ? "kn" : "qn";
-    DT_CHECK(qk[i]->ndim() == 3 && qk[i]->shape[0] == T && qk[i]->shape == out.qn.shape && qk[i]->is_contiguous() &&
-                 qk[i]->dtype == x.dtype && qk[i]->device == x.device,
-             "{}: {} must be a contiguous [T={}, Hk, dk] view like qn {} in x's dtype {} on {}, got {}", op, name, T,
-             out.qn.str(), dtype_name(x.dtype), x.device.str(), qk[i]->str());
-    DT_CHECK(rs[i]->dtype == DType::f32 && rs[i]->is_contiguous() && rs[i]->device == x.device &&
-                 rs[i]->numel() == T * out.qn.shape[1],
-             "{}: {} must be a contiguous f32 view of T * Hk = {} rows on {}, got {}", op, i ? "rk" : "rq",
-             T * out.qn.shape[1], x.device.str(), rs[i]->str());
-  }
-  const int64_t qk_ch = out.qn.shape[1] * out.qn.shape[2];
-  DT_CHECK(out.v.ndim() == 2 && out.v.shape[0] == T && out.v.shape[1] == x.shape[1] - 2 * qk_ch && out.v.shape[1] > 0 &&
-               out.v.dtype == x.dtype && out.v.device == x.device,
-           "{}: v must be [T={}, D - 2 Hk dk = {}] (D = {}, Hk dk = {}) in x's dtype on x's device, got {}", op, T,
-           x.shape[1] - 2 * qk_ch, x.shape[1], qk_ch, out.v.str());
+  check_conv_norm("causal_conv1d_l2norm_fwd", x, {{"qn", &out.qn}, {"kn", &out.kn}}, out.qn, out.rq, out.rk, out.v,
+                  "v");
   DT_ROUTE(causal_conv1d_l2norm_fwd, x, out, x, w, bias, silu, eps, m, gate, s);
 }
 
 void causal_conv1d_l2norm_bwd(const TensorView& dx, const TensorView& dw, const TensorView& dbias,
                               const ConvNormGrad& g, const TensorView& x, const TensorView& w, const TensorView& bias,
                               bool silu, const VarlenMeta& m, const GdnGateBwdViews* gate, Stream s) {
-  constexpr const char* op = "causal_conv1d_l2norm_bwd";
-  DT_CHECK(x.ndim() == 2, "{}: x must be [T, 2 Hk dk + Dv], got {}", op, x.str());
-  const int64_t T = x.shape[0];
-  const TensorView* heads[4] = {&g.dq, &g.dk, &g.qn, &g.kn};
-  const char* names[4] = {"dq", "dk", "qn", "kn"};
-  for (int i = 0; i < 4; ++i)
-    DT_CHECK(heads[i]->ndim() == 3 && heads[i]->shape[0] == T && heads[i]->shape == g.qn.shape &&
-                 heads[i]->is_contiguous() && heads[i]->dtype == x.dtype && heads[i]->device == x.device,
-             "{}: {} must be a contiguous [T={}, Hk, dk] view like qn {} in x's dtype {} on {}, got {}", op, names[i],
-             T, g.qn.str(), dtype_name(x.dtype), x.device.str(), heads[i]->str());
-  for (const TensorView* r : {&g.rq, &g.rk})
-    DT_CHECK(r->dtype == DType::f32 && r->is_contiguous() && r->device == x.device && r->numel() == T * g.qn.shape[1],
-             "{}: {} must be a contiguous f32 view of T * Hk = {} rows on {}, got {}", op, r == &g.rq ? "rq" : "rk",
-             T * g.qn.shape[1], x.device.str(), r->str());
-  const int64_t qk_ch = g.qn.shape[1] * g.qn.shape[2];
-  DT_CHECK(g.dv.ndim() == 2 && g.dv.shape[0] == T && g.dv.shape[1] == x.shape[1] - 2 * qk_ch && g.dv.shape[1] > 0 &&
-               g.dv.dtype == x.dtype && g.dv.device == x.device,
-           "{}: dv must be [T={}, D - 2 Hk dk = {}] (D = {}, Hk dk = {}) in x's dtype on x's device, got {}", op, T,
-           x.shape[1] - 2 * qk_ch, x.shape[1], qk_ch, g.dv.str());
+  check_conv_norm("causal_conv1d_l2norm_bwd", x, {{"dq", &g.dq}, {"dk", &g.dk}, {"qn", &g.qn}, {"kn", &g.kn}}, g.qn,
+                  g.rq, g.rk, g.dv, "dv");
   DT_ROUTE(causal_conv1d_l2norm_bwd, x, dx, dw, dbias, g, x, w, bias, silu, m, gate, s);
 }
 
@@ -77,17 +77,10 @@ namespace detail {
 void conv_l2norm_bwd_composed(const TensorView& dx, const TensorView& dw, const TensorView& dbias,
                               const ConvNormGrad& g, const TensorView& x, const TensorView& w, const TensorView& bias,
                               bool silu, const VarlenMeta& m, const GdnGateBwdViews* gate, Stream s) {
-  const int64_t T = x.shape[0], H = g.qn.shape[1], d = g.qn.shape[2];
+  const int64_t H = g.qn.shape[1], d = g.qn.shape[2];
   Tensor dc = Tensor::empty(x.shape, x.dtype, x.device);  // [T, D]
-  const TensorView* dy[2] = {&g.dq, &g.dk};
-  const TensorView* y[2] = {&g.qn, &g.kn};
-  const TensorView* r[2] = {&g.rq, &g.rk};
-  for (int i = 0; i < 2; ++i) {
-    TensorView ci = dc.view().slice(1, i * H * d, (i + 1) * H * d);  // [T, H d] -> [T, H, d] heads in place
-    ci.shape = Shape{T, H, d};
-    ci.stride[0] = dc.view().stride[0], ci.stride[1] = d, ci.stride[2] = 1;
-    l2norm_bwd_y(ci, *dy[i], *y[i], *r[i], s);
-  }
+  l2norm_bwd_y(section_heads(dc, 0, H, d), g.dq, g.qn, g.rq, s);
+  l2norm_bwd_y(section_heads(dc, 1, H, d), g.dk, g.kn, g.rk, s);
   copy(dc.view().slice(1, 2 * H * d, x.shape[1]), g.dv, s);
   if (gate) causal_conv1d_gate_bwd(dx, dw, dbias, dc, x, w, bias, silu, m, *gate, s);
   else causal_conv1d_bwd(dx, dw, dbias, dc, x, w, bias, silu, m, s);
@@ -95,18 +88,12 @@ void conv_l2norm_bwd_composed(const TensorView& dx, const TensorView& dw, const 
 
 void conv_l2norm_composed(const ConvNormOut& out, const TensorView& x, const TensorView& w, const TensorView& bias,
                           bool silu, float eps, const VarlenMeta& m, const GdnGateFwdViews* gate, Stream s) {
-  const int64_t T = x.shape[0], H = out.qn.shape[1], d = out.qn.shape[2];
+  const int64_t H = out.qn.shape[1], d = out.qn.shape[2];
   Tensor c = Tensor::empty(x.shape, x.dtype, x.device);  // [T, D]
   if (gate) causal_conv1d_gate_fwd(c, x, w, bias, silu, m, *gate, s);
   else causal_conv1d_fwd(c, x, w, bias, silu, m, s);
-  const TensorView* y[2] = {&out.qn, &out.kn};
-  const TensorView* r[2] = {&out.rq, &out.rk};
-  for (int i = 0; i < 2; ++i) {
-    TensorView ci = c.view().slice(1, i * H * d, (i + 1) * H * d);  // [T, H d] -> [T, H, d] heads in place
-    ci.shape = Shape{T, H, d};
-    ci.stride[0] = c.view().stride[0], ci.stride[1] = d, ci.stride[2] = 1;
-    l2norm_fwd(*y[i], *r[i], ci, eps, s);
-  }
+  l2norm_fwd(out.qn, out.rq, section_heads(c, 0, H, d), eps, s);
+  l2norm_fwd(out.kn, out.rk, section_heads(c, 1, H, d), eps, s);
   copy(out.v, c.view().slice(1, 2 * H * d, x.shape[1]), s);
 }
 }  // namespace detail

@@ -198,19 +198,19 @@ Outputs run(const Case& c, const Inputs& in, Device dev, DType dt, bool backward
   return r;
 }
 
+// Any-device tensor -> host f32 values (bf16 widened exactly), for bitwise comparisons.
+std::vector<float> dev_vec(const Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return {};
+  Tensor h = dt::ops::to_host(t);
+  Tensor f = Tensor::empty(t.shape(), DType::f32);
+  dt::ops::copy(f, h);
+  return std::vector<float>(f.ptr<float>(), f.ptr<float>() + f.numel());
+}
+
 // Host f32 copies of every output (for slicing and bitwise comparisons).
 std::vector<std::vector<float>> to_vecs(const Outputs& r) {
   std::vector<std::vector<float>> out;
-  for (const Tensor* t : fields(r)) {
-    std::vector<float> v;
-    if (t->defined() && t->numel() > 0) {
-      Tensor h = dt::ops::to_host(*t);
-      Tensor f = Tensor::empty(t->shape(), DType::f32);
-      dt::ops::copy(f, h);
-      v.assign(f.ptr<float>(), f.ptr<float>() + f.numel());
-    }
-    out.push_back(std::move(v));
-  }
+  for (const Tensor* t : fields(r)) out.push_back(dev_vec(*t));
   return out;
 }
 
@@ -265,15 +265,6 @@ bool bitwise_eq(const std::vector<float>& a, const std::vector<float>& b) {
 }
 std::vector<float> host_vec(const Tensor& t) {
   return t.defined() ? std::vector<float>(t.ptr<float>(), t.ptr<float>() + t.numel()) : std::vector<float>();
-}
-
-// Any-device tensor -> host f32 values (bf16 widened exactly), for bitwise comparisons.
-std::vector<float> dev_vec(const Tensor& t) {
-  if (!t.defined() || t.numel() == 0) return {};
-  Tensor h = dt::ops::to_host(t);
-  Tensor f = Tensor::empty(t.shape(), DType::f32);
-  dt::ops::copy(f, h);
-  return std::vector<float>(f.ptr<float>(), f.ptr<float>() + f.numel());
 }
 
 TEST(GdnChunkCuda, PackedEqualsSeparate) {

@@ -512,12 +512,13 @@ void run_conv_norm(DType t, const ConvNormCase& cc) {
   else ops::causal_conv1d_fwd(c, x.view, wd, TensorView{}, true, m);
   Tensor* ys[2] = {&sep.qn, &sep.kn};
   Tensor* rs[2] = {&sep.rq, &sep.rk};
-  for (int i = 0; i < 2; ++i) {  // c's head rows in place: [T, H, dk] with row stride D
-    TensorView ci = c.view().slice(1, i * qk, (i + 1) * qk);
-    ci.shape = Shape{T, cc.H, cc.dk};
-    ci.stride[0] = D, ci.stride[1] = cc.dk, ci.stride[2] = 1;
-    ops::l2norm_fwd(*ys[i], *rs[i], ci, eps);
-  }
+  auto heads_of = [&](const Tensor& buf, int i) {  // section i's head rows in place: [T, H, dk], row stride D
+    TensorView v = buf.view().slice(1, i * qk, (i + 1) * qk);
+    v.shape = Shape{T, cc.H, cc.dk};
+    v.stride[0] = D, v.stride[1] = cc.dk, v.stride[2] = 1;
+    return v;
+  };
+  for (int i = 0; i < 2; ++i) ops::l2norm_fwd(*ys[i], *rs[i], heads_of(c, i), eps);
   ops::copy(sep.v.view, c.view().slice(1, 2 * qk, D));
   // Fused.
   Out fu = alloc_out();
@@ -566,12 +567,7 @@ void run_conv_norm(DType t, const ConvNormCase& cc) {
   Grad gs = alloc_grad();
   Tensor dc = Tensor::empty(Shape{T, D}, t, kGpu);
   const Tensor* dqk[2] = {&dq, &dk};
-  for (int i = 0; i < 2; ++i) {
-    TensorView ci = dc.view().slice(1, i * qk, (i + 1) * qk);
-    ci.shape = Shape{T, cc.H, cc.dk};
-    ci.stride[0] = D, ci.stride[1] = cc.dk, ci.stride[2] = 1;
-    ops::l2norm_bwd_y(ci, *dqk[i], *ys[i], *rs[i]);
-  }
+  for (int i = 0; i < 2; ++i) ops::l2norm_bwd_y(heads_of(dc, i), *dqk[i], *ys[i], *rs[i]);
   ops::copy(dc.view().slice(1, 2 * qk, D), dv.view);
   if (cc.gate) ops::causal_conv1d_gate_bwd(gs.dx.view, gs.dw, TensorView{}, dc, x.view, wd, TensorView{}, true, m, gates_of(gs));
   else ops::causal_conv1d_bwd(gs.dx.view, gs.dw, TensorView{}, dc, x.view, wd, TensorView{}, true, m);

@@ -684,11 +684,23 @@ void dispatch_conv(DType dt, const ConvParams& p, int64_t ngroups, cudaStream_t 
 }
 
 // The forward's parameters (views checked); false when there is nothing to compute.
+// An activation that holds only x's channels from `skip` on ([T, D - skip]; skip = 0: check_act).
+Act check_act_from(const TensorView& v, const TensorView& x, int64_t skip, const char* op, const char* what) {
+  if (skip == 0) return check_act(v, x, op, what);
+  DT_CHECK(v.ndim() == 2 && v.shape[0] == x.shape[0] && v.shape[1] == x.shape[1] - skip,
+           "{}: {} must be [T={}, {}], got {}", op, what, x.shape[0], x.shape[1] - skip, v.str());
+  DT_CHECK(v.dtype == x.dtype && v.device == x.device, "{}: {} must have x's dtype and device ({}), got {}", op, what,
+           x.str(), v.str());
+  return check_act(v, v, op, what);
+}
+
+// The forward's parameters; false when there is nothing to compute. nrm_ch > 0
+// (causal_conv1d_l2norm_fwd): y holds only the channels from nrm_ch on, [T, D - nrm_ch].
 bool fwd_params(ConvParams* p, const TensorView& y, const TensorView& x, const TensorView& w, const TensorView& bias,
-                bool silu, const VarlenMeta& m, const char* op) {
+                bool silu, const VarlenMeta& m, const char* op, int64_t nrm_ch = 0) {
   const ConvDims d = check_common(x, w, bias, m, op);
-  const Act xa = check_act(x, x, op, "x");  // [T, D]
-  const Act ya = check_act(y, x, op, "y");  // [T, D] (=)
+  const Act xa = check_act(x, x, op, "x");                // [T, D]
+  const Act ya = check_act_from(y, x, nrm_ch, op, "y");  // [T, D - nrm_ch] (=)
   *p = ConvParams{};
   p->x = x.data, p->xs = xa.stride;
   p->out = y.data, p->outs = ya.stride;
@@ -696,8 +708,16 @@ bool fwd_params(ConvParams* p, const TensorView& y, const TensorView& x, const T
   p->bias = ew::is_absent(bias) ? nullptr : bias.ptr<float>();
   p->seq_idx = m.seq_idx_dev;
   p->T = d.T, p->D = d.D, p->W = d.W, p->silu = silu ? 1 : 0;
-  p->vec = (xa.vec16 ? kVecX : 0) | (ya.vec_pair ? kVecOut : 0);
+  p->vec = (xa.vec16 ? kVecX : 0) | (ya.vec_pair ? kVecOut : 0) | (ya.vec16 ? kVecOut16 : 0);
   return d.T > 0 && d.D > 0;
+}
+
+// The L2 norm's fields for q|k sections of H heads of hd channels each (hd a power of two).
+void nrm_setup(ConvParams* p, int64_t H, int64_t hd, DType dt) {
+  p->nrm_ch = 2 * H * hd;
+  p->nrm_lg = 0;
+  while ((int64_t(1) << p->nrm_lg) < hd) ++p->nrm_lg;
+  p->nrm_tpr = std::min(32, ew::pow2_ceil(int(hd) / (dt == DType::bf16 ? 8 : 4)));  // l2norm's lanes per row
 }
 
 // The backward's parameters but the partials pointer; false when there is nothing to compute.
@@ -706,12 +726,8 @@ bool bwd_params(ConvParams* p, const TensorView& dx, const TensorView& dw, const
                 const TensorView& dy, const TensorView& x, const TensorView& w, const TensorView& bias, bool silu,
                 const VarlenMeta& m, const char* op, int64_t nrm_ch = 0) {
   const ConvDims d = check_common(x, w, bias, m, op);
-  const Act xa = check_act(x, x, op, "x");     // [T, D]
-  DT_CHECK(dy.ndim() == 2 && dy.shape[0] == d.T && dy.shape[1] == d.D - nrm_ch,
-           "{}: dy must be [T={}, {}], got {}", op, d.T, d.D - nrm_ch, dy.str());
-  const Act dya = check_act(dy, dy, op, "dy");  // [T, D - nrm_ch]
-  DT_CHECK(dy.dtype == x.dtype && dy.device == x.device, "{}: dy must have x's dtype and device ({}), got {}", op,
-           x.str(), dy.str());
+  const Act xa = check_act(x, x, op, "x");                   // [T, D]
+  const Act dya = check_act_from(dy, x, nrm_ch, op, "dy");  // [T, D - nrm_ch]
   const Act dxa = check_act(dx, x, op, "dx");  // [T, D] (=)
   DT_CHECK(dw.device == x.device && dw.dtype == DType::f32 && dw.ndim() == 2 && dw.shape == w.shape &&
                (dw.shape[1] <= 1 || dw.stride[1] == 1),
@@ -842,20 +858,10 @@ void causal_conv1d_l2norm_fwd(const ConvNormOut& out, const TensorView& x, const
     detail::conv_l2norm_composed(out, x, w, bias, silu, eps, m, gt, s);
     return;
   }
-  const ConvDims d = check_common(x, w, bias, m, op);
-  const Act xa = check_act(x, x, op, "x");
-  const Act va = check_act(out.v, out.v, op, "v");  // [T, D - 2 H hd] (=)
-  ConvParams p{};
-  p.x = x.data, p.xs = xa.stride;
-  p.out = out.v.data, p.outs = va.stride;
-  p.w = w.ptr<float>(), p.ws = w.stride[0];
-  p.bias = ew::is_absent(bias) ? nullptr : bias.ptr<float>();
-  p.seq_idx = m.seq_idx_dev;
-  p.T = d.T, p.D = d.D, p.W = d.W, p.silu = silu ? 1 : 0;
-  p.vec = (xa.vec16 ? kVecX : 0) | (va.vec_pair ? kVecOut : 0) | (va.vec16 ? kVecOut16 : 0);
-  p.nrm_ch = 2 * H * hd, p.nrm_eps = eps;
-  while ((int64_t(1) << p.nrm_lg) < hd) ++p.nrm_lg;
-  p.nrm_tpr = std::min(32, ew::pow2_ceil(int(hd) / (x.dtype == DType::bf16 ? 8 : 4)));  // l2norm_fwd's lanes per row
+  ConvParams p;
+  fwd_params(&p, out.v, x, w, bias, silu, m, op, 2 * H * hd);  // out: the v channels only
+  nrm_setup(&p, H, hd, x.dtype);
+  p.nrm_eps = eps;
   p.nrm_y[0] = out.qn.data, p.nrm_y[1] = out.kn.data;
   p.nrm_r[0] = out.rq.ptr<float>(), p.nrm_r[1] = out.rk.ptr<float>();
   DT_CHECK(ew::aligned16(out.qn.data) && ew::aligned16(out.kn.data), "{}: qn and kn must be 16-byte aligned, got {} {}",
@@ -888,9 +894,7 @@ void causal_conv1d_l2norm_bwd(const TensorView& dx, const TensorView& dw, const 
     DT_CHECK(ew::aligned16(v->data), "{}: dq, dk, qn and kn must be 16-byte aligned, got {}", op, v->str());
   ConvParams p;
   bwd_params(&p, dx, dw, dbias, g.dv, x, w, bias, silu, m, op, 2 * H * hd);  // dy: the v channels only
-  p.nrm_ch = 2 * H * hd;
-  while ((int64_t(1) << p.nrm_lg) < hd) ++p.nrm_lg;
-  p.nrm_tpr = int(hd) / V;  // l2norm's lanes per row (hd / V <= 32)
+  nrm_setup(&p, H, hd, x.dtype);  // tpr = hd / V: a head row's chunks are one lane group
   p.nrm_g[0] = g.dq.data, p.nrm_g[1] = g.dk.data;
   p.nrm_y[0] = g.qn.data, p.nrm_y[1] = g.kn.data;
   p.nrm_r[0] = const_cast<float*>(g.rq.ptr<float>()), p.nrm_r[1] = const_cast<float*>(g.rk.ptr<float>());
