@@ -1359,19 +1359,21 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
 }
 
 // ---- wy (B6-B8): WY backward, dv, dbeta, dgamma, reverse chunk cumsum -> dg ----------------------
+// Two load phases, so that only two [C][LDD] tiles are resident: phase I holds dDelta and V
+// (dDelta V^T into registers, then dv and its dbeta term), phase II loads dW and K over them; dbb
+// takes dTm's tile (dead after step 2). 65.8 KB at bf16: three CTAs per SM at 80 registers. (All
+// four tiles resident took 110.4 KB, two CTAs per SM, and 1437 us against 1185 at shape (a) in
+// the layer; docs/perf.md v0.12.0.)
 template <class T>
 struct WySmem {
-  static constexpr size_t k = 0;                                   // T [C][LDD]
-  static constexpr size_t v = k + sizeof(T) * C * LDD<T>;          // T [C][LDD]
-  static constexpr size_t dw = v + sizeof(T) * C * LDD<T>;         // T [C][LDD]
-  static constexpr size_t dd = dw + sizeof(T) * C * LDD<T>;        // T [C][LDD]
-  static constexpr size_t tm = dd + sizeof(T) * C * LDD<T>;        // T [C][LDC]
-  static constexpr size_t dt = tm + sizeof(T) * C * LDC<T>;        // T [C][LDC]  strict_lower(dTm)
+  static constexpr size_t a = 0;                                   // T [C][LDD]  dDelta, then dW
+  static constexpr size_t b = a + sizeof(T) * C * LDD<T>;          // T [C][LDD]  V, then K
+  static constexpr size_t tm = b + sizeof(T) * C * LDD<T>;         // T [C][LDC]
+  static constexpr size_t dt = tm + sizeof(T) * C * LDC<T>;        // T [C][LDC]  strict_lower(dTm), then diag(beta) dB
   static constexpr size_t x = dt + sizeof(T) * C * LDC<T>;         // T [C][LDC]  dTm Tm^T
-  static constexpr size_t dbb = x + sizeof(T) * C * LDC<T>;        // T [C][LDC]  diag(beta) dB
-  static constexpr size_t rowp = dbb + sizeof(T) * C * LDC<T>;     // f32 [2][C]  row partials of dB (.) KK^T
+  static constexpr size_t rowp = x + sizeof(T) * C * LDC<T>;       // f32 [2][C]  row partials of dB (.) KK^T
   static constexpr size_t colp = rowp + sizeof(float) * 2 * C;     // f32 [4][C]  column partials (beta-weighted)
-  static constexpr size_t gam = colp + sizeof(float) * 4 * C;      // f32 [C] x 8
+  static constexpr size_t gam = colp + sizeof(float) * 4 * C;      // f32 [C] x 5
   static constexpr size_t beta = gam + sizeof(float) * C;
   static constexpr size_t eg = beta + sizeof(float) * C;
   static constexpr size_t db = eg + sizeof(float) * C;
@@ -1380,6 +1382,8 @@ struct WySmem {
   static constexpr size_t red2 = red + sizeof(float) * 4 * C;      // f32 [4][C]
   static constexpr size_t bytes = red2 + sizeof(float) * 4 * C;
 };
+template <class T> constexpr int kWyMinBlocks = sizeof(T) == 2 ? 3 : 1;
+static_assert(3 * (WySmem<bf16>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "wy: three bf16 CTAs per SM");
 // pair_sum's buffer, [8][128] float4 (16 KB): dqk's dO tile, or wy's dTm and X tiles (adjacent),
 // 16-byte aligned, at both dtypes.
 template <class T>
@@ -1392,29 +1396,29 @@ constexpr bool pair_buffers_fit() {
 static_assert(pair_buffers_fit<bf16>() && pair_buffers_fit<float>(), "pair_sum buffers");
 
 template <class T>
-__global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __restrict__ g_k,
-                                                           const T* __restrict__ g_v,
-                                                           const float* __restrict__ g_beta,
-                                                           const float* __restrict__ g_gam,
-                                                           const T* __restrict__ g_Tm,   // [NT, Hv, C, C]
-                                                           const T* __restrict__ g_dW,   // [T, Hv, dk]
-                                                           const T* __restrict__ g_dD,   // [T, Hv, dv]
-                                                           const float* __restrict__ g_dgam,  // [T, Hv] partial
-                                                           float* __restrict__ g_dkh,    // [T, Hv, dk] (+=), G > 1
-                                                           T* __restrict__ g_dk,         // [T, Hk, dk] (=), G == 1
-                                                           T* __restrict__ g_dv,         // [T, Hv, dv] (=)
-                                                           float* __restrict__ g_dbeta,  // [T, Hv] (=)
-                                                           float* __restrict__ g_dg) {   // [T, Hv] (=)
+__global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(Params p, const T* __restrict__ g_k,
+                                                                            const T* __restrict__ g_v,
+                                                                            const float* __restrict__ g_beta,
+                                                                            const float* __restrict__ g_gam,
+                                                                            const T* __restrict__ g_Tm,  // [NT, Hv, C, C]
+                                                                            const T* __restrict__ g_dW,  // [T, Hv, dk]
+                                                                            const T* __restrict__ g_dD,  // [T, Hv, dv]
+                                                                            const float* __restrict__ g_dgam,  // [T, Hv]
+                                                                            float* __restrict__ g_dkh,   // [T, Hv, dk] +=
+                                                                            T* __restrict__ g_dk,        // [T, Hk, dk] =
+                                                                            T* __restrict__ g_dv,        // [T, Hv, dv] =
+                                                                            float* __restrict__ g_dbeta,  // [T, Hv] =
+                                                                            float* __restrict__ g_dg) {  // [T, Hv] =
   extern __shared__ __align__(16) unsigned char smem[];
   using S = WySmem<T>;
-  T* s_k = reinterpret_cast<T*>(smem + S::k);
-  T* s_v = reinterpret_cast<T*>(smem + S::v);
-  T* s_dw = reinterpret_cast<T*>(smem + S::dw);
-  T* s_dd = reinterpret_cast<T*>(smem + S::dd);
+  T* s_dd = reinterpret_cast<T*>(smem + S::a);
+  T* s_dw = s_dd;
+  T* s_v = reinterpret_cast<T*>(smem + S::b);
+  T* s_k = s_v;
   T* s_tm = reinterpret_cast<T*>(smem + S::tm);
   T* s_dt = reinterpret_cast<T*>(smem + S::dt);
   T* s_x = reinterpret_cast<T*>(smem + S::x);
-  T* s_dbb = reinterpret_cast<T*>(smem + S::dbb);
+  T* s_dbb = s_dt;
   float* s_rowp = reinterpret_cast<float*>(smem + S::rowp);
   float* s_colp = reinterpret_cast<float*>(smem + S::colp);
   float* s_gam = reinterpret_cast<float*>(smem + S::gam);
@@ -1427,10 +1431,9 @@ __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L, Lk = round16(L);
   const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
-  load_tile(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
-  load_tile(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, C, L, p.dv, D, tid, kChunkThreads);
-  load_tile(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  // Phase I: dDelta, V, Tm, gamma, beta.
   load_tile(s_dd, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
+  load_tile(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, C, L, p.dv, D, tid, kChunkThreads);
   load_tile(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, C, C, tid, kChunkThreads);
   load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
   load_col(s_beta, g_beta + vrow, p.Hv, C, L, tid, kChunkThreads);
@@ -1438,16 +1441,40 @@ __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __
   cp_wait<0>();
   __syncthreads();
   if (tid < C) s_eg[tid] = tid < L ? expf(s_gam[tid]) : 0.f;
-  __syncthreads();
   const int tm0 = 16 * (warp & 3), tn0 = 32 * (warp >> 2);  // [C, C] tiling
+  const bool tri = tm0 < L && tn0 < tm0 + 16;
+  float r_a2[1][4][4];  // dDelta V^T, held for step 1 (phase II)
+  zero(r_a2);
+  if (tri) warp_gemm<1, 4, false, true>(r_a2, s_dd, LDD<T>, s_v, LDD<T>, tm0, tn0, p.dv);
+  const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1), wn = warp >> 1;
+  {  // 6. dv = diag(beta) Tm^T dDelta; dbeta_i += sum_k (Tm^T dDelta)_ik v_ik
+    const bool active = m0 < L && n0 < p.dv;
+    float r_acc[2][4][4];
+    zero(r_acc);
+    if (active) warp_gemm<2, 4, true, false>(r_acc, s_tm, LDC<T>, s_dd, LDD<T>, m0, n0, Lk);
+    float r_rs[2][2];
+    frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_v + r * LDD<T> + c); });
+    if ((lane & 3) == 0)
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h2 = 0; h2 < 2; ++h2) s_red2[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
+    if (active)
+      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+        if (r < L && c < p.dv)
+          store2(g_dv + (ci.bos + r) * p.sdv + int64_t(ci.h) * p.dv + c, s_beta[r] * x0, s_beta[r] * x1);
+      });
+  }
+  __syncthreads();  // dDelta and V are dead: phase II loads dW and K over them
+  load_tile(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_tile(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  cp_commit();
+  cp_wait<0>();
+  __syncthreads();
   {  // 1. dTm = (dW K^T) diag(beta e) + (dDelta V^T) diag(beta), strictly lower, valid
-    float r_a1[1][4][4], r_a2[1][4][4];
+    float r_a1[1][4][4];
     zero(r_a1);
-    zero(r_a2);
-    if (tm0 < L && tn0 < tm0 + 16) {
-      warp_gemm<1, 4, false, true>(r_a1, s_dw, LDD<T>, s_k, LDD<T>, tm0, tn0, p.dk);
-      warp_gemm<1, 4, false, true>(r_a2, s_dd, LDD<T>, s_v, LDD<T>, tm0, tn0, p.dv);
-    }
+    if (tri) warp_gemm<1, 4, false, true>(r_a1, s_dw, LDD<T>, s_k, LDD<T>, tm0, tn0, p.dk);
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int j = 0; j < 4; ++j)
@@ -1521,7 +1548,6 @@ __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __
     s_db[tid] = rs;
     s_dg[tid] = s_beta[tid] * rs - cs;
   }
-  const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1), wn = warp >> 1;
   {  // 5. dk2 = diag(beta e) Tm^T dW + diag(beta) dB K + dB^T diag(beta) K; dk_h += dk2
     const bool active = m0 < L && n0 < p.dk;
     float r_acc[2][4][4];
@@ -1551,28 +1577,12 @@ __global__ __launch_bounds__(kChunkThreads) void wy_kernel(Params p, const T* __
         }
       });
     }
-    // dk of the key head = this v-head's + the partner's, through s_dt and s_x (dead since step 3)
+    // dk of the key head = this v-head's + the partner's, through s_dt and s_x, once every warp is
+    // past its reads of dbb (in s_dt)
+    if (p.pair) __syncthreads();
     if (p.pair && pair_sum(r_acc, reinterpret_cast<float*>(smem + S::dt)) && active)
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         if (r < L && c < p.dk) store2(g_dk + (qrow + int64_t(r) * p.Hk) * p.dk + c, x0, x1);
-      });
-  }
-  {  // 6. dv = diag(beta) Tm^T dDelta; dbeta_i += sum_k (Tm^T dDelta)_ik v_ik
-    const bool active = m0 < L && n0 < p.dv;
-    float r_acc[2][4][4];
-    zero(r_acc);
-    if (active) warp_gemm<2, 4, true, false>(r_acc, s_tm, LDC<T>, s_dd, LDD<T>, m0, n0, Lk);
-    float r_rs[2][2];
-    frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_v + r * LDD<T> + c); });
-    if ((lane & 3) == 0)
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int h2 = 0; h2 < 2; ++h2) s_red2[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
-    if (active)
-      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-        if (r < L && c < p.dv)
-          store2(g_dv + (ci.bos + r) * p.sdv + int64_t(ci.h) * p.dv + c, s_beta[r] * x0, s_beta[r] * x1);
       });
   }
   __syncthreads();
