@@ -628,16 +628,21 @@ __device__ __forceinline__ void store_p(T* g, const T* s_p, int tid) {
     *reinterpret_cast<uint4*>(g + idx) = *reinterpret_cast<const uint4*>(s_p + r * LDC<T> + c);
   }
 }
+// out in two load phases: Q and h_c first (O = diag(e^gamma) Q h_c), then K and Delta over h_c
+// (P, then O += P Delta): the same products in the same order as with all four resident, in
+// 61.7 KB instead of 96.5 at bf16, so three CTAs per SM instead of two.
 template <class T>
 struct OutSmem {
   static constexpr size_t q = 0;                                 // T [C][LDD]
-  static constexpr size_t k = q + sizeof(T) * C * LDD<T>;        // T [C][LDD]
-  static constexpr size_t d = k + sizeof(T) * C * LDD<T>;        // T [C][LDD]  Delta (or dO)
-  static constexpr size_t hs = d + sizeof(T) * C * LDD<T>;       // T [D][LDD]  h_c [dk, dv]
+  static constexpr size_t hs = q + sizeof(T) * C * LDD<T>;       // T [D][LDD]  h_c [dk, dv]; then K, Delta
+  static constexpr size_t k = hs;                                // T [C][LDD]  K, then z (norm epilogue)
+  static constexpr size_t d = hs + sizeof(T) * C * LDD<T>;       // T [C][LDD]  Delta, then the o tile
   static constexpr size_t pm = hs + sizeof(T) * D * LDD<T>;      // T [C][LDC]
   static constexpr size_t gam = pm + sizeof(T) * C * LDC<T>;     // f32 [C]
   static constexpr size_t bytes = gam + sizeof(float) * C;
 };
+template <class T> constexpr int kOutMinBlocks = sizeof(T) == 2 ? 3 : 1;
+static_assert(3 * (OutSmem<bf16>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "out: three bf16 CTAs per SM");
 // dvl: dO, P, gamma first, so that with the forward's P (nothing else to load) the launch takes
 // only those (26.9 KB at bf16; its 65 registers hold it to three CTAs per SM); Q, K after them.
 template <class T>
@@ -667,14 +672,15 @@ struct OutNorm {
 };
 
 template <class T>
-__global__ __launch_bounds__(kChunkThreads) void out_kernel(Params p, const T* __restrict__ g_q,
-                                                            const T* __restrict__ g_k,
-                                                            const float* __restrict__ g_gam,
-                                                            const T* __restrict__ g_h,  // [NT, Hv, dk, dv]
-                                                            const T* __restrict__ g_D,  // [T, Hv, dv]
-                                                            T* __restrict__ g_o,        // [T, Hv, dv]
-                                                            T* __restrict__ g_P,        // [NT, Hv, C, C] or null
-                                                            const OutNorm nrm) {
+__global__ __launch_bounds__(kChunkThreads, kOutMinBlocks<T>) void out_kernel(
+    Params p, const T* __restrict__ g_q,
+    const T* __restrict__ g_k,
+    const float* __restrict__ g_gam,
+    const T* __restrict__ g_h,  // [NT, Hv, dk, dv]
+    const T* __restrict__ g_D,  // [T, Hv, dv]
+    T* __restrict__ g_o,        // [T, Hv, dv]
+    T* __restrict__ g_P,        // [NT, Hv, C, C] or null
+    const OutNorm nrm) {
   extern __shared__ __align__(16) unsigned char smem[];
   using S = OutSmem<T>;
   T* s_q = reinterpret_cast<T*>(smem + S::q);
@@ -686,50 +692,50 @@ __global__ __launch_bounds__(kChunkThreads) void out_kernel(Params p, const T* _
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, L = ci.L, Lk = round16(L);
   const bool norm = nrm.z != nullptr;
+  // Phase I: Q, h_c, gamma; O = diag(e^gamma) Q h_c   [C, dv], this warp's [32, 32]
   load_tile(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
-  load_tile(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
-  load_tile(s_d, LDD<T>, g_D + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
   load_tile(s_h, LDD<T>, g_h + (int64_t(ci.c) * p.Hv + ci.h) * p.dk * p.dv, p.dv, D, p.dk, p.dv, D, tid,
             kChunkThreads);
   load_col(s_gam, g_gam + ci.bos * p.Hv + ci.h, p.Hv, C, L, tid, kChunkThreads);
   cp_commit();
   cp_wait<0>();
   __syncthreads();
-  p_tile(s_p, s_q, s_k, s_gam, L, p.dk, warp);  // P = (Q K^T) (.) Gamma, j <= i < L   [C, C]
-  __syncthreads();
-  if (g_P) store_p(g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, s_p, tid);  // for dvl (saved intermediates)
-  if (norm) {  // K is dead: z's tile loads over it while O is computed
-    load_tile(s_k, LDD<T>, static_cast<const T*>(nrm.z) + ci.bos * nrm.sz + int64_t(ci.h) * p.dv, nrm.sz, C, L, p.dv, D,
-              tid, kChunkThreads);
-    cp_commit();
-  }
   const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1);
   const bool active = m0 < L && n0 < p.dv;
-  auto o_tile = [&](float (&r_acc)[2][4][4]) {  // O [C, dv], this warp's [32, 32]
+  float r_acc[2][4][4];
+  zero(r_acc);
+  if (active) {
     warp_gemm<2, 4, false, false>(r_acc, s_q, LDD<T>, s_h, LDD<T>, m0, n0, p.dk);
     frag_pairs(r_acc, m0, n0, [&](int r, int, float& x0, float& x1) {
       const float e = r < L ? expf(s_gam[r]) : 0.f;
       x0 *= e, x1 *= e;
     });
-    warp_gemm<2, 4, false, false>(r_acc, s_p, LDC<T>, s_d, LDD<T>, m0, n0, Lk);
-  };
+  }
+  __syncthreads();  // h_c is dead: phase II loads K and Delta over it
+  load_tile(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_tile(s_d, LDD<T>, g_D + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
+  cp_commit();
+  cp_wait<0>();
+  __syncthreads();
+  p_tile(s_p, s_q, s_k, s_gam, L, p.dk, warp);  // P = (Q K^T) (.) Gamma, j <= i < L   [C, C]
+  __syncthreads();
+  if (g_P) store_p(g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, s_p, tid);  // for dvl (saved intermediates)
+  if (norm) {  // K is dead: z's tile loads over it while P Delta is computed
+    load_tile(s_k, LDD<T>, static_cast<const T*>(nrm.z) + ci.bos * nrm.sz + int64_t(ci.h) * p.dv, nrm.sz, C, L, p.dv, D,
+              tid, kChunkThreads);
+    cp_commit();
+  }
+  if (active) warp_gemm<2, 4, false, false>(r_acc, s_p, LDC<T>, s_d, LDD<T>, m0, n0, Lk);  // O += P Delta
   if (!norm) {
-    if (active) {
-      float r_acc[2][4][4];
-      zero(r_acc);
-      o_tile(r_acc);
+    if (active)
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         if (r < L && c < p.dv) store2(g_o + ((ci.bos + r) * p.Hv + ci.h) * p.dv + c, p.scale * x0, p.scale * x1);
       });
-    }
     return;
   }
-  float r_acc[2][4][4];
-  zero(r_acc);
-  if (active) o_tile(r_acc);
-  // Epilogue: the rounded o tile into s_h (h_c is dead once every warp's products are done), then
+  // Epilogue: the rounded o tile into Delta's (dead once every warp's products are done), then
   // one group of nrm.tpr lanes per row: o and y rows out in 16-byte slots, rstd per row.
-  T* s_o = s_h;  // [C][LDD]
+  T* s_o = s_d;  // [C][LDD]
   __syncthreads();
   if (active)
     frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
@@ -809,15 +815,17 @@ constexpr size_t dvl_norm_bytes(bool p_saved) {  // after DvlSmem<T>::bytes: (o,
   return (p_saved ? 0 : 2 * sizeof(T) * C * LDD<T>) + sizeof(float) * C;
 }
 
-template <class T, bool NORM>  // NORM: the gated RMSNorm prologue (its own instantiation, so the plain
-                                // one keeps its registers: 65 at bf16)
-__global__ __launch_bounds__(kChunkThreads) void dvl_kernel(Params p, const T* __restrict__ g_q,
-                                                            const T* __restrict__ g_k,
-                                                            const float* __restrict__ g_gam,
-                                                            const T* __restrict__ g_P,   // [NT, Hv, C, C] or null
-                                                            T* __restrict__ g_do,        // [T, Hv, dv] (= with nrm)
-                                                            T* __restrict__ g_dDl,       // [T, Hv, dv]
-                                                            const DvlNorm nrm) {
+// NORM: the gated RMSNorm prologue (its own instantiation, so the plain one keeps its 65 registers
+// at bf16; four CTAs per SM at 64 registers measured no faster: 274 vs 265 us).
+template <class T, bool NORM>
+__global__ __launch_bounds__(kChunkThreads) void dvl_kernel(
+    Params p, const T* __restrict__ g_q,
+    const T* __restrict__ g_k,
+    const float* __restrict__ g_gam,
+    const T* __restrict__ g_P,   // [NT, Hv, C, C] or null
+    T* __restrict__ g_do,        // [T, Hv, dv] (= with nrm)
+    T* __restrict__ g_dDl,       // [T, Hv, dv]
+    const DvlNorm nrm) {
   extern __shared__ __align__(16) unsigned char smem[];
   using S = DvlSmem<T>;
   T* s_q = reinterpret_cast<T*>(smem + S::q);
@@ -1396,19 +1404,20 @@ constexpr bool pair_buffers_fit() {
 static_assert(pair_buffers_fit<bf16>() && pair_buffers_fit<float>(), "pair_sum buffers");
 
 template <class T>
-__global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(Params p, const T* __restrict__ g_k,
-                                                                            const T* __restrict__ g_v,
-                                                                            const float* __restrict__ g_beta,
-                                                                            const float* __restrict__ g_gam,
-                                                                            const T* __restrict__ g_Tm,  // [NT, Hv, C, C]
-                                                                            const T* __restrict__ g_dW,  // [T, Hv, dk]
-                                                                            const T* __restrict__ g_dD,  // [T, Hv, dv]
-                                                                            const float* __restrict__ g_dgam,  // [T, Hv]
-                                                                            float* __restrict__ g_dkh,   // [T, Hv, dk] +=
-                                                                            T* __restrict__ g_dk,        // [T, Hk, dk] =
-                                                                            T* __restrict__ g_dv,        // [T, Hv, dv] =
-                                                                            float* __restrict__ g_dbeta,  // [T, Hv] =
-                                                                            float* __restrict__ g_dg) {  // [T, Hv] =
+__global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
+    Params p, const T* __restrict__ g_k,
+    const T* __restrict__ g_v,
+    const float* __restrict__ g_beta,
+    const float* __restrict__ g_gam,
+    const T* __restrict__ g_Tm,  // [NT, Hv, C, C]
+    const T* __restrict__ g_dW,  // [T, Hv, dk]
+    const T* __restrict__ g_dD,  // [T, Hv, dv]
+    const float* __restrict__ g_dgam,  // [T, Hv]
+    float* __restrict__ g_dkh,   // [T, Hv, dk] +=
+    T* __restrict__ g_dk,        // [T, Hk, dk] =
+    T* __restrict__ g_dv,        // [T, Hv, dv] =
+    float* __restrict__ g_dbeta,  // [T, Hv] =
+    float* __restrict__ g_dg) {  // [T, Hv] =
   extern __shared__ __align__(16) unsigned char smem[];
   using S = WySmem<T>;
   T* s_dd = reinterpret_cast<T*>(smem + S::a);
