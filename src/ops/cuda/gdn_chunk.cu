@@ -1200,6 +1200,13 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L, Lk = round16(L);
   const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
   const int64_t sbase = (int64_t(ci.c) * p.Hv + ci.h) * p.dk * p.dv;
+  // Step 2 reads Q's rows and step 4 dS1 straight from global: into L2 now (dS1 at bf16 only, where
+  // its [dk][dv] lines are one per thread).
+  constexpr int kLpr = D * sizeof(T) / 128;  // 128-byte lines per row of D elements
+  static_assert(C * kLpr <= kChunkThreads && (sizeof(T) != 2 || D * kLpr <= kChunkThreads), "one line per thread");
+  const int row_bytes = p.dk * int(sizeof(T));
+  prefetch_l2_rows<kLpr>(g_q + qrow * p.dk, int64_t(p.Hk) * row_bytes, L, row_bytes, tid);
+  if constexpr (sizeof(T) == 2) prefetch_l2_rows<kLpr>(g_dS1 + sbase, int64_t(p.dv) * sizeof(T), p.dk, p.dv * 2, tid);
   load_tile(s_x1, LDD<T>, g_do + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
   load_tile(s_x2, LDD<T>, g_D + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
   load_tile(s_x3, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
@@ -1475,6 +1482,10 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
       });
   }
   __syncthreads();  // dDelta and V are dead: phase II loads dW and K over them
+  // Step 5's dk_h and step 7's dgamma partials are read from global in the epilogues: into L2 now.
+  static_assert(C * (D * 4 / 128) <= kChunkThreads, "one line per thread");
+  prefetch_l2_rows<D * 4 / 128>(g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk * 4, L, p.dk * 4, tid);
+  prefetch_l2_rows<1>(g_dgam + vrow, int64_t(p.Hv) * 4, L, 4, tid);
   load_tile(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
   load_tile(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
   cp_commit();
