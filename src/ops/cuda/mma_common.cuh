@@ -52,13 +52,14 @@ __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_grou
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 // L2 prefetch of rows [0, nvalid) x bytes [0, row_bytes) of a global tile whose rows start on
-// 128-byte lines, LPR >= row_bytes / 128 lines per row, one line per thread (nvalid * LPR <= the
-// threads): no loop, no registers held, nothing to wait for. For operands that a kernel reads later
-// straight from global memory (epilogue loads), so that they come from L2, not DRAM.
+// 128-byte lines, LPR >= row_bytes / 128 lines per row, one line per thread t of a group (t in
+// [0, nvalid * LPR); other t do nothing): no loop, no registers held, nothing to wait for. For tiles
+// that a kernel loads later (a second load phase, epilogue reads straight from global memory), so
+// that they come from L2, not DRAM.
 template <int LPR>
-__device__ __forceinline__ void prefetch_l2_rows(const void* g, int64_t stride_bytes, int nvalid, int row_bytes, int tid) {
-  const int r = tid / LPR, l = tid % LPR;
-  if (r < nvalid && l * 128 < row_bytes)
+__device__ __forceinline__ void prefetch_l2_rows(const void* g, int64_t stride_bytes, int nvalid, int row_bytes, int t) {
+  const int r = t / LPR, l = t % LPR;
+  if (t >= 0 && r < nvalid && l * 128 < row_bytes)
     asm volatile("prefetch.global.L2 [%0];\n" ::"l"(static_cast<const char*>(g) + r * stride_bytes + l * 128));
 }
 
