@@ -1156,6 +1156,80 @@ __device__ __forceinline__ void cluster_sync() {
 #endif
 }
 
+// ---- dqk's pieces, shared by dqk_kernel and dqk_half_kernel ---------------------------------------
+// e^gamma and e^(gamma_last - gamma) of the chunk's rows (0 past L).
+__device__ __forceinline__ void chunk_decays(const float* s_gam, float* s_eg, float* s_el, int L, int tid) {
+  if (tid < C) {
+    const float ge = s_gam[L - 1];
+    s_eg[tid] = tid < L ? expf(s_gam[tid]) : 0.f;
+    s_el[tid] = tid < L ? expf(ge - s_gam[tid]) : 0.f;
+  }
+}
+// Step 1: ds = scale (dO Delta^T) (.) Gamma, j < i < L (strict) -> s_ds; diagonal -> s_dsd (fp32).
+// The diagonal of ds enters dq_i q_i and dk_i k_i identically and cancels in dgamma: it is kept
+// out of the MMA operand (s_ds has a zero diagonal) and added to dq, dk in fp32 by the epilogues,
+// with no dgamma term (gdn-math.md 10.5: dg is cancellation-prone).
+template <class T>
+__device__ __forceinline__ void ds_tile(T* s_ds, float* s_dsd, const T* s_do, const T* s_D, const float* s_gam, int L,
+                                        int dv, float scale, int warp) {
+  const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
+  float r_acc[1][4][4];
+  zero(r_acc);
+  if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_do, LDD<T>, s_D, LDD<T>, m0, n0, dv);
+  frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+    const bool rv = r < L;
+    store2(s_ds + r * LDC<T> + c, (rv && c < r) ? scale * x0 * expf(s_gam[r] - s_gam[c]) : 0.f,
+           (rv && c + 1 < r) ? scale * x1 * expf(s_gam[r] - s_gam[c + 1]) : 0.f);
+    if (c == r) s_dsd[r] = rv ? scale * x0 : 0.f;
+    if (c + 1 == r) s_dsd[r] = rv ? scale * x1 : 0.f;
+  });
+}
+// Step 4: this warp's part of sum(S0 (.) dS1) over `rows` state rows -> s_ws[warp]; S0 from shared
+// memory ([rows][LDD]), dS1 from global ([rows][dv]) in 16-byte vectors.
+template <class T>
+__device__ __forceinline__ void state_dot(float* s_ws, const T* s_s, const T* g_d1, int rows, int dv, int tid) {
+  constexpr int V = kPad<T>;  // elements per 16 bytes; dv % 16 == 0, so a vector stays in its row
+  float r_s = 0.f;
+  for (int idx = tid * V; idx < rows * dv; idx += kChunkThreads * V) {
+    const int r = idx / dv, c = idx - r * dv;
+    const uint4 sa = *reinterpret_cast<const uint4*>(s_s + r * LDD<T> + c);
+    const uint4 ga = __ldg(reinterpret_cast<const uint4*>(g_d1 + idx));
+    const T* es = reinterpret_cast<const T*>(&sa);
+    const T* eg = reinterpret_cast<const T*>(&ga);
+#pragma unroll
+    for (int e = 0; e < V; ++e) r_s = fmaf(to_f(es[e]), to_f(eg[e]), r_s);
+  }
+  r_s = warp_sum(r_s);
+  if ((tid & 31) == 0) s_ws[tid >> 5] = r_s;
+}
+// A warp tile's row sums (frag_rowdot) into s[wn * C + row], by lane 0 of each quad.
+template <int WM>
+__device__ __forceinline__ void store_row_sums(float* s, int wn, int m0, const float (&rs)[WM][2], int lane) {
+  if ((lane & 3) == 0)
+#pragma unroll
+    for (int i = 0; i < WM; ++i)
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) s[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = rs[i][h2];
+}
+// dgamma of the chunk's rows i < L from the row sums of steps 2 (s_dgq) and 5 (s_red: ds^T Q . k,
+// s_red2: dk_state . k, over 4 column groups) and step 4's s_ws: -= both for i < L-1; the last row's
+// own dk_state term cancels, leaving + e^gamma_last sum(S0 (.) dS1) + the other rows' dk_state terms.
+__device__ __forceinline__ void dgamma_rows(float* g, int64_t stride, const float* s_dgq, const float* s_red,
+                                            const float* s_red2, const float* s_ws, const float* s_eg, int L, int tid) {
+  if (tid < L) {
+    float dg = s_dgq[tid] - (s_red[tid] + s_red[C + tid] + s_red[2 * C + tid] + s_red[3 * C + tid]);
+    if (tid < L - 1) {
+      dg -= s_red2[tid] + s_red2[C + tid] + s_red2[2 * C + tid] + s_red2[3 * C + tid];
+    } else {
+      float s0 = 0.f, s1 = 0.f;
+      for (int w = 0; w < 8; ++w) s0 += s_ws[w];
+      for (int i = 0; i < L - 1; ++i) s1 += s_red2[i] + s_red2[C + i] + s_red2[2 * C + i] + s_red2[3 * C + i];
+      dg += s_eg[tid] * s0 + s1;
+    }
+    g[int64_t(tid) * stride] = dg;
+  }
+}
+
 // ---- dqk (B5): ds, dq, dk (state + intra part), dW, dgamma (partial) ------------------------------
 template <class T>
 struct DqkSmem {
@@ -1222,27 +1296,8 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
   cp_commit();
   cp_wait<0>();
   __syncthreads();
-  if (tid < C) {
-    const float ge = s_gam[L - 1];
-    s_eg[tid] = tid < L ? expf(s_gam[tid]) : 0.f;
-    s_el[tid] = tid < L ? expf(ge - s_gam[tid]) : 0.f;
-  }
-  // The diagonal of ds enters dq_i q_i and dk_i k_i identically and cancels in dgamma: it is kept
-  // out of the MMA operand (s_ds has a zero diagonal) and added to dq, dk in fp32 by the epilogues,
-  // with no dgamma term (gdn-math.md 10.5: dg is cancellation-prone).
-  {  // 1. ds = scale (dO Delta^T) (.) Gamma, j < i < L (strict) -> s_ds; diagonal -> s_dsd (fp32)
-    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
-    float r_acc[1][4][4];
-    zero(r_acc);
-    if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_x1, LDD<T>, s_x2, LDD<T>, m0, n0, p.dv);
-    frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-      const bool rv = r < L;
-      store2(s_ds + r * LDC<T> + c, (rv && c < r) ? p.scale * x0 * expf(s_gam[r] - s_gam[c]) : 0.f,
-             (rv && c + 1 < r) ? p.scale * x1 * expf(s_gam[r] - s_gam[c + 1]) : 0.f);
-      if (c == r) s_dsd[r] = rv ? p.scale * x0 : 0.f;
-      if (c + 1 == r) s_dsd[r] = rv ? p.scale * x1 : 0.f;
-    });
-  }
+  chunk_decays(s_gam, s_eg, s_el, L, tid);
+  ds_tile(s_ds, s_dsd, s_x1, s_x2, s_gam, L, p.dv, p.scale, warp);  // 1. ds, its diagonal
   __syncthreads();
   const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1), wn = warp >> 1;
   const bool active = m0 < L && n0 < p.dk;
@@ -1274,11 +1329,7 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
           else store2(g_dqh + i, y0, y1);
         }
       });
-    if ((lane & 3) == 0)
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int h2 = 0; h2 < 2; ++h2) s_red[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
+    store_row_sums(s_red, wn, m0, r_rs, lane);
     if (p.pair) {  // 2b. dq of the key head = this v-head's + the partner's, through s_x1 (dO is dead)
       __syncthreads();
       if (pair_sum(r_acc, reinterpret_cast<float*>(s_x1)) && active)
@@ -1291,22 +1342,7 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
   __syncthreads();  // dO is dead: dDelta takes its tile
   load_tile(s_x1, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
   cp_commit();
-  {  // 4. sum(S0 (.) dS1), S0 from smem, dS1 from global in 16-byte vectors (while dDelta loads)
-    constexpr int V = kPad<T>;  // elements per 16 bytes; dv % 16 == 0, so a vector stays in its row
-    float r_s = 0.f;
-    const T* g_d1 = g_dS1 + sbase;
-    for (int idx = tid * V; idx < p.dk * p.dv; idx += kChunkThreads * V) {
-      const int r = idx / p.dv, c = idx - r * p.dv;
-      const uint4 sa = *reinterpret_cast<const uint4*>(s_big + r * LDD<T> + c);
-      const uint4 ga = __ldg(reinterpret_cast<const uint4*>(g_d1 + idx));
-      const T* es = reinterpret_cast<const T*>(&sa);
-      const T* eg = reinterpret_cast<const T*>(&ga);
-#pragma unroll
-      for (int e = 0; e < V; ++e) r_s = fmaf(to_f(es[e]), to_f(eg[e]), r_s);
-    }
-    r_s = warp_sum(r_s);
-    if (lane == 0) s_ws[warp] = r_s;
-  }
+  state_dot(s_ws, s_big, g_dS1 + sbase, p.dk, p.dv, tid);  // 4. sum(S0 (.) dS1) while dDelta loads
   cp_wait<0>();
   __syncthreads();
   if (active) {  // 3. dW = -dDelta S0^T   [C, dk]
@@ -1366,18 +1402,7 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
     }
   }
   __syncthreads();
-  if (tid < L) {
-    float dg = s_dgq[tid] - (s_red[tid] + s_red[C + tid] + s_red[2 * C + tid] + s_red[3 * C + tid]);
-    if (tid < L - 1) {
-      dg -= s_red2[tid] + s_red2[C + tid] + s_red2[2 * C + tid] + s_red2[3 * C + tid];
-    } else {
-      float s0 = 0.f, s1 = 0.f;
-      for (int w = 0; w < 8; ++w) s0 += s_ws[w];
-      for (int i = 0; i < L - 1; ++i) s1 += s_red2[i] + s_red2[C + i] + s_red2[2 * C + i] + s_red2[3 * C + i];
-      dg += s_eg[tid] * s0 + s1;
-    }
-    g_dgam[vrow + int64_t(tid) * p.Hv] = dg;
-  }
+  dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red, s_red2, s_ws, s_eg, L, tid);
 }
 
 // ---- dqk, column-half form (DT_GDN_DQK=split): two CTAs per (chunk, v-head) on gridDim.z, CTA z
@@ -1453,24 +1478,8 @@ __global__ __launch_bounds__(kChunkThreads, kDqkHalfMinBlocks<T>) void dqk_half_
   cp_commit();
   cp_wait<0>();
   __syncthreads();
-  if (tid < C) {
-    const float ge = s_gam[L - 1];
-    s_eg[tid] = tid < L ? expf(s_gam[tid]) : 0.f;
-    s_el[tid] = tid < L ? expf(ge - s_gam[tid]) : 0.f;
-  }
-  {  // 1. ds = scale (dO Delta^T) (.) Gamma, j < i < L (strict) -> s_ds; diagonal -> s_dsd (dqk_kernel's)
-    const int m0 = 16 * (warp & 3), n0 = 32 * (warp >> 2);
-    float r_acc[1][4][4];
-    zero(r_acc);
-    if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_x1, LDD<T>, s_x2, LDD<T>, m0, n0, p.dv);
-    frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-      const bool rv = r < L;
-      store2(s_ds + r * LDC<T> + c, (rv && c < r) ? p.scale * x0 * expf(s_gam[r] - s_gam[c]) : 0.f,
-             (rv && c + 1 < r) ? p.scale * x1 * expf(s_gam[r] - s_gam[c + 1]) : 0.f);
-      if (c == r) s_dsd[r] = rv ? p.scale * x0 : 0.f;
-      if (c + 1 == r) s_dsd[r] = rv ? p.scale * x1 : 0.f;
-    });
-  }
+  chunk_decays(s_gam, s_eg, s_el, L, tid);
+  ds_tile(s_ds, s_dsd, s_x1, s_x2, s_gam, L, p.dv, p.scale, warp);  // 1. ds, its diagonal (dqk_kernel's)
   __syncthreads();
   const int m0 = 32 * (warp & 1), n0 = 16 * (warp >> 1), wn = warp >> 1;  // [C, 64] tiling, columns relative to c0
   const bool active = m0 < L && n0 < nc;
@@ -1502,11 +1511,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkHalfMinBlocks<T>) void dqk_half_
           else store2(g_dqh + i, y0, y1);
         }
       });
-    if ((lane & 3) == 0)
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int h2 = 0; h2 < 2; ++h2) s_red[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
+    store_row_sums(s_red, wn, m0, r_rs, lane);
     if (p.pair) {  // 2b. dq of the key head = this v-head's + the partner's (same half), through s_x1
       __syncthreads();
       if (pair_sum(r_acc, reinterpret_cast<float*>(s_x1)) && active)
@@ -1519,22 +1524,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkHalfMinBlocks<T>) void dqk_half_
   __syncthreads();  // dO is dead: dDelta takes its tile
   load_tile(s_x1, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
   cp_commit();
-  {  // 4. sum(S0 (.) dS1) over this half's rows, S0 from smem, dS1 from global (while dDelta loads)
-    constexpr int V = kPad<T>;
-    float r_s = 0.f;
-    const T* g_d1 = g_dS1 + sbase;
-    for (int idx = tid * V; idx < nc * p.dv; idx += kChunkThreads * V) {
-      const int r = idx / p.dv, c = idx - r * p.dv;
-      const uint4 sa = *reinterpret_cast<const uint4*>(s_bh + r * LDD<T> + c);
-      const uint4 ga = __ldg(reinterpret_cast<const uint4*>(g_d1 + idx));
-      const T* es = reinterpret_cast<const T*>(&sa);
-      const T* eg = reinterpret_cast<const T*>(&ga);
-#pragma unroll
-      for (int e = 0; e < V; ++e) r_s = fmaf(to_f(es[e]), to_f(eg[e]), r_s);
-    }
-    r_s = warp_sum(r_s);
-    if (lane == 0) s_ws[warp] = r_s;
-  }
+  state_dot(s_ws, s_bh, g_dS1 + sbase, nc, p.dv, tid);  // 4. sum(S0 (.) dS1), this half's rows
   cp_wait<0>();
   __syncthreads();
   if (active) {  // 3. dW = -dDelta S0^T   [C, nc]
@@ -1592,18 +1582,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkHalfMinBlocks<T>) void dqk_half_
     }
   }
   __syncthreads();
-  if (tid < L) {
-    float dg = s_dgq[tid] - (s_red[tid] + s_red[C + tid] + s_red[2 * C + tid] + s_red[3 * C + tid]);
-    if (tid < L - 1) {
-      dg -= s_red2[tid] + s_red2[C + tid] + s_red2[2 * C + tid] + s_red2[3 * C + tid];
-    } else {
-      float s0 = 0.f, s1 = 0.f;
-      for (int w = 0; w < 8; ++w) s0 += s_ws[w];
-      for (int i = 0; i < L - 1; ++i) s1 += s_red2[i] + s_red2[C + i] + s_red2[2 * C + i] + s_red2[3 * C + i];
-      dg += s_eg[tid] * s0 + s1;
-    }
-    g_dgam[int64_t(blockIdx.z) * p.T * p.Hv + vrow + int64_t(tid) * p.Hv] = dg;
-  }
+  dgamma_rows(g_dgam + int64_t(blockIdx.z) * p.T * p.Hv + vrow, p.Hv, s_dgq, s_red, s_red2, s_ws, s_eg, L, tid);
 }
 
 // ---- wy (B6-B8): WY backward, dv, dbeta, dgamma, reverse chunk cumsum -> dg ----------------------
@@ -1707,11 +1686,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     if (active) warp_gemm<2, 4, true, false>(r_acc, s_tm, LDC<T>, s_dd, LDD<T>, m0, n0, Lk);
     float r_rs[2][2];
     frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_v + r * LDD<T> + c); });
-    if ((lane & 3) == 0)
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int h2 = 0; h2 < 2; ++h2) s_red2[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
+    store_row_sums(s_red2, wn, m0, r_rs, lane);
     if (active)
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         if (r < L && c < p.dv)
@@ -1813,11 +1788,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     if (active) warp_gemm<2, 4, true, false>(r_acc, s_tm, LDC<T>, s_dw, LDD<T>, m0, n0, Lk);
     float r_rs[2][2];
     frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_k + r * LDD<T> + c); });
-    if ((lane & 3) == 0)
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int h2 = 0; h2 < 2; ++h2) s_red[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
+    store_row_sums(s_red, wn, m0, r_rs, lane);
     if (active) {
       frag_pairs(r_acc, m0, n0, [&](int r, int, float& x0, float& x1) {
         const float f = s_beta[r] * s_eg[r];
