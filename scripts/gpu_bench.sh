@@ -35,9 +35,7 @@ for n in "${names[@]}"; do
     gdn_kernels)  # the serial kernels both ways (DT_GDN_SERIAL: src/ops/cuda/gdn_chunk.cu)
       for k in tile warp4 warp8 split2 split4; do run "gdn_kernels DT_GDN_SERIAL=$k" env DT_GDN_SERIAL=$k "$B/$n"; done
       # G = 2's dq / dk sums through f32 partials and gsum, the form the cluster sums replaced (v0.10.0)
-      run "gdn_kernels DT_GDN_GQA_PAIR=0" env DT_GDN_GQA_PAIR=0 "$B/$n"
-      # dqk as one CTA per 64 dk columns (three per SM; v0.12.0, not yet the default)
-      run "gdn_kernels DT_GDN_DQK=split" env DT_GDN_DQK=split "$B/$n" ;;
+      run "gdn_kernels DT_GDN_GQA_PAIR=0" env DT_GDN_GQA_PAIR=0 "$B/$n" ;;
     gdn_elementwise | dense_elementwise | attention | optim_step) run "$n" "$B/$n" ;;
     gdn_layer)
       run "gdn_layer 1 GPU" "$B/gdn_layer"
@@ -46,7 +44,6 @@ for n in "${names[@]}"; do
       run "gdn_layer 1 GPU --keep-elementwise --graph" "$B/gdn_layer" --keep-elementwise --graph
       run "gdn_layer 1 GPU DT_GEMM_AUTOTUNE=1" env DT_GEMM_AUTOTUNE=1 "$B/gdn_layer"
       run "gdn_layer 1 GPU DT_GDN_OUT_NORM=1" env DT_GDN_OUT_NORM=1 "$B/gdn_layer"
-      run "gdn_layer 1 GPU DT_GDN_DQK=split" env DT_GDN_DQK=split "$B/gdn_layer"
       two "gdn_layer TP=2 SP" "$B/gdn_layer" --tp 2 --sp
       for comm in all_to_all all_gather; do  # the trainer's gdn.cp_comm=auto picks all_gather in all three
         two "gdn_layer CP=2 $comm" "$B/gdn_layer" --cp 2 --cp-comm $comm

@@ -17,8 +17,6 @@
 //     ones (split2|split4, dk = 128) match both within a stated tolerance
 //   * token-strided v / dv (column views, as the layer passes them) give the contiguous bits
 //   * G == 2's GQA sum in clusters of two CTAs (DT_GDN_GQA_PAIR) gives gsum's bits
-//   * dqk as one CTA per 64 dk columns (DT_GDN_DQK=split) gives the whole kernel's bits but for dg
-//     (its dgamma sums over dk split in two: within 1e-5), and matches the CPU recurrence
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -521,47 +519,6 @@ TEST(GdnChunkCuda, GqaPairSumEqualsGsum) {
   pair.set("yes");
   EXPECT_DEATH(run(t, make_inputs(t, true, 520), Device::cuda(), DType::bf16),
                "DT_GDN_GQA_PAIR='yes' is not one of: 0 ");
-}
-
-// DT_GDN_DQK=split: dqk_half_kernel runs one CTA per 64 dk columns. Every element of dq, dk, dW is
-// the same k-ordered sum of the same products as in dqk_kernel (only the warp tiling differs), so
-// every output but dg has the whole kernel's bits; dgamma's sums over dk come as two partials
-// (rel. L2 within 1e-5 of the whole form's dg, and within the accuracy tolerance of the CPU).
-// Cases: dk 128 (two full halves, G = 2 pairs, G = 1), dk 96 (a 32-column second half), dk 64 and
-// 16 (one half), G = 3 (gsum), bf16 and f32. Then a bad value is fatal.
-TEST(GdnChunkCuda, DqkSplitEqualsWhole) {
-  const ScopedEnv knob("DT_GDN_DQK");
-  const std::vector<int32_t> mix{1, 63, 64, 65, 300, 1000};
-  const std::vector<Case> cases{
-      {"d128 G2 h0+dht", {1, 63, 64, 65, 200, 129}, 1, 2, 128, 128, true, true},
-      {"d128 G1 h0+dht", {1, 63, 64, 65, 200, 129}, 2, 2, 128, 128, true, true},
-      {"large grid d128 G2 dht", mix, 8, 16, 128, 128, false, true},
-      {"dk96 dv80 G2", {70, 64, 129, 1}, 1, 2, 96, 80, true, true},
-      {"d64 zero-length seqs", {65, 1, 0, 300, 128, 0}, 2, 4, 64, 64, true, false},
-      {"dk16 dv48 G3 (gsum)", {70, 5, 191}, 1, 3, 16, 48, true, true},
-  };
-  uint64_t salt = 600;
-  for (DType dt : {DType::bf16, DType::f32})
-    for (const Case& c : cases) {
-      SCOPED_TRACE(std::string(dt::dtype_name(dt)) + " " + c.name);
-      const Inputs in = make_inputs(c, dt == DType::bf16, ++salt);
-      knob.set("whole");
-      const Outputs whole = run(c, in, Device::cuda(), dt);
-      const auto ref = to_vecs(whole);
-      knob.set("split");
-      const Outputs got = run(c, in, Device::cuda(), dt);
-      const auto v = to_vecs(got);
-      for (int i = 0; i < 8; ++i)
-        if (std::string(kNames[i]) != "dg") EXPECT_TRUE(bitwise_eq(ref[i], v[i])) << "split vs whole: " << kNames[i];
-      EXPECT_TRUE(dt::testing::close_rel(got.dg, whole.dg, 1e-5)) << "split vs whole: dg";
-      const Outputs cpu = run(c, in, Device::cpu(), DType::f32);
-      expect_close(got, cpu, dt == DType::bf16 ? 1e-2 : 1e-4,
-                   std::string("split ") + dt::dtype_name(dt) + " vs CPU " + c.name);
-    }
-  const Case t{"tiny", {65, 3}, 1, 2, 32, 32, false, false};
-  knob.set("halves");
-  EXPECT_DEATH(run(t, make_inputs(t, true, 620), Device::cuda(), DType::bf16),
-               "DT_GDN_DQK='halves' is not one of: whole ");
 }
 
 // GdnOutNorm / GdnOutNormBwd: the gated RMSNorm in the out kernel's epilogue and its backward in

@@ -107,7 +107,6 @@ struct Params {
   int64_t sv, sdv;             // token strides (elements) of v and dv: Hv * dv, or wider for in-place column views
   int N, NT, Hk, Hv, G, dk, dv, nvt;
   int pair;                    // 1: dqk and wy run as clusters of G == 2 v-heads (pair_sum)
-  int dqk_halves;              // dgamma partials dqk wrote ([halves][T, Hv]), wy adds them in order
   float scale;
   const int32_t* cu;           // [N+1]
   const int32_t* chunk_seq;    // [NT]
@@ -1111,36 +1110,33 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
 
 // ---- GQA sum in a cluster (G == 2): dqk's dq, wy's dk ---------------------------------------------
 // With p.pair the two v-heads of a key head run as one cluster of two CTAs (blockIdx.y = 2 hk +
-// rank). Rank r finalises the column half r of the CTA's result (warps 4r .. 4r + 3 hold it: columns
-// [64r, 64r + 64) of [C, dk] in dqk / wy, [32r, 32r + 32) of dqk_half's 64), its own fragments plus
-// the partner's, which the partner put in its shared memory `xbuf` ([WM WN][128] float4, dead at
-// the call) and which are read through the cluster. So no
+// rank). Rank r finalises the column half r of the key head's [C, dk] result (warps 4r .. 4r + 3
+// hold columns [64r, 64r + 64)): its own fragments plus the partner's, which the partner put in
+// its shared memory `xbuf` (16 KB, dead at the call) and which are read through the cluster. So no
 // f32 [T, Hv, dk] round trip through global memory and no gsum launch; the sum is one f32 add of
 // the two heads' values, as gsum's, so the same bits. Returns whether this warp's acc now holds
 // the sum to store; the caller syncs the cluster again before xbuf is reused or the CTA exits.
-template <int WM, int WN>
-__device__ __forceinline__ bool pair_sum(float (&acc)[WM][WN][4], float* xbuf) {
+__device__ __forceinline__ bool pair_sum(float (&acc)[2][4][4], float* xbuf) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   const cg::cluster_group cl = cg::this_cluster();
   const int rank = int(cl.block_rank()), warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int slot = (warp & 3) * 32 + lane;  // the partner's warp of the same index holds the same fragments
   const bool mine = (warp >> 2) == rank;
-  float4* buf = reinterpret_cast<float4*>(xbuf);  // [WM * WN][128] float4: conflict-free per fragment quad
+  float4* buf = reinterpret_cast<float4*>(xbuf);  // [8][128] float4: conflict-free per fragment quad
   if (!mine)
 #pragma unroll
-    for (int i = 0; i < WM; ++i)
+    for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int j = 0; j < WN; ++j)
-        buf[(WN * i + j) * 128 + slot] = make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
+      for (int j = 0; j < 4; ++j) buf[(4 * i + j) * 128 + slot] = make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
   cl.sync();
   if (mine) {
     const float4* other = cl.map_shared_rank(buf, unsigned(rank ^ 1));
 #pragma unroll
-    for (int i = 0; i < WM; ++i)
+    for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int j = 0; j < WN; ++j) {
-        const float4 o = other[(WN * i + j) * 128 + slot];
+      for (int j = 0; j < 4; ++j) {
+        const float4 o = other[(4 * i + j) * 128 + slot];
         acc[i][j][0] += o.x, acc[i][j][1] += o.y, acc[i][j][2] += o.z, acc[i][j][3] += o.w;
       }
   }
@@ -1156,7 +1152,7 @@ __device__ __forceinline__ void cluster_sync() {
 #endif
 }
 
-// ---- dqk's pieces, shared by dqk_kernel and dqk_half_kernel ---------------------------------------
+// ---- dqk's pieces (steps of dqk_kernel, and wy's row-sum stores) --------------------------------
 // e^gamma and e^(gamma_last - gamma) of the chunk's rows (0 past L).
 __device__ __forceinline__ void chunk_decays(const float* s_gam, float* s_eg, float* s_el, int L, int tid) {
   if (tid < C) {
@@ -1405,186 +1401,6 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
   dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red, s_red2, s_ws, s_eg, L, tid);
 }
 
-// ---- dqk, column-half form (DT_GDN_DQK=split): two CTAs per (chunk, v-head) on gridDim.z, CTA z
-// owning dk columns [64 z, 64 z + 64) of dq, dk, dW. ds = scale (dO Delta^T) (.) Gamma is computed
-// by both (the same bits: step 1 is dqk_kernel's); S0, dS1 and K, Q are loaded as their halves
-// (rows of S0 / dS1, columns of K / Q), so 72.3 KiB at bf16 and 32 x 16 warp tiles (16-float
-// accumulators): three CTAs per SM where dqk_kernel has two (124 registers, 97.3 KB). dq, dk and
-// dW are dqk_kernel's bits (each element the same k-ordered sum); dgamma leaves as one partial per
-// half ([halves][T, Hv]), which wy adds in order, so dg alone is within a tolerance of the whole form.
-template <class T>
-struct DqkHalfSmem {
-  static constexpr size_t x1 = 0;                                  // T [C][LDD]  dO, then dDelta, then Q's half
-  static constexpr size_t x2 = x1 + sizeof(T) * C * LDD<T>;        // T [C][LDD]  Delta
-  static constexpr size_t kh = x2 + sizeof(T) * C * LDD<T>;        // T [C][LDC]  K's column half
-  static constexpr size_t bh = kh + sizeof(T) * C * LDC<T>;        // T [64][LDD] S0's row half, then dS1's
-  static constexpr size_t ds = bh + sizeof(T) * 64 * LDD<T>;       // T [C][LDC]
-  static constexpr size_t gam = ds + sizeof(T) * C * LDC<T>;       // f32 [C] x 5
-  static constexpr size_t eg = gam + sizeof(float) * C;
-  static constexpr size_t el = eg + sizeof(float) * C;
-  static constexpr size_t dgq = el + sizeof(float) * C;
-  static constexpr size_t dsd = dgq + sizeof(float) * C;           // diagonal of ds
-  static constexpr size_t red = dsd + sizeof(float) * C;           // f32 [4][C]
-  static constexpr size_t red2 = red + sizeof(float) * 4 * C;      // f32 [4][C]
-  static constexpr size_t ws = red2 + sizeof(float) * 4 * C;       // f32 [8]
-  static constexpr size_t bytes = ws + sizeof(float) * 8;
-};
-template <class T> constexpr int kDqkHalfMinBlocks = sizeof(T) == 2 ? 3 : 1;
-static_assert(3 * (DqkHalfSmem<bf16>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "dqk_half: three bf16 CTAs per SM");
-static_assert(DqkHalfSmem<float>::bytes <= kMaxSmem && 4 * 128 * sizeof(float4) <= sizeof(bf16) * C * LDD<bf16>,
-              "dqk_half: f32 smem, pair_sum buffer ([4][128] float4 in dO's tile)");
-
-template <class T>
-__global__ __launch_bounds__(kChunkThreads, kDqkHalfMinBlocks<T>) void dqk_half_kernel(
-    Params p, const T* __restrict__ g_q, const T* __restrict__ g_k, const float* __restrict__ g_gam,
-    const T* __restrict__ g_do, const T* __restrict__ g_D, const T* __restrict__ g_dD, const T* __restrict__ g_h,
-    const T* __restrict__ g_dS1,
-    float* __restrict__ g_dqh,   // [T, Hv, dk] (=), G > 1 without clusters
-    T* __restrict__ g_dq,        // [T, Hk, dk] (=), G == 1 or pairs
-    float* __restrict__ g_dkh,   // [T, Hv, dk] (=)
-    T* __restrict__ g_dW,        // [T, Hv, dk] (=)
-    float* __restrict__ g_dgam) {  // [halves][T, Hv] (=)
-  extern __shared__ __align__(16) unsigned char smem[];
-  using S = DqkHalfSmem<T>;
-  T* s_x1 = reinterpret_cast<T*>(smem + S::x1);
-  T* s_x2 = reinterpret_cast<T*>(smem + S::x2);
-  T* s_kh = reinterpret_cast<T*>(smem + S::kh);
-  T* s_bh = reinterpret_cast<T*>(smem + S::bh);
-  T* s_ds = reinterpret_cast<T*>(smem + S::ds);
-  float* s_gam = reinterpret_cast<float*>(smem + S::gam);
-  float* s_eg = reinterpret_cast<float*>(smem + S::eg);
-  float* s_el = reinterpret_cast<float*>(smem + S::el);
-  float* s_dgq = reinterpret_cast<float*>(smem + S::dgq);
-  float* s_dsd = reinterpret_cast<float*>(smem + S::dsd);
-  float* s_red = reinterpret_cast<float*>(smem + S::red);
-  float* s_red2 = reinterpret_cast<float*>(smem + S::red2);
-  float* s_ws = reinterpret_cast<float*>(smem + S::ws);
-  const ChunkIdx ci = chunk_idx(p);
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L, Lk = round16(L);
-  const int c0 = 64 * int(blockIdx.z), nc = min(64, p.dk - c0);  // this CTA's dk columns [c0, c0 + nc)
-  const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
-  const int64_t sbase = ((int64_t(ci.c) * p.Hv + ci.h) * p.dk + c0) * p.dv;  // row c0 of this chunk's [dk][dv]
-  {  // Q's half (read from global in step 2) and dS1's (step 4) into L2 now
-    constexpr int kLq = 64 * sizeof(T) / 128, kLs = D * sizeof(T) / 128;
-    static_assert(C * kLq <= kChunkThreads && 64 * kLs <= kChunkThreads, "one line per thread");
-    prefetch_l2_rows<kLq>(g_q + qrow * p.dk + c0, int64_t(p.Hk) * p.dk * sizeof(T), L, nc * int(sizeof(T)), tid);
-    prefetch_l2_rows<kLs>(g_dS1 + sbase, int64_t(p.dv) * sizeof(T), nc, p.dv * int(sizeof(T)), tid);
-  }
-  load_tile(s_x1, LDD<T>, g_do + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
-  load_tile(s_x2, LDD<T>, g_D + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
-  load_tile(s_kh, LDC<T>, g_k + qrow * p.dk + c0, int64_t(p.Hk) * p.dk, C, L, nc, 64, tid, kChunkThreads);
-  load_tile(s_bh, LDD<T>, g_h + sbase, p.dv, 64, nc, p.dv, D, tid, kChunkThreads);
-  load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
-  cp_commit();
-  cp_wait<0>();
-  __syncthreads();
-  chunk_decays(s_gam, s_eg, s_el, L, tid);
-  ds_tile(s_ds, s_dsd, s_x1, s_x2, s_gam, L, p.dv, p.scale, warp);  // 1. ds, its diagonal (dqk_kernel's)
-  __syncthreads();
-  const int m0 = 32 * (warp & 1), n0 = 16 * (warp >> 1), wn = warp >> 1;  // [C, 64] tiling, columns relative to c0
-  const bool active = m0 < L && n0 < nc;
-  {  // 2. dq = scale e^gamma (dO S0^T) + ds K   [C, nc]; dgamma_i += sum_k dq q (this half)
-    float r_acc[2][2][4];
-    zero(r_acc);
-    if (active) {
-      warp_gemm<2, 2, false, true>(r_acc, s_x1, LDD<T>, s_bh, LDD<T>, m0, n0, p.dv);
-      frag_pairs(r_acc, m0, n0, [&](int r, int, float& x0, float& x1) {
-        const float f = p.scale * s_eg[r];
-        x0 *= f, x1 *= f;
-      });
-      warp_gemm<2, 2, false, false>(r_acc, s_ds, LDC<T>, s_kh, LDC<T>, m0, n0, Lk);
-    }
-    float r_rs[2][2];
-    frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) {
-      return (active && r < L && c < nc) ? load2(g_q + (qrow + int64_t(r) * p.Hk) * p.dk + c0 + c)
-                                         : make_float2(0.f, 0.f);
-    });
-    if (active)
-      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-        const float2 kk = load2(s_kh + r * LDC<T> + c);
-        const float y0 = fmaf(s_dsd[r], kk.x, x0), y1 = fmaf(s_dsd[r], kk.y, x1);
-        if (p.pair) {
-          x0 = y0, x1 = y1;  // summed with the partner v-head's below
-        } else if (r < L && c < nc) {
-          const int64_t i = (ci.bos * p.Hv + int64_t(r) * p.Hv + ci.h) * p.dk + c0 + c;
-          if (p.G == 1) store2(g_dq + i, y0, y1);
-          else store2(g_dqh + i, y0, y1);
-        }
-      });
-    store_row_sums(s_red, wn, m0, r_rs, lane);
-    if (p.pair) {  // 2b. dq of the key head = this v-head's + the partner's (same half), through s_x1
-      __syncthreads();
-      if (pair_sum(r_acc, reinterpret_cast<float*>(s_x1)) && active)
-        frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-          if (r < L && c < nc) store2(g_dq + (qrow + int64_t(r) * p.Hk) * p.dk + c0 + c, x0, x1);
-        });
-      cluster_sync();  // the partner has read this CTA's s_x1 before dDelta overwrites it
-    }
-  }
-  __syncthreads();  // dO is dead: dDelta takes its tile
-  load_tile(s_x1, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
-  cp_commit();
-  state_dot(s_ws, s_bh, g_dS1 + sbase, nc, p.dv, tid);  // 4. sum(S0 (.) dS1), this half's rows
-  cp_wait<0>();
-  __syncthreads();
-  if (active) {  // 3. dW = -dDelta S0^T   [C, nc]
-    float r_acc[2][2][4];
-    zero(r_acc);
-    warp_gemm<2, 2, false, true>(r_acc, s_x1, LDD<T>, s_bh, LDD<T>, m0, n0, p.dv);
-    frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-      if (r < L && c < nc) store2(g_dW + (vrow + int64_t(r) * p.Hv) * p.dk + c0 + c, -x0, -x1);
-    });
-  }
-  if (tid < C) s_dgq[tid] = s_red[tid] + s_red[C + tid] + s_red[2 * C + tid] + s_red[3 * C + tid];
-  __syncthreads();
-  load_tile(s_bh, LDD<T>, g_dS1 + sbase, p.dv, 64, nc, p.dv, D, tid, kChunkThreads);
-  load_tile(s_x1, LDD<T>, g_q + qrow * p.dk + c0, int64_t(p.Hk) * p.dk, C, L, nc, 64, tid, kChunkThreads);
-  cp_commit();
-  cp_wait<0>();
-  __syncthreads();
-  {  // 5. dk = eL (Delta dS1^T) + ds^T Q + diag(ds) Q   [C, nc]; dgamma as in dqk_kernel, this half's terms
-    float r_st[2][2][4], r_acc[2][2][4];
-    zero(r_st);
-    zero(r_acc);
-    if (active) {
-      warp_gemm<2, 2, false, true>(r_st, s_x2, LDD<T>, s_bh, LDD<T>, m0, n0, p.dv);
-      frag_pairs(r_st, m0, n0, [&](int r, int, float& x0, float& x1) {
-        const float f = s_el[r];
-        x0 *= f, x1 *= f;
-      });
-      warp_gemm<2, 2, true, false>(r_acc, s_ds, LDC<T>, s_x1, LDD<T>, m0, n0, Lk);
-    }
-    float r_rs[2][2], r_rs2[2][2];
-    frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_kh + r * LDC<T> + c); });
-    frag_rowdot(r_st, m0, n0, r_rs2, [&](int r, int c) { return load2(s_kh + r * LDC<T> + c); });
-    if ((lane & 3) == 0)
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int h2 = 0; h2 < 2; ++h2) {
-          s_red[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs[i][h2];
-          s_red2[wn * C + m0 + 16 * i + (lane >> 2) + 8 * h2] = r_rs2[i][h2];
-        }
-    if (active) {
-      const int lg = lane >> 2, lt = lane & 3;
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-          for (int h2 = 0; h2 < 2; ++h2) {
-            const int r = m0 + 16 * i + lg + 8 * h2, c = n0 + 8 * j + 2 * lt;
-            const float2 qq = load2(s_x1 + r * LDD<T> + c);
-            const float x0 = r_st[i][j][2 * h2] + fmaf(s_dsd[r], qq.x, r_acc[i][j][2 * h2]);
-            const float x1 = r_st[i][j][2 * h2 + 1] + fmaf(s_dsd[r], qq.y, r_acc[i][j][2 * h2 + 1]);
-            if (r < L && c < nc) store2(g_dkh + (vrow + int64_t(r) * p.Hv) * p.dk + c0 + c, x0, x1);
-          }
-    }
-  }
-  __syncthreads();
-  dgamma_rows(g_dgam + int64_t(blockIdx.z) * p.T * p.Hv + vrow, p.Hv, s_dgq, s_red, s_red2, s_ws, s_eg, L, tid);
-}
-
 // ---- wy (B6-B8): WY backward, dv, dbeta, dgamma, reverse chunk cumsum -> dg ----------------------
 // Two load phases, so that only two [C][LDD] tiles are resident: phase I holds dDelta and V
 // (dDelta V^T into registers, then dv and its dbeta term), phase II loads dW and K over them; dbb
@@ -1698,7 +1514,6 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
   static_assert(C * (D * 4 / 128) <= kChunkThreads, "one line per thread");
   prefetch_l2_rows<D * 4 / 128>(g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk * 4, L, p.dk * 4, tid);
   prefetch_l2_rows<1>(g_dgam + vrow, int64_t(p.Hv) * 4, L, 4, tid);
-  if (p.dqk_halves == 2) prefetch_l2_rows<1>(g_dgam + p.T * p.Hv + vrow, int64_t(p.Hv) * 4, L, 4, tid - C);
   load_tile(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
   load_tile(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
   cp_commit();
@@ -1822,9 +1637,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
       const float r1 = s_red[i] + s_red[C + i] + s_red[2 * C + i] + s_red[3 * C + i];
       const float r2 = s_red2[i] + s_red2[C + i] + s_red2[2 * C + i] + s_red2[3 * C + i];
       g_dbeta[vrow + int64_t(i) * p.Hv] = s_eg[i] * r1 + r2 + s_db[i];
-      float part = g_dgam[vrow + int64_t(i) * p.Hv];
-      if (p.dqk_halves == 2) part += g_dgam[p.T * p.Hv + vrow + int64_t(i) * p.Hv];  // dqk's column halves, in order
-      dgam = part + s_beta[i] * s_eg[i] * r1 + s_dg[i];
+      dgam = g_dgam[vrow + int64_t(i) * p.Hv] + s_beta[i] * s_eg[i] * r1 + s_dg[i];
     }
     s_dg[i] = dgam;  // only thread i reads s_dg[i] above
   }
@@ -1951,7 +1764,6 @@ Params make_params(const Dims& d, const GdnArgs& args, const VarlenMeta& m) {
   p.dv = int(d.dv);
   p.nvt = int((d.dv + BV - 1) / BV);
   p.pair = 0;
-  p.dqk_halves = 1;
   p.scale = args.scale != 0.0f ? args.scale : float(1.0 / std::sqrt(double(d.dk)));
   p.cu = m.cu_dev;
   p.chunk_seq = m.chunk_seq_dev;
@@ -2069,14 +1881,13 @@ bool gqa_pair(const Params& p) {
   return major >= 9 && a.ptxVersion >= 90;
 }
 
-// A (chunk, v-head) kernel on grid [NT, Hv, gz]; with p.pair as clusters of the two v-heads of a
-// key head (1 x 2 x 1).
+// A (chunk, v-head) kernel on grid [NT, Hv]; with p.pair as clusters of the two v-heads of a key
+// head (1 x 2).
 template <class... Exp, class... Act>
-void launch_chunk_kernel_z(void (*kernel)(Exp...), const Params& p, unsigned gz, size_t smem, cudaStream_t st,
-                           Act&&... args) {
+void launch_chunk_kernel(void (*kernel)(Exp...), const Params& p, size_t smem, cudaStream_t st, Act&&... args) {
   set_smem(kernel, smem);
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(p.NT, p.Hv, gz);
+  cfg.gridDim = dim3(p.NT, p.Hv);
   cfg.blockDim = dim3(kChunkThreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
@@ -2089,10 +1900,6 @@ void launch_chunk_kernel_z(void (*kernel)(Exp...), const Params& p, unsigned gz,
   cfg.numAttrs = p.pair ? 1 : 0;
   DT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Act>(args)...));
   DT_CUDA_LAUNCH_CHECK();
-}
-template <class... Exp, class... Act>
-void launch_chunk_kernel(void (*kernel)(Exp...), const Params& p, size_t smem, cudaStream_t st, Act&&... args) {
-  launch_chunk_kernel_z(kernel, p, 1, smem, st, std::forward<Act>(args)...);
 }
 
 // Forward pieces shared by fwd and bwd: gamma, W, U (and Tm), then the chunk states and Delta.
@@ -2384,22 +2191,11 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   Tensor dqh = direct ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);  // [T, Hv, dk] f32
   Tensor dkh = Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);                      // [T, Hv, dk] f32
   Tensor dW = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);                // [T, Hv, dk]
-  // DT_GDN_DQK=split: dqk as one CTA per 64 dk columns (dqk_half_kernel), dgamma as one partial per
-  // half; whole (default until measured on a GPU): dqk_kernel.
-  const bool split = env::choice("DT_GDN_DQK", {{"whole", "dqk_kernel, one CTA per (chunk, v-head)"},
-                                                {"split", "dqk_half_kernel, one CTA per 64 dk columns"}}) == 1;
-  pb.dqk_halves = split ? (p.dk + 63) / 64 : 1;
-  Tensor dgam = Tensor::empty(Shape{pb.dqk_halves * T1, p.Hv}, DType::f32, dev);  // [halves][T, Hv] f32
-  if (split)
-    launch_chunk_kernel_z(dqk_half_kernel<T>, pb, unsigned(pb.dqk_halves), DqkHalfSmem<T>::bytes, st, pb, tptr<T>(q),
-                          tptr<T>(k), gam.ptr<float>(), tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(),
-                          dS1.ptr<T>(), direct ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(),
-                          dW.ptr<T>(), dgam.ptr<float>());
-  else
-    launch_chunk_kernel(dqk_kernel<T>, pb, DqkSmem<T>::bytes, st, pb, tptr<T>(q), tptr<T>(k), gam.ptr<float>(),
-                        tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(),
-                        direct ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(), dW.ptr<T>(),
-                        dgam.ptr<float>());
+  Tensor dgam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);  // [T, Hv] f32
+  launch_chunk_kernel(dqk_kernel<T>, pb, DqkSmem<T>::bytes, st, pb, tptr<T>(q), tptr<T>(k), gam.ptr<float>(),
+                      tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(),
+                      direct ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(), dW.ptr<T>(),
+                      dgam.ptr<float>());
   launch_chunk_kernel(wy_kernel<T>, pb, WySmem<T>::bytes, st, pb, tptr<T>(k), tptr<T>(v), tptr<float>(beta),
                       gam.ptr<float>(), Tm.ptr<T>(), dW.ptr<T>(), dD.ptr<T>(), dgam.ptr<float>(), dkh.ptr<float>(),
                       tptr<T>(dk), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));
