@@ -15,6 +15,7 @@
 //   * the warp-owned serial kernels (DT_GDN_SERIAL=warp4|warp8, bf16) match the CPU recurrence
 //     and give the tiled kernels' bits (same products, same order, same roundings); the split
 //     ones (split2|split4, dk = 128) match both within a stated tolerance
+//   * the wgmma state kernel (DT_GDN_SERIAL=wg4) gives warp4's bits
 //   * token-strided v / dv (column views, as the layer passes them) give the contiguous bits
 //   * G == 2's GQA sum in clusters of two CTAs (DT_GDN_GQA_PAIR) gives gsum's bits
 #include <gtest/gtest.h>
@@ -446,6 +447,40 @@ TEST(GdnChunkCuda, WarpSerialKernelsMatchTiled) {
         if (!stages) expect_close(got, cpu, 1e-2, what + " vs CPU " + c.name);
       }
   }
+}
+
+// DT_GDN_SERIAL=wg4: the state kernel's two products through wgmma (sm_90a; dk = 128 and dv a
+// multiple of 64, else warp4 runs), the rest as warp4. The tensor cores sum the same bf16 products
+// in the same k order as mma.sync, so warp4's bits (measured on an H200, v0.13.0), and within 1e-2
+// of the CPU recurrence. Cases: full and partial chunks, zero-length sequences, h0 and dht, G = 1
+// and 2, one and two V tiles, both stage counts; dk 64 and dv 80 run warp4 itself.
+TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
+  const ScopedEnv serial("DT_GDN_SERIAL"), stages("DT_GDN_STATE_STAGES");
+  const std::vector<int32_t> mix{1, 63, 64, 65, 300, 1000};
+  const std::vector<Case> cases{
+      {"d128 G2 h0+dht", {1, 63, 64, 65, 200, 129}, 1, 2, 128, 128, true, true},
+      {"d128 G1 zero-length seqs", {65, 1, 0, 300, 128, 0}, 2, 2, 128, 128, true, false},
+      {"large grid d128 G2 dht", mix, 8, 16, 128, 128, false, true},
+      {"dv64 G1 (one V tile)", {70, 129, 64}, 1, 1, 128, 64, true, true},
+      {"d64: warp4 instead", {65, 1, 0, 300}, 2, 2, 64, 64, true, false},
+      {"dv80: warp4 instead", {1, 64, 130}, 1, 2, 128, 80, true, true},
+  };
+  uint64_t salt = 700;
+  for (const Case& c : cases)
+    for (const char* ns : {"2", "1"}) {
+      SCOPED_TRACE(c.name + std::string(", state stages ") + ns);
+      const Inputs in = make_inputs(c, true, ++salt);
+      stages.set(ns);
+      serial.set("warp4");
+      const Outputs ref = run(c, in, Device::cuda(), DType::bf16);
+      const auto rv = to_vecs(ref);
+      serial.set("wg4");
+      const Outputs got = run(c, in, Device::cuda(), DType::bf16);
+      const auto v = to_vecs(got);
+      for (int i = 0; i < 8; ++i) EXPECT_TRUE(bitwise_eq(rv[i], v[i])) << "wg4 vs warp4 " << kNames[i];
+      if (c.dk == 128 && c.dv % 64 == 0)
+        expect_close(got, run(c, in, Device::cpu(), DType::f32), 1e-2, "wg4 vs CPU " + c.name);
+    }
 }
 
 // v and dv as token-strided column views of wider buffers (the layer's conv output and conv-input

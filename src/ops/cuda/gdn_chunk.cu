@@ -70,6 +70,7 @@
 #include "deltatron/ops/basic.h"
 #include "ops/cuda/gdn_elementwise_common.cuh"  // ew:: row helpers of the out kernel's norm epilogue
 #include "ops/cuda/mma_common.cuh"
+#include "ops/cuda/wgmma.cuh"
 #include "ops/gdn_backends.h"
 
 namespace dt::ops::cuda {
@@ -438,17 +439,33 @@ __device__ __forceinline__ void load_rows(T* s, int lds, const T* g, int64_t gst
   if (full) load_tile_full<T, C, COLS, NTHR>(s, lds, g, gstride, tid);
   else load_tile(s, lds, g, gstride, C, L, ncols, COLS, tid, NTHR);
 }
-template <class S, int BVc, int NTHR, class T>
+// [C][D] bf16 rows (rows >= L zero) -> two 128-byte-swizzled atoms [C][64] at s (wgmma.cuh).
+template <int NTHR, class T>
+__device__ __forceinline__ void load_rows_sw128(unsigned char* s, const T* g, int64_t gstride, int L, int tid) {
+  static_assert(sizeof(T) == 2 && D == 128, "load_rows_sw128: bf16 rows of 128");
+  constexpr int CPR = D / 8;  // 16-byte chunks per row
+  for (int idx = tid; idx < C * CPR; idx += NTHR) {
+    const int r = idx / CPR, c = idx % CPR;
+    const bool ok = r < L;
+    cp_async16(s + (c >> 3) * (C * 128) + wg::sw128(r, c & 7), ok ? g + r * gstride + 8 * c : g, ok);
+  }
+}
+template <class S, int BVc, int NTHR, bool SW = false, class T>
 __device__ __forceinline__ void load_state_tiles(unsigned char* base, const Params& p, int c, int eos, int h, int v0,
                                                  int nv, int ldv, const T* g_k, const T* g_W, const T* g_U,
                                                  const float* g_gam, int tid) {
   const int64_t bos = p.chunk_start[c];
   const int L = min(C, eos - int(bos)), hk = h / p.G;
   const bool full = L == C && p.dk == D && nv == BVc;
-  load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk,
-                        int64_t(p.Hv) * p.dk, full, L, p.dk, tid);
-  load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk,
-                        int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
+  if constexpr (SW) {  // wgmma operands (dk == D): 128-byte-swizzled atoms
+    load_rows_sw128<NTHR>(base + S::w, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, L, tid);
+    load_rows_sw128<NTHR>(base + S::k, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L, tid);
+  } else {
+    load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk,
+                          int64_t(p.Hv) * p.dk, full, L, p.dk, tid);
+    load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk,
+                          int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
+  }
   load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(base + S::u), ldv, g_U + (bos * p.Hv + h) * p.dv + v0,
                           int64_t(p.Hv) * p.dv, full, L, nv, tid);
   load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
@@ -1825,22 +1842,36 @@ int state_stages() {
 // Which serial kernels (state K4, rev B4) run. DT_GDN_SERIAL=tile: the CTA-tiled kernels (8 warps
 // share a [dk, 64] state tile; both dtypes); warp4 / warp8: gdn_serial_warp.cuh's warp-owned rows
 // of the transposed state (4 warps and a 64-wide V tile, or 8 warps and 128; bf16 only); split2 /
-// split4: gdn_serial_split.cuh's 2 or 4 warps per 16 rows (bf16; dk = 128, another dk runs warp4).
+// split4: gdn_serial_split.cuh's 2 or 4 warps per 16 rows (bf16; dk = 128, another dk runs warp4);
+// wg4: warp4 with the state kernel's products as wgmma (sm_90a, dk = 128, dv % 64 == 0; otherwise
+// warp4; the rev kernel is warp4's). The same bits as warp4 (measured on an H200: wgmma sums the
+// products in mma.sync's order) and faster (state 696 -> 653 us at the layer's shape, v0.13.0); not
+// yet the default: the layer and trainer GPU tests have not run with it.
 // Unset or empty: kDefaultSerialWarps for bf16, tile for f32. Read at every launch.
 constexpr int kDefaultSerialWarps = 4;  // warp4: bench-0.8b step 125.5 -> 123.1 ms (docs/perf.md v0.8.0)
-constexpr const char* kSerialNames[] = {"tile", "warp4", "warp8", "split2", "split4"};
+constexpr const char* kSerialNames[] = {"tile", "warp4", "warp8", "split2", "split4", "wg4"};
 // warps > 0: the warp-owned form with that many warps; split > 0: the split form with G = split;
 // both 0: the tiled form.
 struct SerialForm {
   int warps = 0, split = 0;
+  bool wg = false;  // warps == 4: the state kernel through wgmma
 };
+// Whether this device runs the wgmma kernels: sm_90 exactly (wgmma is sm_90a's; the build's
+// sm_90a code does not run on later majors).
+bool wgmma_device() {
+  int dev = 0, major = 0;
+  DT_CUDA_CHECK(cudaGetDevice(&dev));
+  DT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  return major == 9;
+}
 template <class T>
-SerialForm serial_form(int dk) {
+SerialForm serial_form(int dk, int dv) {
   const int i = env::choice("DT_GDN_SERIAL", {{kSerialNames[0], "CTA-tiled serial kernels"},
                                               {kSerialNames[1], "warp-owned state rows, 4 warps, bf16"},
                                               {kSerialNames[2], "warp-owned state rows, 8 warps, bf16"},
                                               {kSerialNames[3], "2 warps per 16 state rows, bf16, dk 128"},
-                                              {kSerialNames[4], "4 warps per 16 state rows, bf16, dk 128"}});
+                                              {kSerialNames[4], "4 warps per 16 state rows, bf16, dk 128"},
+                                              {kSerialNames[5], "warp4 with the state products as wgmma, bf16, dk 128"}});
   DT_CHECK(i <= 0 || sizeof(T) == 2, "DT_GDN_SERIAL={} needs bf16 inputs: the warp-owned and split serial kernels are "
                                      "bf16 only; set tile or unset it",
            kSerialNames[i < 0 ? 0 : i]);
@@ -1849,6 +1880,7 @@ SerialForm serial_form(int dk) {
     case 0: return {};
     case 1: return {4, 0};
     case 2: return {8, 0};
+    case 5: return {4, 0, dk == D && dv % 64 == 0 && wgmma_device()};
     default: return dk == D ? SerialForm{0, i == 3 ? 2 : 4} : SerialForm{4, 0};  // split: dk = 128 only
   }
 }
@@ -1915,7 +1947,7 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
   }
   if (p.N > 0 && (p.NT > 0 || ht)) {
     if constexpr (std::is_same_v<T, bf16>) {
-      const SerialForm form = serial_form<T>(p.dk);
+      const SerialForm form = serial_form<T>(p.dk, p.dv);
       if (const int sg = form.split) {  // two stages; V tiles of 64
         DT_CHECK(state_stages() == 2, "DT_GDN_STATE_STAGES=1 with DT_GDN_SERIAL=split{}: the split state kernel has "
                                       "two stages only; unset one of them",
@@ -1944,6 +1976,19 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
           DT_CUDA_LAUNCH_CHECK();
         };
         const int ns = state_stages();
+        if (form.wg) {
+          auto state_wg = [&](auto stages) {
+            constexpr int NS = decltype(stages)::value;
+            constexpr size_t bytes = WgStateSmem<NS>::bytes;
+            set_smem(state_warp_kernel<4, NS, true>, bytes);
+            state_warp_kernel<4, NS, true><<<seq_ctas(pw), 128, bytes, st>>>(pw, tptr<T>(k), W, U, gam,
+                                                                              tptr<float>(h0), h, Dl, ht);
+            DT_CUDA_LAUNCH_CHECK();
+          };
+          if (ns == 2) state_wg(std::integral_constant<int, 2>{});
+          else state_wg(std::integral_constant<int, 1>{});
+          return;
+        }
         if (nw == 8) {
           DT_CHECK(ns == 2, "DT_GDN_STATE_STAGES=1 with DT_GDN_SERIAL=warp8: the 8-warp state kernel has two stages "
                             "only; unset one of them");
@@ -2111,7 +2156,7 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
       ew::colsum_add(norm->dw.ptr<float>(), norm->dw.ptr<float>(), part.ptr<float>(), int64_t(p.NT) * p.Hv, p.dv,
                      p.dv, st);
   }
-  const SerialForm form = p.N > 0 ? serial_form<T>(p.dk) : SerialForm{};
+  const SerialForm form = p.N > 0 ? serial_form<T>(p.dk, p.dv) : SerialForm{};
   const int sg = form.split, nw = form.warps;
   if constexpr (std::is_same_v<T, bf16>) {
     if (sg) {  // G = 2: two stages (202.5 KB); G = 4: one (two would not fit); V tiles of 64

@@ -155,6 +155,20 @@ struct WStateSmem {
   static constexpr size_t bytes = stg + W::staging;
   static_assert(stage % 16 == 0, "state_warp_kernel: stages must be 16-byte aligned");
 };
+// DT_GDN_SERIAL=wg4 (4 warps = one warpgroup, dk = 128, dv % 64 == 0): W and K in 128-byte-swizzled
+// atoms (wgmma.cuh) at 1024-byte boundaries, each stage rounded up to 1 KB. 108 KB at two stages:
+// two CTAs per SM, as the mma form.
+template <int Stages>
+struct WgStateSmem {
+  using W = WarpTiles<4>;
+  static constexpr size_t w = 0;                     // bf16 2 x [C][64] atoms
+  static constexpr size_t k = w + 2 * C * 128;       // bf16 2 x [C][64] atoms
+  static constexpr size_t u = k + 2 * C * 128;       // bf16 [C][LDU]
+  static constexpr size_t gam = u + W::narrow;       // f32 [C]
+  static constexpr size_t stage = (gam + sizeof(float) * C + 1023) / 1024 * 1024;
+  static constexpr size_t stg = Stages * stage;      // bf16 [4][D][LDW] staging
+  static constexpr size_t bytes = stg + W::staging;
+};
 template <int NW, int Stages>
 struct WRevSmem {
   using W = WarpTiles<NW>;
@@ -172,13 +186,17 @@ struct WRevSmem {
 // 4 warps: state 2 stages 110.5 KB (two CTAs per SM); rev 1 stage 93.3 KB (two per SM), 2 stages
 // 162.5 KB (one). 8 warps: state 150.5 KB, rev 2 stages 218.5 KB (one CTA per SM each).
 static_assert(2 * (WStateSmem<4, 2>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "4-warp state: two CTAs per SM");
+static_assert(2 * (WgStateSmem<2>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "wgmma state: two CTAs per SM");
 static_assert(2 * (WRevSmem<4, 1>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "4-warp rev: two CTAs per SM");
 static_assert(WRevSmem<4, 2>::bytes <= kMaxSmem && WStateSmem<8, 2>::bytes <= kMaxSmem &&
                   WRevSmem<8, 2>::bytes <= kMaxSmem,
               "warp serial kernels: shared memory over the 227 KB opt-in limit");
 
 // ---- state (K4), warp-owned rows: h[c] = S, Delta = U - W S, S = e^{gam_e} S + K^T (Delta (.) eL) ----
-template <int NW, int Stages>
+// WG (NW = 4, dk = D, every warp active): the two products of a step as wgmma with the warp's
+// fragments as A (wgmma.cuh): S^T W^T as 8 m64n64k16, Delta~^T K as 4 m64n128k16, instead of 128
+// mma.sync per warp and the ldmatrix loads of W and K.
+template <int NW, int Stages, bool WG = false>
 __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf16* __restrict__ g_k,
                                                              const bf16* __restrict__ g_W,
                                                              const bf16* __restrict__ g_U,
@@ -187,8 +205,9 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
                                                              bf16* __restrict__ g_h,          // or null
                                                              bf16* __restrict__ g_D,
                                                              float* __restrict__ g_ht) {      // or null
-  extern __shared__ __align__(16) unsigned char smem[];
-  using S = WStateSmem<NW, Stages>;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  static_assert(!WG || NW == 4, "state_warp_kernel: the wgmma form is one warpgroup");
+  using S = std::conditional_t<WG, WgStateSmem<Stages>, WStateSmem<NW, Stages>>;
   constexpr int NTHR = 32 * NW, BVw = WarpTiles<NW>::BV, LDU = WarpTiles<NW>::LDU;
   const SeqCta cta = seq_cta(p);  // p.nvt counts V tiles of BVw
   const int n = cta.n, h = cta.h;
@@ -206,8 +225,8 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
     state_elems(r_S, p.dk, 0, [&](float& x, int col, int row) { x = g_h0[state_base + int64_t(col) * p.dv + row]; });
 
   auto issue = [&](int c, int st) {
-    load_state_tiles<S, BVw, NTHR>(smem + st * S::stage, p, c, eos, h, v0, min(BVw, p.dv - v0), LDU, g_k, g_W, g_U,
-                                   g_gam, tid);
+    load_state_tiles<S, BVw, NTHR, WG>(smem + st * S::stage, p, c, eos, h, v0, min(BVw, p.dv - v0), LDU, g_k, g_W,
+                                       g_U, g_gam, tid);
   };
 
   if constexpr (Stages == 2) {
@@ -219,6 +238,7 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
     if constexpr (Stages == 2) {
       st = (c - c0) & 1;
       cp_wait<0>();
+      if constexpr (WG) wg::fence_proxy_async();  // the tiles are read by the tensor cores' async proxy
       __syncthreads();  // stage st visible; every warp done with stage st ^ 1 (chunk c - 1)
       if (c + 1 < c1) issue(c + 1, st ^ 1);
       cp_commit();
@@ -227,9 +247,10 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
       issue(c, 0);
       cp_commit();
       cp_wait<0>();
+      if constexpr (WG) wg::fence_proxy_async();
       __syncthreads();
     }
-    if (!active) continue;
+    if (!WG && !active) continue;  // WG: the host launches it with every warp active
     const unsigned char* base = smem + st * S::stage;
     const bf16* s_w = reinterpret_cast<const bf16*>(base + S::w);
     const bf16* s_k = reinterpret_cast<const bf16*>(base + S::k);
@@ -242,11 +263,30 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
     // branches on L or dk in the unrolled products). The same operations either way.
     auto step = [&](auto full) {
       constexpr bool F = decltype(full)::value;
-      const int Lc = F ? C : L, nk = F ? D / 16 : nkk;
+      const int Lc = F ? C : L;
+      [[maybe_unused]] const int nk = F ? D / 16 : nkk;
 
       // 1. h[c] = S (staged), X = S^T W^T  [16, C]
       float r_X[8][4];
-      state_times_rows_t(r_X, r_S, s_w, Lc, nk, g_h ? s_stg : nullptr);
+      if constexpr (WG) {  // all 64 token columns (W's rows >= L are zero)
+        uint32_t a1[D / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          acc_to_a(a1[kk], r_S, kk);
+          if (g_h) stsm_x4_t(stage_row(s_stg, kk, lane), a1[kk]);
+        }
+        const uint32_t wb = smem_addr(s_w);
+        wg::wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+          wg::m64n64k16_rs(r_X, a1[kk], wg::desc_sw128(wb + (kk >> 2) * (C * 128) + (kk & 3) * 32, 16, 1024), kk);
+        wg::wg_commit();
+        wg::wg_hold(r_X);
+        wg::wg_wait<0>();
+        wg::wg_hold(r_X);
+      } else {
+        state_times_rows_t(r_X, r_S, s_w, Lc, nk, g_h ? s_stg : nullptr);
+      }
       if (g_h) stage_out(s_stg, g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv, p.dv, p.dk, lane);
 
       // 2. Delta^T = U^T - X (stored, t < L); Delta~^T = Delta^T e^{gam_e - gam_t} (0 for t >= L) as A fragments
@@ -275,10 +315,22 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
 
       // 3. S^T = e^{gam_e} S^T + Delta~^T K
       scale_tiles(r_S, expf(gam_e));
+      if constexpr (WG) {  // all four token k-steps: a2 is 0 past L and K's rows >= L are zero (+= 0 exactly)
+        const uint32_t kb = smem_addr(s_k);
+        wg::wg_fence();
 #pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        if (16 * jj >= Lc) break;
-        add_times_rows(r_S, a2[jj], s_k, jj, nk);
+        for (int jj = 0; jj < 4; ++jj)
+          wg::m64n128k16_rs_tb(r_S, a2[jj], wg::desc_sw128(kb + jj * 2048, C * 128, 1024), 1);
+        wg::wg_commit();
+        wg::wg_hold(r_S);
+        wg::wg_wait<0>();
+        wg::wg_hold(r_S);
+      } else {
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          if (16 * jj >= Lc) break;
+          add_times_rows(r_S, a2[jj], s_k, jj, nk);
+        }
       }
     };
     if (L == C && nkk == D / 16) step(std::true_type{});
