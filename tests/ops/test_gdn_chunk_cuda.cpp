@@ -454,8 +454,11 @@ TEST(GdnChunkCuda, WarpSerialKernelsMatchTiled) {
 // in the same k order as mma.sync, so warp4's bits (measured on an H200, v0.13.0), and within 1e-2
 // of the CPU recurrence. Cases: full and partial chunks, zero-length sequences, h0 and dht, G = 1
 // and 2, one and two V tiles, both stage counts; dk 64 and dv 80 run warp4 itself.
+// DT_GDN_REV_WGMMA=1 adds the rev kernel through wgmma (the same reasoning, so the same bits are
+// asserted; compiled, not yet run on a GPU at v0.13.0). Then a bad knob value is fatal.
 TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
-  const ScopedEnv serial("DT_GDN_SERIAL"), stages("DT_GDN_STATE_STAGES");
+  const ScopedEnv serial("DT_GDN_SERIAL"), stages("DT_GDN_STATE_STAGES"), rev_stages("DT_GDN_REV_STAGES"),
+      rev_wg("DT_GDN_REV_WGMMA");
   const std::vector<int32_t> mix{1, 63, 64, 65, 300, 1000};
   const std::vector<Case> cases{
       {"d128 G2 h0+dht", {1, 63, 64, 65, 200, 129}, 1, 2, 128, 128, true, true},
@@ -471,16 +474,31 @@ TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
       SCOPED_TRACE(c.name + std::string(", state stages ") + ns);
       const Inputs in = make_inputs(c, true, ++salt);
       stages.set(ns);
+      rev_stages.set(ns);
+      rev_wg.set(nullptr);
       serial.set("warp4");
       const Outputs ref = run(c, in, Device::cuda(), DType::bf16);
       const auto rv = to_vecs(ref);
       serial.set("wg4");
       const Outputs got = run(c, in, Device::cuda(), DType::bf16);
       const auto v = to_vecs(got);
-      for (int i = 0; i < 8; ++i) EXPECT_TRUE(bitwise_eq(rv[i], v[i])) << "wg4 vs warp4 " << kNames[i];
-      if (c.dk == 128 && c.dv % 64 == 0)
+      rev_wg.set("1");
+      const Outputs got_r = run(c, in, Device::cuda(), DType::bf16);
+      const auto vr = to_vecs(got_r);
+      for (int i = 0; i < 8; ++i) {
+        EXPECT_TRUE(bitwise_eq(rv[i], v[i])) << "wg4 vs warp4 " << kNames[i];
+        EXPECT_TRUE(bitwise_eq(rv[i], vr[i])) << "wg4 + DT_GDN_REV_WGMMA=1 vs warp4 " << kNames[i];
+      }
+      if (c.dk == 128 && c.dv % 64 == 0) {
         expect_close(got, run(c, in, Device::cpu(), DType::f32), 1e-2, "wg4 vs CPU " + c.name);
+        expect_close(got_r, run(c, in, Device::cpu(), DType::f32), 1e-2, "wg4 + rev wgmma vs CPU " + c.name);
+      }
     }
+  const Case t{"tiny d128", {65, 3}, 1, 2, 128, 128, false, false};
+  serial.set("wg4");
+  rev_wg.set("yes");
+  EXPECT_DEATH(run(t, make_inputs(t, true, 790), Device::cuda(), DType::bf16),
+               "DT_GDN_REV_WGMMA='yes' is not one of: 0 ");
 }
 
 // v and dv as token-strided column views of wider buffers (the layer's conv output and conv-input

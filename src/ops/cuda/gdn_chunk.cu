@@ -470,19 +470,25 @@ __device__ __forceinline__ void load_state_tiles(unsigned char* base, const Para
                           int64_t(p.Hv) * p.dv, full, L, nv, tid);
   load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
 }
-template <class S, int BVc, int NTHR, class T>
+template <class S, int BVc, int NTHR, bool SW = false, class T>
 __device__ __forceinline__ void load_rev_tiles(unsigned char* base, const Params& p, int c, int eos, int h, int v0,
                                                int nv, int ldv, const T* g_q, const T* g_k, const T* g_W,
                                                const T* g_do, const T* g_dDl, const float* g_gam, int tid) {
   const int64_t bos = p.chunk_start[c];
   const int L = min(C, eos - int(bos)), hk = h / p.G;
   const bool full = L == C && p.dk == D && nv == BVc;
-  load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::q), LDD<T>, g_q + (bos * p.Hk + hk) * p.dk,
-                        int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
-  load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk,
-                        int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
-  load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk,
-                        int64_t(p.Hv) * p.dk, full, L, p.dk, tid);
+  if constexpr (SW) {  // wgmma operands (dk == D): 128-byte-swizzled atoms
+    load_rows_sw128<NTHR>(base + S::q, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L, tid);
+    load_rows_sw128<NTHR>(base + S::k, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L, tid);
+    load_rows_sw128<NTHR>(base + S::w, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, L, tid);
+  } else {
+    load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::q), LDD<T>, g_q + (bos * p.Hk + hk) * p.dk,
+                          int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
+    load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk,
+                          int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
+    load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk,
+                          int64_t(p.Hv) * p.dk, full, L, p.dk, tid);
+  }
   load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(base + S::dO), ldv, g_do + (bos * p.Hv + h) * p.dv + v0,
                           int64_t(p.Hv) * p.dv, full, L, nv, tid);
   load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(base + S::ddl), ldv, g_dDl + (bos * p.Hv + h) * p.dv + v0,
@@ -1884,6 +1890,12 @@ SerialForm serial_form(int dk, int dv) {
     default: return dk == D ? SerialForm{0, i == 3 ? 2 : 4} : SerialForm{4, 0};  // split: dk = 128 only
   }
 }
+// DT_GDN_REV_WGMMA=1: with DT_GDN_SERIAL=wg4, the rev kernel through wgmma too (compiled, not yet
+// run on a GPU: v0.13.0); 0 or unset: wg4's rev is warp4's.
+bool rev_wgmma_knob() {
+  return env::choice("DT_GDN_REV_WGMMA", {{"0", "wg4's rev kernel as warp4's"}, {"1", "wg4's rev kernel through wgmma"}}) ==
+         1;
+}
 // The serial grid in V tiles of 16 * nw columns.
 Params warp_params(Params p, int nw) {
   p.nvt = (p.dv + 16 * nw - 1) / (16 * nw);
@@ -2193,7 +2205,20 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
       // 4 warps: two stages (162.5 KB, one CTA per SM) when the grid fits one CTA per SM, else one
       // (93.3 KB, two per SM), as for the tiled kernel; 8 warps: always two (one CTA per SM anyway).
       const int ns = rev_stages<T>(ctas);
-      if (nw == 8) {
+      if (form.wg && rev_wgmma_knob()) {
+        auto rev_wg = [&](auto stages) {
+          constexpr int NS = decltype(stages)::value;
+          constexpr size_t bytes = WgRevSmem<NS>::bytes;
+          set_smem(rev_warp_kernel<4, NS, true>, bytes);
+          rev_warp_kernel<4, NS, true><<<ctas, 128, bytes, st>>>(pw, tptr<T>(q), tptr<T>(k), W.ptr<T>(),
+                                                                   gam.ptr<float>(), tptr<T>(do_), dDl.ptr<T>(),
+                                                                   tptr<float>(dht), dS1.ptr<T>(), dD.ptr<T>(),
+                                                                   tptr<float>(dh0));
+          DT_CUDA_LAUNCH_CHECK();
+        };
+        if (ns == 2) rev_wg(std::integral_constant<int, 2>{});
+        else rev_wg(std::integral_constant<int, 1>{});
+      } else if (nw == 8) {
         DT_CHECK(ns == 2 || forced_stages("DT_GDN_REV_STAGES") == 0,
                  "DT_GDN_REV_STAGES=1 with DT_GDN_SERIAL=warp8: the 8-warp rev kernel has two stages only; unset "
                  "one of them");

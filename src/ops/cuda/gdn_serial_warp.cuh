@@ -169,6 +169,21 @@ struct WgStateSmem {
   static constexpr size_t stg = Stages * stage;      // bf16 [4][D][LDW] staging
   static constexpr size_t bytes = stg + W::staging;
 };
+// The rev kernel's wgmma form (DT_GDN_REV_WGMMA=1 with wg4): Q, K, W in swizzled atoms, dO and
+// dDelta_local as in WRevSmem. 91 KB at one stage (two CTAs per SM), 158 KB at two (one).
+template <int Stages>
+struct WgRevSmem {
+  using W = WarpTiles<4>;
+  static constexpr size_t q = 0;                     // bf16 2 x [C][64] atoms
+  static constexpr size_t k = q + 2 * C * 128;       // bf16 2 x [C][64] atoms
+  static constexpr size_t w = k + 2 * C * 128;       // bf16 2 x [C][64] atoms
+  static constexpr size_t dO = w + 2 * C * 128;      // bf16 [C][LDU], then scale e^gamma dO in place
+  static constexpr size_t ddl = dO + W::narrow;      // bf16 [C][LDU]
+  static constexpr size_t gam = ddl + W::narrow;     // f32 [C]
+  static constexpr size_t stage = (gam + sizeof(float) * C + 1023) / 1024 * 1024;
+  static constexpr size_t stg = Stages * stage;
+  static constexpr size_t bytes = stg + W::staging;
+};
 template <int NW, int Stages>
 struct WRevSmem {
   using W = WarpTiles<NW>;
@@ -188,6 +203,8 @@ struct WRevSmem {
 static_assert(2 * (WStateSmem<4, 2>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "4-warp state: two CTAs per SM");
 static_assert(2 * (WgStateSmem<2>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "wgmma state: two CTAs per SM");
 static_assert(2 * (WRevSmem<4, 1>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "4-warp rev: two CTAs per SM");
+static_assert(2 * (WgRevSmem<1>::bytes + kSmemReservedPerCta) <= kSmemPerSm && WgRevSmem<2>::bytes <= kMaxSmem,
+              "wgmma rev: two CTAs per SM at one stage, one at two");
 static_assert(WRevSmem<4, 2>::bytes <= kMaxSmem && WStateSmem<8, 2>::bytes <= kMaxSmem &&
                   WRevSmem<8, 2>::bytes <= kMaxSmem,
               "warp serial kernels: shared memory over the 227 KB opt-in limit");
@@ -342,7 +359,10 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
 
 // ---- rev (B4), warp-owned rows: dS1[c] = dS; dDelta = dDelta_local + eL (.) (K dS);
 //      dS = e^{gam_e} dS + Q^T (scale e^gamma (.) dO) - W^T dDelta;  dh0 = dS ---------------------
-template <int NW, int Stages>
+// WG (NW = 4, dk = D, every warp active; DT_GDN_REV_WGMMA=1): the three products of a step as
+// wgmma, as the state kernel's: dS^T K^T as 8 m64n64k16 (K-major B), then dO~^T Q and -dDelta^T W as
+// 4 + 4 m64n128k16 (MN-major B) in the same order as the mma form.
+template <int NW, int Stages, bool WG = false>
 __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16* __restrict__ g_q,
                                                            const bf16* __restrict__ g_k,
                                                            const bf16* __restrict__ g_W,
@@ -352,8 +372,9 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
                                                            const float* __restrict__ g_dht,  // or null
                                                            bf16* __restrict__ g_dS1, bf16* __restrict__ g_dD,
                                                            float* __restrict__ g_dh0) {      // or null
-  extern __shared__ __align__(16) unsigned char smem[];
-  using S = WRevSmem<NW, Stages>;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  static_assert(!WG || NW == 4, "rev_warp_kernel: the wgmma form is one warpgroup");
+  using S = std::conditional_t<WG, WgRevSmem<Stages>, WRevSmem<NW, Stages>>;
   constexpr int NTHR = 32 * NW, BVw = WarpTiles<NW>::BV, LDU = WarpTiles<NW>::LDU;
   const SeqCta cta = seq_cta(p);
   const int n = cta.n, h = cta.h;
@@ -371,8 +392,8 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     state_elems(r_dS, p.dk, 0, [&](float& x, int col, int row) { x = g_dht[state_base + int64_t(col) * p.dv + row]; });
 
   auto issue = [&](int c, int st) {
-    load_rev_tiles<S, BVw, NTHR>(smem + st * S::stage, p, c, eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do, g_dDl, g_gam,
-                                 tid);
+    load_rev_tiles<S, BVw, NTHR, WG>(smem + st * S::stage, p, c, eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do, g_dDl,
+                                     g_gam, tid);
   };
 
   if constexpr (Stages == 2) {
@@ -387,12 +408,13 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
       cp_commit();
     }
     cp_wait<0>();
+    if constexpr (WG) wg::fence_proxy_async();  // Q, K, W are read by the tensor cores' async proxy
     __syncthreads();  // stage st visible; with 2 stages also: every warp is done with chunk c + 1
     if constexpr (Stages == 2) {
       if (c > c0) issue(c - 1, st ^ 1);
       cp_commit();
     }
-    if (!active) continue;
+    if (!WG && !active) continue;  // WG: the host launches it with every warp active
     unsigned char* base = smem + st * S::stage;
     const bf16* s_q = reinterpret_cast<const bf16*>(base + S::q);
     const bf16* s_k = reinterpret_cast<const bf16*>(base + S::k);
@@ -407,11 +429,30 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     // One chunk step; F: a full chunk with dk = D (constant bounds, as in state_warp_kernel).
     auto step = [&](auto full) {
       constexpr bool F = decltype(full)::value;
-      const int Lc = F ? C : L, nk = F ? D / 16 : nkk;
+      const int Lc = F ? C : L;
+      [[maybe_unused]] const int nk = F ? D / 16 : nkk;
 
       // 1. dS1[c] = dS (staged), X = dS^T K^T  [16, C]
       float r_X[8][4];
-      state_times_rows_t(r_X, r_dS, s_k, Lc, nk, s_stg);
+      if constexpr (WG) {  // all 64 token columns (K's rows >= L are zero)
+        uint32_t a1[D / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          acc_to_a(a1[kk], r_dS, kk);
+          stsm_x4_t(stage_row(s_stg, kk, lane), a1[kk]);
+        }
+        const uint32_t kb = smem_addr(s_k);
+        wg::wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+          wg::m64n64k16_rs(r_X, a1[kk], wg::desc_sw128(kb + (kk >> 2) * (C * 128) + (kk & 3) * 32, 16, 1024), kk);
+        wg::wg_commit();
+        wg::wg_hold(r_X);
+        wg::wg_wait<0>();
+        wg::wg_hold(r_X);
+      } else {
+        state_times_rows_t(r_X, r_dS, s_k, Lc, nk, s_stg);
+      }
       stage_out(s_stg, g_dS1 + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv, p.dv, p.dk, lane);
 
       // 2. dDelta^T = dDelta_local^T + (t < L ? X e^{gam_e - gam_t} : 0) (stored, t < L); -dDelta^T as A fragments
@@ -456,17 +497,36 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
 
       // 4. dS^T = e^{gam_e} dS^T + dO~^T Q - dDelta^T W (all of the Q part first, as the tiled kernel)
       scale_tiles(r_dS, expf(gam_e));
+      if constexpr (WG) {  // all four token k-steps: dO~ and dDelta are 0 past L, Q's and W's rows zero
+        uint32_t a_do[4][4];
 #pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        if (16 * jj >= Lc) break;
-        uint32_t a[4];
-        ldsm_x4_t(a, s_do + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
-        add_times_rows(r_dS, a, s_q, jj, nk);
-      }
+        for (int jj = 0; jj < 4; ++jj)
+          ldsm_x4_t(a_do[jj], s_do + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
+        const uint32_t qb = smem_addr(s_q), wb = smem_addr(s_w);
+        wg::wg_fence();
 #pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        if (16 * jj >= Lc) break;
-        add_times_rows(r_dS, a3[jj], s_w, jj, nk);
+        for (int jj = 0; jj < 4; ++jj)
+          wg::m64n128k16_rs_tb(r_dS, a_do[jj], wg::desc_sw128(qb + jj * 2048, C * 128, 1024), 1);
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj)
+          wg::m64n128k16_rs_tb(r_dS, a3[jj], wg::desc_sw128(wb + jj * 2048, C * 128, 1024), 1);
+        wg::wg_commit();
+        wg::wg_hold(r_dS);
+        wg::wg_wait<0>();
+        wg::wg_hold(r_dS);
+      } else {
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          if (16 * jj >= Lc) break;
+          uint32_t a[4];
+          ldsm_x4_t(a, s_do + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
+          add_times_rows(r_dS, a, s_q, jj, nk);
+        }
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          if (16 * jj >= Lc) break;
+          add_times_rows(r_dS, a3[jj], s_w, jj, nk);
+        }
       }
     };
     if (L == C && nkk == D / 16) step(std::true_type{});
