@@ -454,8 +454,8 @@ TEST(GdnChunkCuda, WarpSerialKernelsMatchTiled) {
 // in the same k order as mma.sync, so warp4's bits (measured on an H200, v0.13.0), and within 1e-2
 // of the CPU recurrence. Cases: full and partial chunks, zero-length sequences, h0 and dht, G = 1
 // and 2, one and two V tiles, both stage counts; dk 64 and dv 80 run warp4 itself.
-// DT_GDN_REV_WGMMA=1 adds the rev kernel through wgmma (the same reasoning, so the same bits are
-// asserted; compiled, not yet run on a GPU at v0.13.0). Then a bad knob value is fatal.
+// DT_GDN_REV_WGMMA=1 adds the rev kernel through wgmma (the same reasoning, so the same bits), and
+// both are the bf16 default. Then a bad knob value is fatal.
 TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
   const ScopedEnv serial("DT_GDN_SERIAL"), stages("DT_GDN_STATE_STAGES"), rev_stages("DT_GDN_REV_STAGES"),
       rev_wg("DT_GDN_REV_WGMMA");
@@ -475,7 +475,7 @@ TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
       const Inputs in = make_inputs(c, true, ++salt);
       stages.set(ns);
       rev_stages.set(ns);
-      rev_wg.set(nullptr);
+      rev_wg.set("0");
       serial.set("warp4");
       const Outputs ref = run(c, in, Device::cuda(), DType::bf16);
       const auto rv = to_vecs(ref);
@@ -485,9 +485,13 @@ TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
       rev_wg.set("1");
       const Outputs got_r = run(c, in, Device::cuda(), DType::bf16);
       const auto vr = to_vecs(got_r);
+      serial.set(nullptr);  // the bf16 default: wg4 with the rev kernel through wgmma where it applies
+      rev_wg.set(nullptr);
+      const auto vd = to_vecs(run(c, in, Device::cuda(), DType::bf16));
       for (int i = 0; i < 8; ++i) {
         EXPECT_TRUE(bitwise_eq(rv[i], v[i])) << "wg4 vs warp4 " << kNames[i];
         EXPECT_TRUE(bitwise_eq(rv[i], vr[i])) << "wg4 + DT_GDN_REV_WGMMA=1 vs warp4 " << kNames[i];
+        EXPECT_TRUE(bitwise_eq(rv[i], vd[i])) << "the default vs warp4 " << kNames[i];
       }
       if (c.dk == 128 && c.dv % 64 == 0) {
         expect_close(got, run(c, in, Device::cpu(), DType::f32), 1e-2, "wg4 vs CPU " + c.name);

@@ -1849,11 +1849,10 @@ int state_stages() {
 // share a [dk, 64] state tile; both dtypes); warp4 / warp8: gdn_serial_warp.cuh's warp-owned rows
 // of the transposed state (4 warps and a 64-wide V tile, or 8 warps and 128; bf16 only); split2 /
 // split4: gdn_serial_split.cuh's 2 or 4 warps per 16 rows (bf16; dk = 128, another dk runs warp4);
-// wg4: warp4 with the state kernel's products as wgmma (sm_90a, dk = 128, dv % 64 == 0; otherwise
-// warp4; the rev kernel is warp4's). The same bits as warp4 (measured on an H200: wgmma sums the
-// products in mma.sync's order) and faster (state 696 -> 653 us at the layer's shape, v0.13.0); not
-// yet the default: the layer and trainer GPU tests have not run with it.
-// Unset or empty: kDefaultSerialWarps for bf16, tile for f32. Read at every launch.
+// wg4: warp4 with the serial kernels' products as wgmma (sm_90a, dk = 128, dv % 64 == 0; otherwise
+// warp4). The same bits as warp4 (measured on an H200: wgmma sums the products in mma.sync's
+// order) and faster (state 696 -> 653 us at the layer's shape, v0.13.0).
+// Unset or empty: wg4 for bf16 where it applies, else warp4; tile for f32. Read at every launch.
 constexpr int kDefaultSerialWarps = 4;  // warp4: bench-0.8b step 125.5 -> 123.1 ms (docs/perf.md v0.8.0)
 constexpr const char* kSerialNames[] = {"tile", "warp4", "warp8", "split2", "split4", "wg4"};
 // warps > 0: the warp-owned form with that many warps; split > 0: the split form with G = split;
@@ -1882,7 +1881,8 @@ SerialForm serial_form(int dk, int dv) {
                                      "bf16 only; set tile or unset it",
            kSerialNames[i < 0 ? 0 : i]);
   switch (i) {
-    case -1: return {sizeof(T) == 2 ? kDefaultSerialWarps : 0, 0};
+    case -1: return sizeof(T) == 2 ? SerialForm{kDefaultSerialWarps, 0, dk == D && dv % 64 == 0 && wgmma_device()}
+                                   : SerialForm{};
     case 0: return {};
     case 1: return {4, 0};
     case 2: return {8, 0};
@@ -1890,11 +1890,11 @@ SerialForm serial_form(int dk, int dv) {
     default: return dk == D ? SerialForm{0, i == 3 ? 2 : 4} : SerialForm{4, 0};  // split: dk = 128 only
   }
 }
-// DT_GDN_REV_WGMMA=1: with DT_GDN_SERIAL=wg4, the rev kernel through wgmma too (compiled, not yet
-// run on a GPU: v0.13.0); 0 or unset: wg4's rev is warp4's.
+// DT_GDN_REV_WGMMA: 1 or unset: with wg4, the rev kernel through wgmma too; 0: wg4's rev kernel is
+// warp4's (the state kernel alone through wgmma).
 bool rev_wgmma_knob() {
-  return env::choice("DT_GDN_REV_WGMMA", {{"0", "wg4's rev kernel as warp4's"}, {"1", "wg4's rev kernel through wgmma"}}) ==
-         1;
+  return env::choice("DT_GDN_REV_WGMMA", {{"0", "wg4's rev kernel as warp4's"}, {"1", "wg4's rev kernel through wgmma"}}) !=
+         0;
 }
 // The serial grid in V tiles of 16 * nw columns.
 Params warp_params(Params p, int nw) {
