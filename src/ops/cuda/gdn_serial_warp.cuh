@@ -102,6 +102,28 @@ __device__ __forceinline__ void state_times_rows_t(float (&X)[8][4], const float
     }
   }
 }
+// The wgmma form of state_times_rows_t for the warpgroup kernels (dk = D, every warp active): each
+// warp's X [16, C] = bf16(S^T) R^T as 8 m64n64k16 with R's C token rows in 128-byte-swizzled atoms
+// at s_rows (K-major B: W in the state kernel, K in rev; rows >= L are zero there, so all C token
+// columns run). With stage, the A fragments are also staged through stmatrix.trans at s_stg.
+__device__ __forceinline__ void wg_state_times_rows_t(float (&X)[8][4], const float (&S)[16][4], const bf16* s_rows,
+                                                      bf16* s_stg, bool stage, int lane) {
+  uint32_t a1[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    acc_to_a(a1[kk], S, kk);
+    if (stage) stsm_x4_t(stage_row(s_stg, kk, lane), a1[kk]);
+  }
+  const uint32_t rb = smem_addr(s_rows);
+  wg::wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    wg::m64n64k16_rs(X, a1[kk], wg::desc_sw128(rb + (kk >> 2) * (C * 128) + (kk & 3) * 32, 16, 1024), kk);
+  wg::wg_commit();
+  wg::wg_hold(X);
+  wg::wg_wait<0>();
+  wg::wg_hold(X);
+}
 // S^T [16, dk] += A R over k-step jj: A the fragments of token columns 16 jj .. 16 jj + 15, R the
 // same token rows of s_rows [C][LDD] (K, Q or W), dk columns in steps of 16 (NJ n-tiles of S).
 template <int NJ>
@@ -286,21 +308,7 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
       // 1. h[c] = S (staged), X = S^T W^T  [16, C]
       float r_X[8][4];
       if constexpr (WG) {  // all 64 token columns (W's rows >= L are zero)
-        uint32_t a1[D / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          acc_to_a(a1[kk], r_S, kk);
-          if (g_h) stsm_x4_t(stage_row(s_stg, kk, lane), a1[kk]);
-        }
-        const uint32_t wb = smem_addr(s_w);
-        wg::wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-          wg::m64n64k16_rs(r_X, a1[kk], wg::desc_sw128(wb + (kk >> 2) * (C * 128) + (kk & 3) * 32, 16, 1024), kk);
-        wg::wg_commit();
-        wg::wg_hold(r_X);
-        wg::wg_wait<0>();
-        wg::wg_hold(r_X);
+        wg_state_times_rows_t(r_X, r_S, s_w, s_stg, g_h != nullptr, lane);
       } else {
         state_times_rows_t(r_X, r_S, s_w, Lc, nk, g_h ? s_stg : nullptr);
       }
@@ -435,21 +443,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
       // 1. dS1[c] = dS (staged), X = dS^T K^T  [16, C]
       float r_X[8][4];
       if constexpr (WG) {  // all 64 token columns (K's rows >= L are zero)
-        uint32_t a1[D / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          acc_to_a(a1[kk], r_dS, kk);
-          stsm_x4_t(stage_row(s_stg, kk, lane), a1[kk]);
-        }
-        const uint32_t kb = smem_addr(s_k);
-        wg::wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-          wg::m64n64k16_rs(r_X, a1[kk], wg::desc_sw128(kb + (kk >> 2) * (C * 128) + (kk & 3) * 32, 16, 1024), kk);
-        wg::wg_commit();
-        wg::wg_hold(r_X);
-        wg::wg_wait<0>();
-        wg::wg_hold(r_X);
+        wg_state_times_rows_t(r_X, r_dS, s_k, s_stg, true, lane);
       } else {
         state_times_rows_t(r_X, r_dS, s_k, Lc, nk, s_stg);
       }
