@@ -450,6 +450,14 @@ __device__ __forceinline__ void load_rows_sw128(unsigned char* s, const T* g, in
     cp_async16(s + (c >> 3) * (C * 128) + wg::sw128(r, c & 7), ok ? g + r * gstride + 8 * c : g, ok);
   }
 }
+// A chunk's dk-wide rows (W, K or Q) into a stage: 128-byte-swizzled atoms for the wgmma kernels
+// (SW, dk == D), else [C][LDD] rows.
+template <int NTHR, bool SW, class T>
+__device__ __forceinline__ void load_dk_rows(unsigned char* s, const T* g, int64_t gstride, bool full, int L, int dk,
+                                             int tid) {
+  if constexpr (SW) load_rows_sw128<NTHR>(s, g, gstride, L, tid);
+  else load_rows<T, D, NTHR>(reinterpret_cast<T*>(s), LDD<T>, g, gstride, full, L, dk, tid);
+}
 template <class S, int BVc, int NTHR, bool SW = false, class T>
 __device__ __forceinline__ void load_state_tiles(unsigned char* base, const Params& p, int c, int eos, int h, int v0,
                                                  int nv, int ldv, const T* g_k, const T* g_W, const T* g_U,
@@ -457,15 +465,8 @@ __device__ __forceinline__ void load_state_tiles(unsigned char* base, const Para
   const int64_t bos = p.chunk_start[c];
   const int L = min(C, eos - int(bos)), hk = h / p.G;
   const bool full = L == C && p.dk == D && nv == BVc;
-  if constexpr (SW) {  // wgmma operands (dk == D): 128-byte-swizzled atoms
-    load_rows_sw128<NTHR>(base + S::w, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, L, tid);
-    load_rows_sw128<NTHR>(base + S::k, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L, tid);
-  } else {
-    load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk,
-                          int64_t(p.Hv) * p.dk, full, L, p.dk, tid);
-    load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk,
-                          int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
-  }
+  load_dk_rows<NTHR, SW>(base + S::w, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, full, L, p.dk, tid);
+  load_dk_rows<NTHR, SW>(base + S::k, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
   load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(base + S::u), ldv, g_U + (bos * p.Hv + h) * p.dv + v0,
                           int64_t(p.Hv) * p.dv, full, L, nv, tid);
   load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
@@ -477,18 +478,9 @@ __device__ __forceinline__ void load_rev_tiles(unsigned char* base, const Params
   const int64_t bos = p.chunk_start[c];
   const int L = min(C, eos - int(bos)), hk = h / p.G;
   const bool full = L == C && p.dk == D && nv == BVc;
-  if constexpr (SW) {  // wgmma operands (dk == D): 128-byte-swizzled atoms
-    load_rows_sw128<NTHR>(base + S::q, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L, tid);
-    load_rows_sw128<NTHR>(base + S::k, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L, tid);
-    load_rows_sw128<NTHR>(base + S::w, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, L, tid);
-  } else {
-    load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::q), LDD<T>, g_q + (bos * p.Hk + hk) * p.dk,
-                          int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
-    load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::k), LDD<T>, g_k + (bos * p.Hk + hk) * p.dk,
-                          int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
-    load_rows<T, D, NTHR>(reinterpret_cast<T*>(base + S::w), LDD<T>, g_W + (bos * p.Hv + h) * p.dk,
-                          int64_t(p.Hv) * p.dk, full, L, p.dk, tid);
-  }
+  load_dk_rows<NTHR, SW>(base + S::q, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
+  load_dk_rows<NTHR, SW>(base + S::k, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
+  load_dk_rows<NTHR, SW>(base + S::w, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, full, L, p.dk, tid);
   load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(base + S::dO), ldv, g_do + (bos * p.Hv + h) * p.dv + v0,
                           int64_t(p.Hv) * p.dv, full, L, nv, tid);
   load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(base + S::ddl), ldv, g_dDl + (bos * p.Hv + h) * p.dv + v0,
