@@ -40,6 +40,7 @@ for n in "${names[@]}"; do
     gdn_layer)
       run "gdn_layer 1 GPU" "$B/gdn_layer"
       for k in tile warp4 split2 split4; do run "gdn_layer 1 GPU DT_GDN_SERIAL=$k" env DT_GDN_SERIAL=$k "$B/gdn_layer"; done
+      run "gdn_layer 1 GPU DT_GDN_REV_WGMMA=0" env DT_GDN_REV_WGMMA=0 "$B/gdn_layer"  # wg4 with rev as warp4's
       run "gdn_layer 1 GPU DT_GDN_GQA_PAIR=0" env DT_GDN_GQA_PAIR=0 "$B/gdn_layer"
       run "gdn_layer 1 GPU --keep-elementwise --graph" "$B/gdn_layer" --keep-elementwise --graph
       run "gdn_layer 1 GPU DT_GEMM_AUTOTUNE=1" env DT_GEMM_AUTOTUNE=1 "$B/gdn_layer"
