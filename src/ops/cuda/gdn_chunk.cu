@@ -1843,15 +1843,15 @@ int state_stages() {
 // split4: gdn_serial_split.cuh's 2 or 4 warps per 16 rows (bf16; dk = 128, another dk runs warp4);
 // wg4: warp4 with the serial kernels' products as wgmma (sm_90a, dk = 128, dv % 64 == 0; otherwise
 // warp4). The same bits as warp4 (measured on an H200: wgmma sums the products in mma.sync's
-// order) and faster (state 696 -> 653 us at the layer's shape, v0.13.0).
-// Unset or empty: wg4 for bf16 where it applies, else warp4; tile for f32. Read at every launch.
-constexpr int kDefaultSerialWarps = 4;  // warp4: bench-0.8b step 125.5 -> 123.1 ms (docs/perf.md v0.8.0)
+// order) and faster (state 693 -> 653 us, rev 922 -> 870 us at the layer's shape, v0.14.0).
+// Unset or empty: wg4 for bf16 (where it applies, else warp4), tile for f32. Read at every launch.
 constexpr const char* kSerialNames[] = {"tile", "warp4", "warp8", "split2", "split4", "wg4"};
+constexpr int kDefaultSerialBf16 = 5;  // wg4 since v0.14.0 (warp4 since v0.8.0 before it)
 // warps > 0: the warp-owned form with that many warps; split > 0: the split form with G = split;
 // both 0: the tiled form.
 struct SerialForm {
   int warps = 0, split = 0;
-  bool wg = false;  // warps == 4: the state kernel through wgmma
+  bool wg = false;  // warps == 4: the state kernel through wgmma (rev too, rev_wgmma_knob)
 };
 // Whether this device runs the wgmma kernels: sm_90 exactly (wgmma is sm_90a's; the build's
 // sm_90a code does not run on later majors).
@@ -1868,18 +1868,17 @@ SerialForm serial_form(int dk, int dv) {
                                               {kSerialNames[2], "warp-owned state rows, 8 warps, bf16"},
                                               {kSerialNames[3], "2 warps per 16 state rows, bf16, dk 128"},
                                               {kSerialNames[4], "4 warps per 16 state rows, bf16, dk 128"},
-                                              {kSerialNames[5], "warp4 with the state products as wgmma, bf16, dk 128"}});
+                                              {kSerialNames[5], "warp4 with the products as wgmma, bf16, dk 128"}});
   DT_CHECK(i <= 0 || sizeof(T) == 2, "DT_GDN_SERIAL={} needs bf16 inputs: the warp-owned and split serial kernels are "
                                      "bf16 only; set tile or unset it",
            kSerialNames[i < 0 ? 0 : i]);
-  switch (i) {
-    case -1: return sizeof(T) == 2 ? SerialForm{kDefaultSerialWarps, 0, dk == D && dv % 64 == 0 && wgmma_device()}
-                                   : SerialForm{};
+  const int f = i >= 0 ? i : sizeof(T) == 2 ? kDefaultSerialBf16 : 0;  // unset: the dtype's default
+  switch (f) {
     case 0: return {};
     case 1: return {4, 0};
     case 2: return {8, 0};
     case 5: return {4, 0, dk == D && dv % 64 == 0 && wgmma_device()};
-    default: return dk == D ? SerialForm{0, i == 3 ? 2 : 4} : SerialForm{4, 0};  // split: dk = 128 only
+    default: return dk == D ? SerialForm{0, f == 3 ? 2 : 4} : SerialForm{4, 0};  // split: dk = 128 only
   }
 }
 // DT_GDN_REV_WGMMA: 1 or unset: with wg4, the rev kernel through wgmma too; 0: wg4's rev kernel is
