@@ -22,6 +22,7 @@
 
 #include "bench_util.h"
 #include "core/cuda_check.h"
+#include "deltatron/core/sha256.h"
 #include "deltatron/core/tensor.h"
 #include "deltatron/ops/basic.h"
 #include "deltatron/ops/gdn.h"
@@ -98,10 +99,20 @@ Row bench(const char* name, const std::vector<int32_t>& cu, int64_t Hk, int64_t 
   Tensor total = Tensor::empty(Shape{1}, DType::f32, o.device());
   dt::ops::sum(total, o, s);
   const float sum = dt::ops::item(total, s);  // a sanity read: the output must be finite
+  // The outputs' bits (the last call: saved intermediates), so that two builds can be compared
+  // exactly: a kernel change that keeps every product and sum order must keep this digest.
+  dt::Sha256 sha;
+  std::vector<unsigned char> host;
+  for (const Tensor* t : {&o, &dq, &dkk, &dvv, &dg, &db}) {
+    host.resize(t->nbytes());
+    DT_CUDA_CHECK(cudaMemcpy(host.data(), t->data(), t->nbytes(), cudaMemcpyDeviceToHost));
+    sha.update(host.data(), host.size());
+  }
+  const std::string digest = dt::to_hex(sha.finish()).substr(0, 16);
   std::printf("%-40s T=%lld N=%lld Hk=%lld Hv=%lld: fwd %.3f ms (%.2f Mtok/s, %.0f TFLOP/s) bwd %.3f ms, fwd+bwd "
-              "%.3f ms (%.2f Mtok/s, %.0f TFLOP/s), fwd+bwd with saved intermediates %.3f ms%s\n",
+              "%.3f ms (%.2f Mtok/s, %.0f TFLOP/s), fwd+bwd with saved intermediates %.3f ms, outputs' sha256 %s%s\n",
               name, (long long)T, (long long)N, (long long)Hk, (long long)Hv, r.fwd_ms, T / r.fwd_ms / 1e3, r.fwd_tf,
-              r.bwd_ms, r.fb_ms, T / r.fb_ms / 1e3, r.fb_tf, r.fb_saved_ms, std::isfinite(sum) ? "" : "  NON-FINITE OUTPUT");
+              r.bwd_ms, r.fb_ms, T / r.fb_ms / 1e3, r.fb_tf, r.fb_saved_ms, digest.c_str(), std::isfinite(sum) ? "" : "  NON-FINITE OUTPUT");
   return r;
 }
 
