@@ -323,13 +323,19 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
     __syncthreads();
     // Each thread owns 4 consecutive columns of one row (float4 operands); every element keeps
     // its own fixed summation order (m, kk ascending).
+    // The loops have compile-time trip counts (lev unrolled; kk's bound r as a predicate), so the
+    // compiler unrolls them and issues their shared-memory loads ahead of the FMA chains.
     constexpr int LDY = 20;
+#pragma unroll
     for (int lev = 1; lev < 4; ++lev) {
       const int nb = 4 - lev;  // blocks (b + lev, b) at this distance
-      for (int e = tid; e < nb * 64; e += kChunkThreads) {
-        const int b = e >> 6, r = (e >> 2) & 15, c = (e & 3) * 4, bi = b + lev;
+      static_assert(3 * 64 <= kChunkThreads, "one (block, row, 4 columns) group per thread");
+      const int e = tid, b = e >> 6, r = (e >> 2) & 15, c = (e & 3) * 4, bi = b + lev;
+      if (e < nb * 64) {
         float4 r_s = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int m = 16 * b; m < 16 * bi; ++m) {
+#pragma unroll
+        for (int mm = 0; mm < 16 * lev; ++mm) {
+          const int m = 16 * b + mm;
           const float a = s_a[(16 * bi + r) * LDA + m];
           const float4 t = *reinterpret_cast<const float4*>(s_tm + m * LDT + 16 * b + c);
           r_s.x = fmaf(a, t.x, r_s.x), r_s.y = fmaf(a, t.y, r_s.y), r_s.z = fmaf(a, t.z, r_s.z), r_s.w = fmaf(a, t.w, r_s.w);
@@ -337,10 +343,11 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
         *reinterpret_cast<float4*>(s_y + b * 16 * LDY + r * LDY + c) = r_s;
       }
       __syncthreads();
-      for (int e = tid; e < nb * 64; e += kChunkThreads) {
-        const int b = e >> 6, r = (e >> 2) & 15, c = (e & 3) * 4, bi = b + lev;
+      if (e < nb * 64) {
         float4 r_s = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int kk = 0; kk <= r; ++kk) {
+#pragma unroll
+        for (int kk = 0; kk < 16; ++kk) {
+          if (kk > r) continue;
           const float a = s_tm[(16 * bi + r) * LDT + 16 * bi + kk];
           const float4 y = *reinterpret_cast<const float4*>(s_y + b * 16 * LDY + kk * LDY + c);
           r_s.x = fmaf(a, y.x, r_s.x), r_s.y = fmaf(a, y.y, r_s.y), r_s.z = fmaf(a, y.z, r_s.z), r_s.w = fmaf(a, y.w, r_s.w);
