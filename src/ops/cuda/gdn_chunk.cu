@@ -737,11 +737,13 @@ __global__ __launch_bounds__(kChunkThreads, kOutMinBlocks<T>) void out_kernel(
   }
   __syncthreads();  // h_c is dead: phase II loads K and Delta over it
   load_tile(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  cp_commit();
   load_tile(s_d, LDD<T>, g_D + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
   cp_commit();
-  cp_wait<0>();
+  cp_wait<1>();  // K: P is computed while Delta lands
   __syncthreads();
   p_tile(s_p, s_q, s_k, s_gam, L, p.dk, warp);  // P = (Q K^T) (.) Gamma, j <= i < L   [C, C]
+  cp_wait<0>();
   __syncthreads();
   if (g_P) store_p(g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, s_p, tid);  // for dvl (saved intermediates)
   if (norm) {  // K is dead: z's tile loads over it while P Delta is computed
@@ -1308,14 +1310,16 @@ __global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* _
   if constexpr (sizeof(T) == 2) prefetch_l2_rows<kLpr>(g_dS1 + sbase, int64_t(p.dv) * sizeof(T), p.dk, p.dv * 2, tid);
   load_tile(s_x1, LDD<T>, g_do + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
   load_tile(s_x2, LDD<T>, g_D + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
-  load_tile(s_x3, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
-  load_tile(s_big, LDD<T>, g_h + sbase, p.dv, D, p.dk, p.dv, D, tid, kChunkThreads);
   load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
   cp_commit();
-  cp_wait<0>();
+  load_tile(s_x3, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_tile(s_big, LDD<T>, g_h + sbase, p.dv, D, p.dk, p.dv, D, tid, kChunkThreads);
+  cp_commit();
+  cp_wait<1>();  // dO, Delta and gamma: ds is computed while K and S0 land
   __syncthreads();
   chunk_decays(s_gam, s_eg, s_el, L, tid);
   ds_tile(s_ds, s_dsd, s_x1, s_x2, s_gam, L, p.dv, p.scale, warp);  // 1. ds, its diagonal
+  cp_wait<0>();
   __syncthreads();
   const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1), wn = warp >> 1;
   const bool active = m0 < L && n0 < p.dk;
