@@ -9,6 +9,9 @@
 //                       and z instead of the backward recomputing them), for the time it costs
 //   --graph:            also times fwd+bwd as one CUDA graph (captured after the warm-up): the time
 //                       without host launch gaps (v0.10.0: the same as eager, so there are none)
+//   --trace:            then 10 fwd+bwd with every kernel's start and end recorded through CUPTI
+//                       (bench/kernel_trace.h): per-kernel times inside a real, unserialised run,
+//                       to set beside --profile's one-kernel-at-a-time times
 //   --profile:          then one more fwd+bwd between cudaProfilerStart/Stop, for per-kernel times
 //                       under `ncu --profile-from-start off --metrics gpu__time_duration.sum --csv
 //                       --page raw` (scripts/ncu_summary.py makes the table)
@@ -26,6 +29,7 @@
 #include <cuda_profiler_api.h>
 
 #include "bench_util.h"
+#include "kernel_trace.h"
 #include "deltatron/data/packed_seq.h"
 #include "deltatron/dist/comm.h"
 #include "deltatron/layers/gdn.h"
@@ -38,7 +42,7 @@ using namespace dt;
 int main(int argc, char** argv) {
   dist::init(&argc, &argv);
   int tp = 1, cp = 1;
-  bool sp = false, recompute = true, profile = false, graph = false;
+  bool sp = false, recompute = true, profile = false, graph = false, trace = false;
   layers::GdnCpComm cp_comm = layers::GdnCpComm::all_to_all;
   int64_t tokens_per_gpu = 32768;
   for (int i = 1; i < argc; ++i) {
@@ -48,6 +52,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--keep-elementwise")) recompute = false;
     else if (!std::strcmp(argv[i], "--profile")) profile = true;
     else if (!std::strcmp(argv[i], "--graph")) graph = true;
+    else if (!std::strcmp(argv[i], "--trace")) trace = true;
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_per_gpu = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--cp-comm") && i + 1 < argc) {
       const std::string v = argv[++i];
@@ -113,6 +118,19 @@ int main(int argc, char** argv) {
     fb_graph = bench::median_ms([&] { DT_CUDA_CHECK(cudaGraphLaunch(ge, st)); }, st);
     DT_CUDA_CHECK(cudaGraphExecDestroy(ge));
     DT_CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  if (trace) {  // after the timing: the trace's own cost stays out of the medians above
+    DT_CUDA_CHECK(cudaStreamSynchronize(st));
+    bench::KernelTrace tr;
+    constexpr int kReps = 10;
+    if (tr.start()) {
+      for (int i = 0; i < kReps; ++i) {
+        layer.forward(y, x, psp);
+        layer.backward(dx, dy, psp);
+      }
+      DT_CUDA_CHECK(cudaStreamSynchronize(st));
+      if (dist::world_rank() == 0) tr.stop_and_print(kReps);
+    }
   }
   if (profile) {
     DT_CUDA_CHECK(cudaStreamSynchronize(st));

@@ -39,6 +39,8 @@ for n in "${names[@]}"; do
     gdn_elementwise | dense_elementwise | attention | optim_step) run "$n" "$B/$n" ;;
     gdn_layer)
       run "gdn_layer 1 GPU" "$B/gdn_layer"
+      # per-kernel times inside the unserialised run (CUPTI), beside ncu's one-at-a-time ones
+      run "gdn_layer 1 GPU --trace" "$B/gdn_layer" --trace
       for k in tile warp4 split2 split4; do run "gdn_layer 1 GPU DT_GDN_SERIAL=$k" env DT_GDN_SERIAL=$k "$B/gdn_layer"; done
       run "gdn_layer 1 GPU DT_GDN_REV_WGMMA=0" env DT_GDN_REV_WGMMA=0 "$B/gdn_layer"  # wg4 with rev as warp4's
       run "gdn_layer 1 GPU DT_GDN_GQA_PAIR=0" env DT_GDN_GQA_PAIR=0 "$B/gdn_layer"
