@@ -8,6 +8,7 @@
 // Built where CMake finds CUPTI (CUDA::cupti: DT_HAVE_CUPTI); elsewhere start() says so and
 // returns false.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
