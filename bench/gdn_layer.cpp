@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
         layer.backward(dx, dy, psp);
       }
       DT_CUDA_CHECK(cudaStreamSynchronize(st));
-      if (dist::world_rank() == 0) tr.stop_and_print(kReps);
+      tr.stop_and_print(kReps, dist::world_rank() == 0);
     }
   }
   if (profile) {

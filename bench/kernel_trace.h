@@ -4,7 +4,7 @@
 // which kernels run slower inside the run (clocks under load, cache state left by the previous
 // kernel) and how much of the run is gaps between kernels.
 //   bench::KernelTrace tr;
-//   if (tr.start()) { for (int i = 0; i < reps; ++i) work(); sync; tr.stop_and_print(reps); }
+//   if (tr.start()) { for (int i = 0; i < reps; ++i) work(); sync; tr.stop_and_print(reps, rank == 0); }
 // Built where CMake finds CUPTI (CUDA::cupti: DT_HAVE_CUPTI); elsewhere start() says so and
 // returns false.
 #pragma once
@@ -41,15 +41,13 @@ class KernelTrace {
 #endif
   }
 
-  // Stops recording (the caller has synchronised the device) and prints, per kernel name in the
-  // order of first launch: launches and microseconds per repetition; then the sum of all kernels
-  // and the span from the first start to the last end, per repetition.
-  void stop_and_print(int reps) {
+  // Stops recording (the caller has synchronised the device) and, with print, prints per kernel
+  // name in the order of first launch: launches and microseconds per repetition; then the sum of
+  // all kernels and the span from the first start to the last end, per repetition. Every process
+  // that started a trace stops it (no CUPTI callback may outlive the record store at exit).
+  void stop_and_print(int reps, bool print = true) {
 #if DT_HAVE_CUPTI
-    if (!on_) return;
-    ok(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flush");
-    ok(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "disable");
-    on_ = false;
+    if (!stop() || !print) return;
     const std::vector<Rec>& r = recs();
     if (r.empty()) {
       std::printf("kernel trace: no kernel records\n");
@@ -77,13 +75,25 @@ class KernelTrace {
     std::printf("  kernels %.3f ms | span %.3f ms | outside kernels %.3f ms (per repetition)\n", sum_ns / reps / 1e6,
                 span_ns / reps / 1e6, (span_ns - sum_ns) / reps / 1e6);
 #else
-    (void)reps;
+    (void)reps, (void)print;
+#endif
+  }
+  ~KernelTrace() {
+#if DT_HAVE_CUPTI
+    stop();
 #endif
   }
 
  private:
   bool on_ = false;
 #if DT_HAVE_CUPTI
+  bool stop() {
+    if (!on_) return false;
+    ok(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flush");
+    ok(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "disable");
+    on_ = false;
+    return true;
+  }
   struct Rec {
     std::string name;
     uint64_t start, end;  // ns
