@@ -1269,18 +1269,23 @@ struct DqkSmem {
   static constexpr size_t bytes = ws + sizeof(float) * 8;
 };
 
+// Two CTAs per SM in bf16 by launch bound, not by luck: unbounded, one more Params field once took
+// dqk to 133 registers, one CTA per SM and +45% time (perf.md v0.15.0).
+template <class T> constexpr int kDqkMinBlocks = sizeof(T) == 2 ? 2 : 1;
+
 template <class T>
-__global__ __launch_bounds__(kChunkThreads) void dqk_kernel(Params p, const T* __restrict__ g_q,
-                                                            const T* __restrict__ g_k,
-                                                            const float* __restrict__ g_gam,
-                                                            const T* __restrict__ g_do, const T* __restrict__ g_D,
-                                                            const T* __restrict__ g_dD, const T* __restrict__ g_h,
-                                                            const T* __restrict__ g_dS1,
-                                                            float* __restrict__ g_dqh,   // [T, Hv, dk] (=), G > 1
-                                                            T* __restrict__ g_dq,        // [T, Hk, dk] (=), G == 1
-                                                            float* __restrict__ g_dkh,   // [T, Hv, dk] (=)
-                                                            T* __restrict__ g_dW,        // [T, Hv, dk] (=)
-                                                            float* __restrict__ g_dgam) {  // [T, Hv] (=)
+__global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
+    Params p, const T* __restrict__ g_q,
+    const T* __restrict__ g_k,
+    const float* __restrict__ g_gam,
+    const T* __restrict__ g_do, const T* __restrict__ g_D,
+    const T* __restrict__ g_dD, const T* __restrict__ g_h,
+    const T* __restrict__ g_dS1,
+    float* __restrict__ g_dqh,   // [T, Hv, dk] (=), G > 1
+    T* __restrict__ g_dq,        // [T, Hk, dk] (=), G == 1
+    float* __restrict__ g_dkh,   // [T, Hv, dk] (=)
+    T* __restrict__ g_dW,        // [T, Hv, dk] (=)
+    float* __restrict__ g_dgam) {  // [T, Hv] (=)
   extern __shared__ __align__(16) unsigned char smem[];
   using S = DqkSmem<T>;
   T* s_x1 = reinterpret_cast<T*>(smem + S::x1);
