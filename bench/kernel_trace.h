@@ -42,8 +42,9 @@ class KernelTrace {
   }
 
   // Stops recording (the caller has synchronised the device) and, with print, prints per kernel
-  // name in the order of first launch: launches and microseconds per repetition; then the sum of
-  // all kernels and the span from the first start to the last end, per repetition. Every process
+  // name in the order of first launch: launches, microseconds, and the gap before it (from the
+  // last end of the kernels started before it), per repetition; then the sum of all kernels and
+  // the span from the first start to the last end, per repetition. Every process
   // that started a trace stops it (no CUPTI callback may outlive the record store at exit).
   void stop_and_print(int reps, bool print = true) {
 #if DT_HAVE_CUPTI
@@ -54,22 +55,31 @@ class KernelTrace {
       return;
     }
     std::vector<std::string> order;
-    std::map<std::string, std::pair<int64_t, double>> by_name;  // launches, ns
-    uint64_t first = r[0].start, last = r[0].end;
+    struct Sum {
+      int64_t launches = 0;
+      double ns = 0, gap_ns = 0;  // time inside; time from the previous kernels' last end to its start
+    };
+    std::map<std::string, Sum> by_name;
+    std::vector<const Rec*> by_start;
+    for (const Rec& x : r) by_start.push_back(&x);
+    std::sort(by_start.begin(), by_start.end(), [](const Rec* a, const Rec* b) { return a->start < b->start; });
+    uint64_t first = by_start[0]->start, last = by_start[0]->end;
     double sum_ns = 0;
-    for (const Rec& x : r) {
-      auto [it, fresh] = by_name.try_emplace(x.name, 0, 0.0);
-      if (fresh) order.push_back(x.name);
-      it->second.first += 1;
-      it->second.second += double(x.end - x.start);
-      sum_ns += double(x.end - x.start);
-      first = std::min(first, x.start);
-      last = std::max(last, x.end);
+    for (const Rec* x : by_start) {
+      auto [it, fresh] = by_name.try_emplace(x->name);
+      if (fresh) order.push_back(x->name);
+      it->second.launches += 1;
+      it->second.ns += double(x->end - x->start);
+      if (x != by_start[0]) it->second.gap_ns += double(int64_t(x->start) - int64_t(last));  // < 0: overlapped
+      sum_ns += double(x->end - x->start);
+      last = std::max(last, x->end);
     }
-    std::printf("kernel trace (CUPTI, not serialised), per repetition of %d:\n", reps);
+    std::printf("kernel trace (CUPTI, not serialised), per repetition of %d (gap: from the end of the kernels "
+                "before to its start; < 0 overlapped):\n", reps);
     for (const std::string& n : order) {
-      const auto& [cnt, ns] = by_name[n];
-      std::printf("  %9.1f us  x%-3lld %s\n", ns / reps / 1e3, (long long)(cnt / reps), n.c_str());
+      const Sum& t = by_name[n];
+      std::printf("  %9.1f us  gap %7.1f us  x%-3lld %s\n", t.ns / reps / 1e3, t.gap_ns / reps / 1e3,
+                  (long long)(t.launches / reps), n.c_str());
     }
     const double span_ns = double(last - first);
     std::printf("  kernels %.3f ms | span %.3f ms | outside kernels %.3f ms (per repetition)\n", sum_ns / reps / 1e6,
