@@ -12,6 +12,12 @@
 //   --trace:            then 10 fwd+bwd with every kernel's start and end recorded through CUPTI
 //                       (bench/kernel_trace.h): per-kernel times inside a real, unserialised run,
 //                       to set beside --profile's one-kernel-at-a-time times
+//   --ab VAR:           then an A/B of the environment knob VAR (values 0 and 1, read by the kernels
+//                       at every call): 40 rounds of one fwd+bwd each way, the order alternating
+//                       (ABBA), so that clock and thermal drift falls on both; prints each side's
+//                       median and the median of the paired differences, with how many rounds 1 won
+//                       (for changes of ~0.1 ms, under the ~0.2-0.4 ms the eager layer varies by
+//                       between runs)
 //   --profile:          then one more fwd+bwd between cudaProfilerStart/Stop, for per-kernel times
 //                       under `ncu --profile-from-start off --metrics gpu__time_duration.sum --csv
 //                       --page raw` (scripts/ncu_summary.py makes the table)
@@ -21,7 +27,9 @@
 // row permutations of x, y and their gradients (all_gather). Reference on one H200 (issue 4):
 // a Megatron-style layer of PyTorch GEMMs + FLA kernels takes 6.9 ms fwd and 22.4 ms fwd+bwd;
 // target fwd+bwd <= 15 ms.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -45,6 +53,7 @@ int main(int argc, char** argv) {
   bool sp = false, recompute = true, profile = false, graph = false, trace = false;
   layers::GdnCpComm cp_comm = layers::GdnCpComm::all_to_all;
   int64_t tokens_per_gpu = 32768;
+  std::string ab;  // --ab VAR
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--tp") && i + 1 < argc) tp = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--cp") && i + 1 < argc) cp = std::atoi(argv[++i]);
@@ -53,6 +62,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--profile")) profile = true;
     else if (!std::strcmp(argv[i], "--graph")) graph = true;
     else if (!std::strcmp(argv[i], "--trace")) trace = true;
+    else if (!std::strcmp(argv[i], "--ab") && i + 1 < argc) ab = argv[++i];
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_per_gpu = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--cp-comm") && i + 1 < argc) {
       const std::string v = argv[++i];
@@ -131,6 +141,30 @@ int main(int argc, char** argv) {
       DT_CUDA_CHECK(cudaStreamSynchronize(st));
       tr.stop_and_print(kReps, dist::world_rank() == 0);
     }
+  }
+  if (!ab.empty()) {
+    constexpr int kRounds = 40;
+    std::vector<float> ms[2], diff;
+    for (int r = 0; r < kRounds; ++r) {
+      float t[2];
+      for (int k = 0; k < 2; ++k) {
+        const int v = (r & 1) ? 1 - k : k;  // ABBA
+        setenv(ab.c_str(), v ? "1" : "0", 1);
+        t[v] = bench::median_ms([&] { layer.forward(y, x, psp); layer.backward(dx, dy, psp); }, st, 1, 1);
+        ms[v].push_back(t[v]);
+      }
+      diff.push_back(t[1] - t[0]);
+    }
+    unsetenv(ab.c_str());
+    auto median = [](std::vector<float> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    const int wins = int(std::count_if(diff.begin(), diff.end(), [](float d) { return d < 0.f; }));
+    if (dist::world_rank() == 0)
+      std::printf("A/B %s (fwd+bwd, %d rounds ABBA): 0: %.3f ms | 1: %.3f ms | median of (1 - 0) %+.3f ms | 1 faster "
+                  "in %d of %d\n",
+                  ab.c_str(), kRounds, median(ms[0]), median(ms[1]), median(diff), wins, kRounds);
   }
   if (profile) {
     DT_CUDA_CHECK(cudaStreamSynchronize(st));
