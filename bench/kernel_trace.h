@@ -1,8 +1,8 @@
 // Kernel times of a real run, without ncu's serialisation: CUPTI's activity API records each
-// kernel's start and end as the GPU runs it (concurrent-kernel records do not serialise launches),
-// so the per-kernel sums can be set beside ncu's one-kernel-at-a-time times. The difference shows
-// which kernels run slower inside the run (clocks under load, cache state left by the previous
-// kernel) and how much of the run is gaps between kernels.
+// kernel's (and memcpy's, memset's) start and end as the GPU runs it (concurrent-kernel records
+// do not serialise launches), so the per-kernel sums can be set beside ncu's one-kernel-at-a-time
+// times. The difference shows which kernels run slower inside the run (clocks under load, cache
+// state left by the previous kernel) and how much of the run is gaps between kernels.
 //   bench::KernelTrace tr;
 //   if (tr.start()) { for (int i = 0; i < reps; ++i) work(); sync; tr.stop_and_print(reps, rank == 0); }
 // Built where CMake finds CUPTI (CUDA::cupti: DT_HAVE_CUPTI); elsewhere start() says so and
@@ -31,7 +31,9 @@ class KernelTrace {
 #if DT_HAVE_CUPTI
     recs().clear();
     if (!ok(cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed), "register callbacks") ||
-        !ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable concurrent-kernel records"))
+        !ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable concurrent-kernel records") ||
+        !ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY), "enable memcpy records") ||
+        !ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET), "enable memset records"))
       return false;
     on_ = true;
     return true;
@@ -101,6 +103,8 @@ class KernelTrace {
     if (!on_) return false;
     ok(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flush");
     ok(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "disable");
+    ok(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY), "disable memcpy");
+    ok(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET), "disable memset");
     on_ = false;
     return true;
   }
@@ -150,6 +154,15 @@ class KernelTrace {
       if (a->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(a);
         recs().push_back({short_name(k->name), k->start, k->end});
+      } else if (a->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {  // copies run between kernels too
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(a);
+        const char* kinds[] = {"?", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"};
+        recs().push_back({std::string("memcpy ") + (m->copyKind <= 10 ? kinds[m->copyKind] : "?") + " " +
+                              std::to_string(m->bytes) + " B",
+                          m->start, m->end});
+      } else if (a->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(a);
+        recs().push_back({"memset " + std::to_string(m->bytes) + " B", m->start, m->end});
       }
     std::free(buf);
   }
