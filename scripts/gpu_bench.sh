@@ -46,7 +46,8 @@ for n in "${names[@]}"; do
       run "gdn_layer 1 GPU DT_GDN_GQA_PAIR=0" env DT_GDN_GQA_PAIR=0 "$B/gdn_layer"
       run "gdn_layer 1 GPU --keep-elementwise --graph" "$B/gdn_layer" --keep-elementwise --graph
       run "gdn_layer 1 GPU DT_GEMM_AUTOTUNE=1" env DT_GEMM_AUTOTUNE=1 "$B/gdn_layer"
-      run "gdn_layer 1 GPU DT_GDN_OUT_NORM=1" env DT_GDN_OUT_NORM=1 "$B/gdn_layer"
+      run "gdn_layer 1 GPU DT_GDN_OUT_NORM=0" env DT_GDN_OUT_NORM=0 "$B/gdn_layer"
+      run "gdn_layer 1 GPU --ab DT_GDN_OUT_NORM" "$B/gdn_layer" --ab DT_GDN_OUT_NORM  # paired, 40 rounds
       two "gdn_layer TP=2 SP" "$B/gdn_layer" --tp 2 --sp
       for comm in all_to_all all_gather; do  # the trainer's gdn.cp_comm=auto picks all_gather in all three
         two "gdn_layer CP=2 $comm" "$B/gdn_layer" --cp 2 --cp-comm $comm

@@ -579,8 +579,8 @@ TEST(GdnChunkCuda, GqaPairSumEqualsGsum) {
 }
 
 // GdnOutNorm / GdnOutNormBwd: the gated RMSNorm in the out kernel's epilogue and its backward in
-// dvl (DT_GDN_OUT_NORM=1) give the bits of gdn_chunk_fwd then gated_rmsnorm_fwd, and of
-// gated_rmsnorm_bwd then gdn_chunk_bwd (the default, DT_GDN_OUT_NORM=0), but for the norm weight's
+// dvl (the default, DT_GDN_OUT_NORM unset or 1) give the bits of gdn_chunk_fwd then gated_rmsnorm_fwd,
+// and of gated_rmsnorm_bwd then gdn_chunk_bwd (DT_GDN_OUT_NORM=0), but for the norm weight's
 // gradient (another summation order); z is read in place from a wider buffer, as the layer passes it.
 TEST(GdnChunkCuda, OutNormEpilogueEqualsGatedRmsnorm) {
   const ScopedEnv knob("DT_GDN_OUT_NORM");
@@ -629,7 +629,7 @@ TEST(GdnChunkCuda, OutNormEpilogueEqualsGatedRmsnorm) {
       }
 
       // Backward (GdnOutNormBwd): gated_rmsnorm_bwd then gdn_chunk_bwd, against the norm's backward
-      // in dvl (DT_GDN_OUT_NORM=1): do, dz and every chunk gradient bitwise; dw (+=) within fp32
+      // in dvl (DT_GDN_OUT_NORM unset or 1): do, dz and every chunk gradient bitwise; dw (+=) within fp32
       // rounding (its partials are summed over dvl's CTAs instead of the norm kernel's blocks).
       Tensor dy = upload(in.dO, dt);  // the gradient of y
       const Tensor dw0 = upload(host({c.dv}, std::vector<float>(size_t(c.dv), 0.25f)), DType::f32);

@@ -121,7 +121,7 @@ struct GdnChunkSaved {
 };
 // The gated RMSNorm of the output (section 5 below) as part of the forward: exactly
 // gated_rmsnorm_fwd(y, rstd, o, z, w, eps) after the chunk rule (o is still written). CUDA
-// with DT_GDN_OUT_NORM=1: in the out kernel's epilogue (the o tile normalised in shared memory
+// (unless DT_GDN_OUT_NORM=0): in the out kernel's epilogue (the o tile normalised in shared memory
 // with gated_rmsnorm_fwd's lanes, order and rounding, so o is never read back); otherwise, and
 // on the CPU, the two ops in turn.
 struct GdnOutNorm {
@@ -129,7 +129,7 @@ struct GdnOutNorm {
   float eps = 1e-6f;
 };
 // Its backward as part of the chunk backward: exactly gated_rmsnorm_bwd(do_, dz, dw, dy, o, z, w,
-// rstd) first, so gdn_chunk_bwd's do_ is then an OUTPUT (=). CUDA with DT_GDN_OUT_NORM=1: in
+// rstd) first, so gdn_chunk_bwd's do_ is then an OUTPUT (=). CUDA (unless DT_GDN_OUT_NORM=0): in
 // the dvl kernel (do_ and dz the same bits; dw (+=) summed over another fixed tiling, within fp32
 // rounding); otherwise, and on the CPU, the ops in turn.
 struct GdnOutNormBwd {

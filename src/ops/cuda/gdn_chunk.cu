@@ -17,7 +17,7 @@
 //             -> state (K4, serial: chunk-start states h, Delta, ht) -> out (K5: o)
 //   backward: prep (+ Tm saved) -> state (h, Delta recomputed) -> dvl (B3: dDelta_local; P from the
 //             forward's out kernel when the intermediates are saved)
-//   With GdnArgs.norm / norm_bwd and DT_GDN_OUT_NORM=1, out ends with the gated RMSNorm of its
+//   With GdnArgs.norm / norm_bwd (unless DT_GDN_OUT_NORM=0), out ends with the gated RMSNorm of its
 //   rows and dvl begins with the norm's backward (dO made there); else they run as their own ops.
 //             -> rev (B4, serial: dS1 per chunk, full dDelta, dh0) -> dqk (B5: dq, dk part, dW,
 //             dgamma part) -> wy (B6-B8: dk2, dv, dbeta, dgamma2, reverse cumsum -> dg)
@@ -680,7 +680,7 @@ struct DvlSmem {
   static constexpr size_t bytes = k + sizeof(T) * C * LDD<T>;    // P computed here
 };
 
-// The gated RMSNorm epilogue (GdnOutNorm, DT_GDN_OUT_NORM=1): y = o rstd w silu(z) per row of dv,
+// The gated RMSNorm epilogue (GdnOutNorm; off with DT_GDN_OUT_NORM=0): y = o rstd w silu(z) per row of dv,
 // rstd = 1 / sqrt(mean(o^2) + eps), from the rounded o tile in shared memory, with
 // gated_rmsnorm_fwd_kernel's lanes (tpr per row, 16-byte slots), sum order and rounding.
 struct OutNorm {
@@ -818,7 +818,7 @@ __global__ __launch_bounds__(kChunkThreads, kOutMinBlocks<T>) void out_kernel(
 // ---- dvl: dDelta_local = scale P^T dO  (B3) ------------------------------------------------------
 // P from the forward (g_P, saved intermediates: only P and dO are loaded) or computed here exactly
 // as the forward's out kernel does (p_tile), so both give the same bits.
-// With the gated RMSNorm's backward (GdnOutNormBwd, DT_GDN_OUT_NORM=1: nrm.dy set), dO is made
+// With the gated RMSNorm's backward (GdnOutNormBwd, unless DT_GDN_OUT_NORM=0; nrm.dy set), dO is made
 // here from dy, o, z and rstd, row by row with gated_rmsnorm_bwd_kernel's lanes, order and
 // rounding (dO and dz the same bits), and written out for rev and dqk; the norm weight's gradient
 // leaves as this CTA's column partial (its rows in fixed order), summed over CTAs by colsum_add.
@@ -2033,10 +2033,13 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
   }
 }
 
-// DT_GDN_OUT_NORM=1: the gated RMSNorm (GdnArgs.norm / norm_bwd) inside out and dvl.
+// The gated RMSNorm (GdnArgs.norm / norm_bwd) inside out and dvl (default), or DT_GDN_OUT_NORM=0 as
+// its own kernels around the chunk rule. Paired A/B of the layer (gdn_layer --ab, 40 rounds):
+// fused -0.30 ms fwd+bwd, faster in 29 of 40 (docs/perf.md v0.16.0).
 bool out_norm_knob() {
   return env::choice("DT_GDN_OUT_NORM", {{"0", "the gated RMSNorm's own kernels around the chunk rule"},
-                                         {"1", "in the out kernel's epilogue and the dvl kernel's prologue"}}) == 1;
+                                         {"1", "in the out kernel's epilogue and the dvl kernel's prologue (default)"}}) !=
+         0;
 }
 // A [T, Hv, dv] view the norm's 16-byte row slots can use: head stride dv, aligned token rows.
 template <class T>
@@ -2045,7 +2048,7 @@ bool norm_rows16(const TensorView& v, int dv) {
          (v.stride[0] * int64_t(sizeof(T))) % 16 == 0;
 }
 
-// The out kernel's norm epilogue for GdnArgs.norm, when DT_GDN_OUT_NORM=1 and the views allow
+// The out kernel's norm epilogue for GdnArgs.norm, unless DT_GDN_OUT_NORM=0, when the views allow
 // its 16-byte row slots (o, y, z rows aligned; dv a multiple of 16 already); else z = null and
 // the caller runs gated_rmsnorm_fwd after.
 template <class T>
@@ -2095,7 +2098,7 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
     saved->tensors = {std::move(gam), std::move(W), Tensor(), std::move(Tm), std::move(h), std::move(Dl), std::move(P)};
 }
 
-// dvl's norm prologue for GdnArgs.norm_bwd, when DT_GDN_OUT_NORM=1 and every row is 16-byte
+// dvl's norm prologue for GdnArgs.norm_bwd, unless DT_GDN_OUT_NORM=0, when every row is 16-byte
 // aligned (dy, o, z, dz, do); else dy = null and the caller runs gated_rmsnorm_bwd first.
 template <class T>
 DvlNorm dvl_norm(const GdnOutNormBwd* n, const TensorView& do_, const Params& p) {
@@ -2148,7 +2151,7 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   Tensor dDl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);               // [T, Hv, dv] dDelta_local
   Tensor dS1 = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);        // [NT, Hv, dk, dv]
   Tensor dD = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv] dDelta
-  // The gated RMSNorm's backward: in dvl (DT_GDN_OUT_NORM=1 and 16-byte rows) or before it.
+  // The gated RMSNorm's backward: in dvl (unless DT_GDN_OUT_NORM=0; 16-byte rows) or before it.
   const DvlNorm nrm = dvl_norm<T>(norm, do_, p);
   if (norm && !nrm.dy)
     cuda::gated_rmsnorm_bwd(do_, norm->dz, norm->dw, norm->dy, norm->o, norm->z, norm->w, norm->rstd, Stream{st});
