@@ -210,7 +210,8 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
   saved_[kBeta] = Tensor::empty(Shape{T, hv_l_}, DType::f32, dev);
   const ops::GdnGateFwdViews gates{saved_[kG], saved_[kBeta], cols(hp, d.off_a, hv_l_), cols(hp, d.off_b, hv_l_),
                                    head_slice(kALog), head_slice(kDtBias)};
-  conv_norm(d, conv_weight_slice(), meta, &gates);
+  Tensor wc_keep;
+  conv_norm(d, conv_weight_slice(&wc_keep), meta, &gates);
 
   // The chunked gated delta rule on whole sequences.                     o [T, Hv_l, dv]
   saved_[kO] = Tensor::empty(Shape{T, hv_l_, dv}, A, dev);
@@ -315,7 +316,8 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
 
   // gdn.recompute_elementwise: the forward's conv, l2norm and z again (bitwise). Kept or rebuilt,
   // each is released after its last use below rather than at the end of the backward.
-  Tensor wc = conv_weight_slice();
+  Tensor wc_keep;
+  const TensorView wc = conv_weight_slice(&wc_keep);
   if (ctx_.gdn_recompute) conv_norm(d, wc, meta);
   auto release = [&](std::initializer_list<S> which) {
     for (S i : which) saved_[i] = Tensor();
@@ -351,10 +353,10 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   Tensor dwc_t;
   TensorView dwc;
   if (cp_ > 1) {
-    dwc_t = Tensor::zeros(wc.shape(), DType::f32, dev, s);
+    dwc_t = Tensor::zeros(wc.shape, DType::f32, dev, s);
     dwc = dwc_t;
   } else {
-    dwc = params_[kConv].grad.view().reshape(wc.shape());
+    dwc = params_[kConv].grad.view().reshape(wc.shape);
   }
   const ops::GdnGateBwdViews gates{cols(dhp, off_a, hv_l_),          cols(dhp, off_b, hv_l_),
                                    head_slice_grad(kALog),
@@ -410,7 +412,7 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
 
 // The element-wise steps from hp to the chunk kernel's inputs (the conv output's v columns, the
 // L2-normalised q and k), into saved_: the forward's, and the backward's recomputation of them
-// (the same op on the same hp and conv weight, so the same bits). wc: conv_weight_slice().
+// (the same op on the same hp and conv weight, so the same bits). wc: conv_weight_slice(&keep).
 void GatedDeltaNet::conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta,
                               const ops::GdnGateFwdViews* gates) {
   const Stream s = ctx_.stream;
@@ -449,14 +451,18 @@ void GatedDeltaNet::reduce_partial_to_zigzag(const TensorView& out, const Tensor
 }
 
 // Rows of the TP-local conv weight [conv_t, 1, W] used by this CP rank: its slice of each of
-// the q, k, v sections, as a contiguous [conv_l, W] f32 tensor.
-Tensor GatedDeltaNet::conv_weight_slice() const {
+// the q, k, v sections, as a contiguous [conv_l, W] f32 view. Without CP that is the whole
+// weight, viewed in place; under CP the three slices are copied into *keep, which the caller
+// holds while the view is used.
+TensorView GatedDeltaNet::conv_weight_slice(Tensor* keep) const {
   const model::Param& p = params_[kConv];
   const int64_t W = cfg_.conv_kernel, conv_t = p.master.shape()[0];
   TensorView w = p.master.view().reshape(Shape{conv_t, W});
+  if (cp_ == 1) return w;
   const int64_t qk_t = cfg_.num_k_heads * cfg_.head_k_dim / tp_, qk_l = qk_t / cp_;
   const int64_t v_t = cfg_.num_v_heads * cfg_.head_v_dim / tp_, v_l = v_t / cp_;
-  Tensor t = Tensor::empty(Shape{2 * qk_l + v_l, W}, DType::f32, ctx_.device);
+  Tensor& t = *keep;
+  t = Tensor::empty(Shape{2 * qk_l + v_l, W}, DType::f32, ctx_.device);
   const int64_t src[3] = {cp_rank_ * qk_l, qk_t + cp_rank_ * qk_l, 2 * qk_t + cp_rank_ * v_l};
   const int64_t dst[3] = {0, qk_l, 2 * qk_l}, len[3] = {qk_l, qk_l, v_l};
   for (int i = 0; i < 3; ++i)

@@ -79,7 +79,7 @@ class GatedDeltaNet {
   };
   std::array<HeadRows, 6> head_rows(const Dims& d) const;
   TensorView out_proj_cols(const TensorView& w) const;  // this CP rank's head columns of out_proj
-  Tensor conv_weight_slice() const;
+  TensorView conv_weight_slice(Tensor* keep) const;  // keep: holds a CP slice's copy
   // hp -> conv output (q, k, v copies), l2norm(q, k) with their rstd, and z, into saved_.
   // gates: the forward's gates, computed in the conv's launch (null in the backward's recompute).
   void conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta,
