@@ -3,7 +3,7 @@
 // T = 32768 tokens per GPU... (global T = 32768 * cp for CP runs: the per-GPU count held
 // fixed), packed from lengths drawn in [256, 8192]. The input is lent to the layer for the
 // backward as the decoder layer lends it (since v0.16.0; before, the layer copied it [T, H] each
-// forward, a copy the model never makes: ~0.3 ms per fwd+bwd outside the kernels).
+// forward, a copy the model never makes; the trace showed ~0.35 ms of idle GPU with it).
 //   1 GPU:           gdn_layer
 //   2 GPUs, TP = 2:  mpirun -np 2 gdn_layer --tp 2 [--sp]
 //   2 GPUs, CP = 2:  mpirun -np 2 gdn_layer --cp 2 [--cp-comm all_to_all | all_gather]
@@ -14,8 +14,9 @@
 //   --trace:            then 10 fwd+bwd with every kernel's start and end recorded through CUPTI
 //                       (bench/kernel_trace.h): per-kernel times inside a real, unserialised run,
 //                       to set beside --profile's one-kernel-at-a-time times
-//   --ab VAR:           then an A/B of the environment knob VAR (values 0 and 1, read by the kernels
-//                       at every call): 40 rounds of one fwd+bwd each way, the order alternating
+//   --ab VAR:           then an A/B of the environment knob VAR (values 0 and 1; it must be one
+//                       read at every call, as the kernels' knobs are, not one read once such as
+//                       DT_GEMM_AUTOTUNE): 40 rounds of one fwd+bwd each way, the order alternating
 //                       (ABBA), so that clock and thermal drift falls on both; prints each side's
 //                       median and the median of the paired differences, with how many rounds 1 won
 //                       (for changes of ~0.1 ms, under the ~0.2-0.4 ms the eager layer varies by
@@ -64,7 +65,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--profile")) profile = true;
     else if (!std::strcmp(argv[i], "--graph")) graph = true;
     else if (!std::strcmp(argv[i], "--trace")) trace = true;
-    else if (!std::strcmp(argv[i], "--ab") && i + 1 < argc) ab = argv[++i];
+    else if (!std::strcmp(argv[i], "--ab")) {
+      if (i + 1 >= argc) user_error("gdn_layer: --ab needs the name of an environment knob, e.g. --ab DT_GDN_OUT_NORM");
+      ab = argv[++i];
+    }
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_per_gpu = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--cp-comm") && i + 1 < argc) {
       const std::string v = argv[++i];
@@ -151,6 +155,8 @@ int main(int argc, char** argv) {
   }
   if (!ab.empty()) {
     constexpr int kRounds = 40;
+    const char* before = std::getenv(ab.c_str());
+    const std::string saved = before ? before : "";
     std::vector<float> ms[2], diff;
     for (int r = 0; r < kRounds; ++r) {
       float t[2];
@@ -162,7 +168,8 @@ int main(int argc, char** argv) {
       }
       diff.push_back(t[1] - t[0]);
     }
-    unsetenv(ab.c_str());
+    if (before) setenv(ab.c_str(), saved.c_str(), 1);  // as it was, for what runs after
+    else unsetenv(ab.c_str());
     auto median = [](std::vector<float> v) {
       std::sort(v.begin(), v.end());
       return v[v.size() / 2];

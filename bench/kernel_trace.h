@@ -30,12 +30,15 @@ class KernelTrace {
   bool start() {
 #if DT_HAVE_CUPTI
     recs().clear();
-    if (!ok(cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed), "register callbacks") ||
-        !ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable concurrent-kernel records") ||
-        !ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY), "enable memcpy records") ||
-        !ok(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET), "enable memset records"))
-      return false;
+    if (!ok(cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed), "register callbacks")) return false;
+    // Every kind enabled so far is disabled again if a later one fails (no record may arrive
+    // after this object is gone).
     on_ = true;
+    for (CUpti_ActivityKind k : kKinds)
+      if (!ok(cuptiActivityEnable(k), "enable activity records")) {
+        stop();
+        return false;
+      }
     return true;
 #else
     std::fprintf(stderr, "kernel trace: built without CUPTI (CMake found no CUDA::cupti)\n");
@@ -84,7 +87,7 @@ class KernelTrace {
                   (long long)(t.launches / reps), n.c_str());
     }
     const double span_ns = double(last - first);
-    std::printf("  kernels %.3f ms | span %.3f ms | outside kernels %.3f ms (per repetition)\n", sum_ns / reps / 1e6,
+    std::printf("  kernels and copies %.3f ms | span %.3f ms | idle %.3f ms (per repetition)\n", sum_ns / reps / 1e6,
                 span_ns / reps / 1e6, (span_ns - sum_ns) / reps / 1e6);
 #else
     (void)reps, (void)print;
@@ -102,12 +105,12 @@ class KernelTrace {
   bool stop() {
     if (!on_) return false;
     ok(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flush");
-    ok(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "disable");
-    ok(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY), "disable memcpy");
-    ok(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET), "disable memset");
+    for (CUpti_ActivityKind k : kKinds) cuptiActivityDisable(k);  // also kinds never enabled: harmless
     on_ = false;
     return true;
   }
+  static constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                                   CUPTI_ACTIVITY_KIND_MEMSET};
   struct Rec {
     std::string name;
     uint64_t start, end;  // ns

@@ -629,7 +629,7 @@ TEST(GdnChunkCuda, OutNormEpilogueEqualsGatedRmsnorm) {
       }
 
       // Backward (GdnOutNormBwd): gated_rmsnorm_bwd then gdn_chunk_bwd, against the norm's backward
-      // in dvl (DT_GDN_OUT_NORM unset or 1): do, dz and every chunk gradient bitwise; dw (+=) within fp32
+      // in dvl (DT_GDN_OUT_NORM=1, the default): do, dz and every chunk gradient bitwise; dw (+=) within fp32
       // rounding (its partials are summed over dvl's CTAs instead of the norm kernel's blocks).
       Tensor dy = upload(in.dO, dt);  // the gradient of y
       const Tensor dw0 = upload(host({c.dv}, std::vector<float>(size_t(c.dv), 0.25f)), DType::f32);

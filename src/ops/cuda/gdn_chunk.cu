@@ -1272,6 +1272,8 @@ struct DqkSmem {
 // Two CTAs per SM in bf16 by launch bound, not by luck: unbounded, one more Params field once took
 // dqk to 133 registers, one CTA per SM and +45% time (perf.md v0.15.0).
 template <class T> constexpr int kDqkMinBlocks = sizeof(T) == 2 ? 2 : 1;
+static_assert(kDqkMinBlocks<bf16> * (DqkSmem<bf16>::bytes + kSmemReservedPerCta) <= kSmemPerSm,
+              "dqk: two bf16 CTAs per SM");
 
 template <class T>
 __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
@@ -2035,7 +2037,7 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
 
 // The gated RMSNorm (GdnArgs.norm / norm_bwd) inside out and dvl (default), or DT_GDN_OUT_NORM=0 as
 // its own kernels around the chunk rule. Paired A/B of the layer (gdn_layer --ab, 40 rounds):
-// fused -0.30 ms fwd+bwd, faster in 29 of 40 (docs/perf.md v0.16.0).
+// fused -0.30 and -0.19 ms fwd+bwd in two calls (faster in 29 and 24 of 40; docs/perf.md v0.16.0).
 bool out_norm_knob() {
   return env::choice("DT_GDN_OUT_NORM", {{"0", "the gated RMSNorm's own kernels around the chunk rule"},
                                          {"1", "in the out kernel's epilogue and the dvl kernel's prologue (default)"}}) !=
