@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -13,6 +14,12 @@
 #include "deltatron/ops/basic.h"
 
 namespace dt::bench {
+
+// The median (upper middle for an even count) of a sample, taken by value.
+inline float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 template <class F>
 float median_ms(F&& f, cudaStream_t st = nullptr, int warmup = 3, int reps = 20) {
@@ -32,8 +39,7 @@ float median_ms(F&& f, cudaStream_t st = nullptr, int warmup = 3, int reps = 20)
   }
   DT_CUDA_CHECK(cudaEventDestroy(e0));
   DT_CUDA_CHECK(cudaEventDestroy(e1));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return median(std::move(ms));
 }
 
 // cu_seqlens [N+1] of a T-token pack of lengths drawn uniformly in [lo, hi] (the last one cut

@@ -170,15 +170,11 @@ int main(int argc, char** argv) {
     }
     if (before) setenv(ab.c_str(), saved.c_str(), 1);  // as it was, for what runs after
     else unsetenv(ab.c_str());
-    auto median = [](std::vector<float> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
     const int wins = int(std::count_if(diff.begin(), diff.end(), [](float d) { return d < 0.f; }));
     if (dist::world_rank() == 0)
       std::printf("A/B %s (fwd+bwd, %d rounds ABBA): 0: %.3f ms | 1: %.3f ms | median of (1 - 0) %+.3f ms | 1 faster "
                   "in %d of %d\n",
-                  ab.c_str(), kRounds, median(ms[0]), median(ms[1]), median(diff), wins, kRounds);
+                  ab.c_str(), kRounds, bench::median(ms[0]), bench::median(ms[1]), bench::median(diff), wins, kRounds);
   }
   if (profile) {
     DT_CUDA_CHECK(cudaStreamSynchronize(st));
