@@ -2039,9 +2039,10 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
 // its own kernels around the chunk rule. Paired A/B of the layer (gdn_layer --ab, 40 rounds):
 // fused -0.30 and -0.19 ms fwd+bwd in two calls (faster in 29 and 24 of 40; docs/perf.md v0.16.0).
 bool out_norm_knob() {
-  return env::choice("DT_GDN_OUT_NORM", {{"0", "the gated RMSNorm's own kernels around the chunk rule"},
-                                         {"1", "in the out kernel's epilogue and the dvl kernel's prologue (default)"}}) !=
-         0;
+  const int knob =
+      env::choice("DT_GDN_OUT_NORM", {{"0", "the gated RMSNorm's own kernels around the chunk rule"},
+                                      {"1", "in the out kernel's epilogue and the dvl kernel's prologue (default)"}});
+  return knob != 0;  // unset (-1) or 1
 }
 // A [T, Hv, dv] view the norm's 16-byte row slots can use: head stride dv, aligned token rows.
 template <class T>
