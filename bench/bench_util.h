@@ -16,7 +16,8 @@
 namespace dt::bench {
 
 // The median (upper middle for an even count) of a sample, taken by value.
-inline float median(std::vector<float> v) {
+template <class X>
+X median(std::vector<X> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/cuda_check.h"
 #include "deltatron/core/tensor.h"
 #include "deltatron/ops/basic.h"
@@ -80,8 +81,7 @@ inline void time_kernel(const std::string& name, double bytes, int nsets, cudaSt
   float all = 0.f;
   DT_CUDA_CHECK(cudaEventElapsedTime(&all, ev[0], ev[1]));
   for (auto& e : ev) DT_CUDA_CHECK(cudaEventDestroy(e));
-  std::sort(ms.begin(), ms.end());
-  Result res{name, ms[ms.size() / 2], ms.front(), bytes, double(all) / g_reps, nsets};
+  Result res{name, bench::median(ms), *std::min_element(ms.begin(), ms.end()), bytes, double(all) / g_reps, nsets};
   const double ideal_ms = bytes / kCopyBytesPerS * 1e3;
   if (bytes < 1024) {  // the floor: no bytes to speak of
     std::printf("%-22s median %8.4f ms  min %8.4f ms  back to back %8.4f ms  (launch + event floor of a timed call)\n",

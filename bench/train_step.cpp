@@ -31,6 +31,7 @@
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
+#include "bench_util.h"
 #include "core/cuda_check.h"
 #include "deltatron/core/allocator.h"
 #include "deltatron/data/indexed_dataset.h"
@@ -130,13 +131,9 @@ void time_phases(train::Trainer& t, int reps, bool profile) {
   for (cudaEvent_t e : ev) DT_CUDA_CHECK(cudaEventDestroy(e));
   if (dist::world_rank() != 0) return;
   std::printf("phases of one micro-batch (rank 0, median of %d):", reps);
-  for (int i = 0; i < kPhases; ++i) {
-    std::sort(ms[size_t(i)].begin(), ms[size_t(i)].end());
-    std::printf("%s %s %.2f ms", i ? " |" : "", names[i], ms[size_t(i)][ms[size_t(i)].size() / 2]);
-  }
-  std::sort(host_ms.begin(), host_ms.end());
+  for (int i = 0; i < kPhases; ++i) std::printf("%s %s %.2f ms", i ? " |" : "", names[i], bench::median(ms[size_t(i)]));
   std::printf("\n  host time to enqueue forward + backward: %.2f ms (the GPU is starved where this nears their sum)\n",
-              host_ms[host_ms.size() / 2]);
+              bench::median(host_ms));
 }
 
 // --phases, continued: one decoder layer of each type on a fresh micro-batch, its sub-blocks
@@ -171,10 +168,8 @@ void time_layers(train::Trainer& t, int reps, bool profile) {
       DT_CUDA_CHECK(cudaEventElapsedTime(&c, ev[1], ev[2]));
       if (r) f.push_back(a), b.push_back(c);
     }
-    std::sort(f.begin(), f.end());
-    std::sort(b.begin(), b.end());
     if (dist::world_rank() == 0)
-      std::printf("  %-28s fwd %7.2f ms | bwd %7.2f ms\n", what, f[f.size() / 2], b[b.size() / 2]);
+      std::printf("  %-28s fwd %7.2f ms | bwd %7.2f ms\n", what, bench::median(f), bench::median(b));
   };
   std::vector<std::string> seen;
   for (int64_t i = 0; i < t.model().num_layers(); ++i) {
@@ -254,14 +249,13 @@ void run(int argc, char** argv) {
   peak.ptr<int64_t>()[1] = cuda_allocator(t.device().index).stats().peak_reserved_bytes;
   dist::make_world(dist::Backend::mpi)->all_reduce(peak, dist::ReduceOp::max);
   if (rank0) {
-    std::sort(ms.begin(), ms.end());
     const int world = t.groups().dims.world();
     const double tflops = flops / total_s / world / 1e12;
     std::printf("train_step %s, %s, tp %d cp %d dp %d, %lld tokens per micro-batch x grad_accum %lld: median %.1f ms | "
                 "%.0f tokens/s (%.0f per GPU) | %.1f TFLOP/s per GPU",
                 config.c_str(), dtype_name(t.act_dtype()), t.groups().dims.tp, t.groups().dims.cp, t.groups().dims.dp,
                 static_cast<long long>(cfg.data.max_tokens), static_cast<long long>(cfg.train.grad_accum),
-                ms[ms.size() / 2], double(tokens) / total_s, double(tokens) / total_s / world, tflops);
+                bench::median(ms), double(tokens) / total_s, double(tokens) / total_s / world, tflops);
     if (t.peak_tflops() > 0) std::printf(" | MFU %.1f%%", 100 * tflops / t.peak_tflops());
     std::printf(" | peak %.2f GiB (reserved %.2f GiB)\n", double(peak.ptr<int64_t>()[0]) / double(int64_t(1) << 30),
                 double(peak.ptr<int64_t>()[1]) / double(int64_t(1) << 30));
