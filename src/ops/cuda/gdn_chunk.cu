@@ -129,6 +129,18 @@ __device__ __forceinline__ SeqCta seq_cta(const Params& p) {
 
 // Row sums of a warp tile: rsum[i][h2] = sum over the warp tile's columns of (acc * X(row, col))
 // where X comes from xf(row, col) -> float2; reduced over the 4 lanes of a quad.
+template <int WM, int WN>
+__device__ __forceinline__ float quad_rowdot(const float (&acc)[WM][WN][4], int i, int h2, const float2 (&x)[WN]) {
+  float s = 0.f;
+#pragma unroll
+  for (int j = 0; j < WN; ++j) {
+    s = fmaf(acc[i][j][2 * h2], x[j].x, s);
+    s = fmaf(acc[i][j][2 * h2 + 1], x[j].y, s);
+  }
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  return s;
+}
 template <int WM, int WN, class F>
 __device__ __forceinline__ void frag_rowdot(float (&acc)[WM][WN][4], int m0, int n0, float (&rsum)[WM][2], F&& xf) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -136,18 +148,30 @@ __device__ __forceinline__ void frag_rowdot(float (&acc)[WM][WN][4], int m0, int
   for (int i = 0; i < WM; ++i)
 #pragma unroll
     for (int h2 = 0; h2 < 2; ++h2) {
-      float s = 0.f;
-      const int r = m0 + 16 * i + g + 8 * h2;
+      float2 x[WN];
 #pragma unroll
-      for (int j = 0; j < WN; ++j) {
-        const float2 x = xf(r, n0 + 8 * j + 2 * t);
-        s = fmaf(acc[i][j][2 * h2], x.x, s);
-        s = fmaf(acc[i][j][2 * h2 + 1], x.y, s);
-      }
-      s += __shfl_xor_sync(0xffffffffu, s, 1);
-      s += __shfl_xor_sync(0xffffffffu, s, 2);
-      rsum[i][h2] = s;
+      for (int j = 0; j < WN; ++j) x[j] = xf(m0 + 16 * i + g + 8 * h2, n0 + 8 * j + 2 * t);
+      rsum[i][h2] = quad_rowdot(acc, i, h2, x);
     }
+}
+// frag_rowdot for X read from global memory: every X(row, col) is fetched before the first
+// product, so that the loads issue back to back (one memory latency instead of one per row
+// group; xf must not branch around its load: clamp the address, select the value). Same sums.
+template <int WM, int WN, class F>
+__device__ __forceinline__ void frag_rowdot_global(float (&acc)[WM][WN][4], int m0, int n0, float (&rsum)[WM][2],
+                                                   F&& xf) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float2 x[WM][2][WN];
+#pragma unroll
+  for (int i = 0; i < WM; ++i)
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+      for (int j = 0; j < WN; ++j) x[i][h2][j] = xf(m0 + 16 * i + g + 8 * h2, n0 + 8 * j + 2 * t);
+#pragma unroll
+  for (int i = 0; i < WM; ++i)
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) rsum[i][h2] = quad_rowdot(acc, i, h2, x[i][h2]);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -1210,6 +1234,7 @@ template <class T>
 __device__ __forceinline__ void state_dot(float* s_ws, const T* s_s, const T* g_d1, int rows, int dv, int tid) {
   constexpr int V = kPad<T>;  // elements per 16 bytes; dv % 16 == 0, so a vector stays in its row
   float r_s = 0.f;
+#pragma unroll 4  // four loads in flight before their products (dS1 comes from L2; the same sum order)
   for (int idx = tid * V; idx < rows * dv; idx += kChunkThreads * V) {
     const int r = idx / dv, c = idx - r * dv;
     const uint4 sa = *reinterpret_cast<const uint4*>(s_s + r * LDD<T> + c);
@@ -1342,8 +1367,10 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
       warp_gemm<2, 4, false, false>(r_acc, s_ds, LDC<T>, s_x3, LDD<T>, m0, n0, Lk);
     }
     float r_rs[2][2];
-    frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) {
-      return (active && r < L && c < p.dk) ? load2(g_q + (qrow + int64_t(r) * p.Hk) * p.dk + c) : make_float2(0.f, 0.f);
+    frag_rowdot_global(r_acc, m0, n0, r_rs, [&](int r, int c) {  // q_i; row 0, column 0 stands in off the tile
+      const bool ok = active && r < L && c < p.dk;
+      const float2 v = load2(g_q + (qrow + int64_t(ok ? r : 0) * p.Hk) * p.dk + (ok ? c : 0));
+      return ok ? v : make_float2(0.f, 0.f);
     });
     if (active)
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
@@ -1644,15 +1671,37 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
       });
       warp_gemm<2, 4, false, false>(r_acc, s_dbb, LDC<T>, s_k, LDD<T>, m0, n0, Lk);
       warp_gemm<2, 4, true, false>(r_acc, s_dbb, LDC<T>, s_k, LDD<T>, m0, n0, Lk);
-      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-        if (r < L && c < p.dk) {
-          const int64_t i = (vrow + int64_t(r) * p.Hv) * p.dk + c;
-          const float2 old = load2(g_dkh + i);
-          if (p.pair) x0 = old.x + x0, x1 = old.y + x1;  // summed with the partner v-head's below
-          else if (p.G == 1) store2(g_dk + i, old.x + x0, old.y + x1);  // dk itself, as gsum would round it
-          else store2(g_dkh + i, old.x + x0, old.y + x1);
-        }
-      });
+      // dk_h of a fragment row group's pairs first, so that its loads issue back to back: one after
+      // another (each behind the previous store to g_dkh it might alias), they held a quarter of
+      // the kernel's stall samples (ncu source view, v0.17.0). Two groups of 8 loads: all 16 at
+      // once spill at three CTAs' 80 registers. Off-tile pairs load row 0, column 0.
+      const int lg = lane >> 2, lt = lane & 3;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float2 r_old[4][2];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int h2 = 0; h2 < 2; ++h2) {
+            const int r = m0 + 16 * i + lg + 8 * h2, c = n0 + 8 * j + 2 * lt;
+            const bool ok = r < L && c < p.dk;
+            r_old[j][h2] = load2(g_dkh + (vrow + int64_t(ok ? r : 0) * p.Hv) * p.dk + (ok ? c : 0));
+          }
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+          for (int h2 = 0; h2 < 2; ++h2) {
+            const int r = m0 + 16 * i + lg + 8 * h2, c = n0 + 8 * j + 2 * lt;
+            if (r >= L || c >= p.dk) continue;
+            const int64_t e = (vrow + int64_t(r) * p.Hv) * p.dk + c;
+            const float2 old = r_old[j][h2];
+            float& x0 = r_acc[i][j][2 * h2];
+            float& x1 = r_acc[i][j][2 * h2 + 1];
+            if (p.pair) x0 = old.x + x0, x1 = old.y + x1;  // summed with the partner v-head's below
+            else if (p.G == 1) store2(g_dk + e, old.x + x0, old.y + x1);  // dk itself, as gsum would round it
+            else store2(g_dkh + e, old.x + x0, old.y + x1);
+          }
+      }
     }
     // dk of the key head = this v-head's + the partner's, through s_dt and s_x, once every warp is
     // past its reads of dbb (in s_dt)
