@@ -127,8 +127,8 @@ __device__ __forceinline__ SeqCta seq_cta(const Params& p) {
   return {p.seq_order[r], rem / p.nvt, rem % p.nvt};
 }
 
-// Row sums of a warp tile: rsum[i][h2] = sum over the warp tile's columns of (acc * X(row, col))
-// where X comes from xf(row, col) -> float2; reduced over the 4 lanes of a quad.
+// One fragment row's sum of acc * x over the warp tile's columns (j in order), reduced over the
+// 4 lanes of a quad.
 template <int WM, int WN>
 __device__ __forceinline__ float quad_rowdot(const float (&acc)[WM][WN][4], int i, int h2, const float2 (&x)[WN]) {
   float s = 0.f;
@@ -141,6 +141,8 @@ __device__ __forceinline__ float quad_rowdot(const float (&acc)[WM][WN][4], int 
   s += __shfl_xor_sync(0xffffffffu, s, 2);
   return s;
 }
+// Row sums of a warp tile: rsum[i][h2] = sum over the warp tile's columns of (acc * X(row, col))
+// where X comes from xf(row, col) -> float2 (shared memory: each row group's X just before its sum).
 template <int WM, int WN, class F>
 __device__ __forceinline__ void frag_rowdot(float (&acc)[WM][WN][4], int m0, int n0, float (&rsum)[WM][2], F&& xf) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
