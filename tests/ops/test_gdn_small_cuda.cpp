@@ -183,6 +183,10 @@ void run_conv(DType t, const ConvCase& cc) {
   ops::causal_conv1d_fwd(yref, xh, wh, bh, cc.silu, m);
   expect_close(tag + " | y", y.view, yref, tol);
   EXPECT_TRUE(pads_untouched(y)) << "y";
+  // An unaligned y takes the element stores (never the kernel's FAST step): the same bits.
+  DevAct yu = dev_alloc(T, D, t, Layout::Unaligned);
+  ops::causal_conv1d_fwd(yu.view, x.view, wd, bd, cc.silu, m);
+  EXPECT_TRUE(same_bits(y.view, yu.view)) << "y: aligned and unaligned outputs differ";
 
   // Backward: dw, dbias accumulate into random initial values.
   DevAct dy = dev_alloc(T, D, t, cc.L);
@@ -206,6 +210,10 @@ void run_conv(DType t, const ConvCase& cc) {
       first_dx = clone(dx.view), first_dw = clone(dwd), first_db = cc.bias ? clone(dbd) : Tensor();
     } else {
       EXPECT_TRUE(same_bits(dx.view, first_dx)) << "dx differs between two identical backward runs";
+      DevAct dxu = dev_alloc(T, D, t, Layout::Unaligned);  // element stores, as for y above
+      Tensor dwu = ops::to_device(dw0, kGpu), dbu = cc.bias ? ops::to_device(db0, kGpu) : Tensor();
+      ops::causal_conv1d_bwd(dxu.view, dwu, dbu, dy.view, x.view, wd, bd, cc.silu, m);
+      EXPECT_TRUE(same_bits(dxu.view, first_dx)) << "dx: aligned and unaligned outputs differ";
       EXPECT_TRUE(same_bits(dwd, first_dw)) << "dw differs between two identical backward runs";
       if (cc.bias) EXPECT_TRUE(same_bits(dbd, first_db)) << "dbias differs between two identical backward runs";
     }

@@ -26,8 +26,11 @@
 //   under the allocator's one-compute-stream reuse rule), then a second pass sums the groups in
 //   a fixed order and adds into dw/dbias (a programmatic dependent launch, overlapping the main
 //   kernel's tail). The grid depends only on (T, D, W, dtype). Tiles that touch a sequence
-//   boundary take a masked path (a select per tap); the others skip the selects. Both run the
-//   same fma chains, so the path taken never changes the bits.
+//   boundary take a masked path (a select per tap); the others skip the selects; interior tiles
+//   of a block whose channels all exist and store as aligned pairs, with SiLU, also skip the
+//   per-row bounds, alignment and SiLU tests (the FAST step: ~25 instead of ~38 instructions
+//   per forward row step in the SASS). All run the same fma chains, so the path taken never
+//   changes the bits.
 // L2 norm (causal_conv1d_l2norm_fwd): blocks whose channels start in the q|k sections put each
 //   16-row tile's outputs (rounded) into a shared-memory stage instead of DRAM; while the next
 //   tile streams, l2norm_tile normalises the staged one per head exactly as l2norm_fwd_kernel
@@ -200,6 +203,13 @@ __device__ __forceinline__ void store_pair(T* g_p, int64_t c, int64_t D, bool ve
     if (c < D) g_p[0] = ew::from_f32<T>(r[0]);
     if (c + 1 < D) g_p[1] = ew::from_f32<T>(r[1]);
   }
+}
+
+// store_pair for a thread whose two channels exist and are pair-aligned (checked per block).
+template <typename T>
+__device__ __forceinline__ void store_pair_full(T* g_p, const float (&r)[kCPT]) {
+  if constexpr (std::is_same_v<T, float>) *reinterpret_cast<float2*>(g_p) = make_float2(r[0], r[1]);
+  else *reinterpret_cast<uint32_t*>(g_p) = ew::pack_bf16x2(r[0], r[1]);
 }
 
 // The L2-norm pass over one staged tile (forward with p.nrm_ch > cb0): rows r of s_y [kTT, kCB]
@@ -424,6 +434,7 @@ conv1d_varlen_kernel(const ConvParams p) {
 #pragma unroll
   for (int ch = 0; ch < kCPT; ++ch) r_db[ch] = 0.f;
   const bool out_vec = (p.vec & kVecOut) || (!BWD && cb0 < p.nrm_ch);  // s_y pairs are aligned
+  const bool fast_block = p.silu && out_vec && cb0 + kCB <= p.D;  // every thread's pair exists, aligned
   const int nown = int(Bc - A);  // tokens of this group
   // Forward with the L2 norm: this block's channels start in the q|k sections, so its outputs
   // go to s_y and l2norm_tile stores them (block-uniform).
@@ -462,8 +473,12 @@ conv1d_varlen_kernel(const ConvParams p) {
 
     // One step of the stream (row r of the tile). MASKED: the window may hold rows of an
     // earlier sequence, so every tap checks seq_idx; otherwise all taps are valid.
-    auto step = [&](int r, auto masked_tag, auto interior_tag) {
+    auto step = [&](int r, auto masked_tag, auto interior_tag, auto fast_tag) {
       constexpr bool MASKED = decltype(masked_tag)::value;
+      // FAST (interior, unmasked tiles of full blocks with SiLU: the bulk of the work): no bounds
+      // or alignment tests per row and no runtime SiLU flag; the same arithmetic as the general
+      // path, so the same bits.
+      constexpr bool FAST = decltype(fast_tag)::value;
       constexpr bool INTERIOR = decltype(interior_tag)::value;  // every row of the tile is owned (and,
                                                                 // backward, completes an owned dx row)
       const int rel = rel0 + r;  // token u = A + rel
@@ -504,8 +519,9 @@ conv1d_varlen_kernel(const ConvParams p) {
         if (INTERIOR || (rel >= 0 && rel < nown)) {
           float r_y[kCPT];
 #pragma unroll
-          for (int ch = 0; ch < kCPT; ++ch) r_y[ch] = p.silu ? r_yp[ch] * ew::sigmoid_f(r_yp[ch]) : r_yp[ch];
-          store_pair<T>(g_row, c0, p.D, out_vec, r_y);
+          for (int ch = 0; ch < kCPT; ++ch) r_y[ch] = (FAST || p.silu) ? r_yp[ch] * ew::sigmoid_f(r_yp[ch]) : r_yp[ch];
+          if constexpr (FAST) store_pair_full<T>(g_row, r_y);
+          else store_pair<T>(g_row, c0, p.D, out_vec, r_y);
         }
       } else {
         float r_dyn[kCPT];
@@ -514,7 +530,7 @@ conv1d_varlen_kernel(const ConvParams p) {
 #pragma unroll
         for (int ch = 0; ch < kCPT; ++ch) {
           float dyp = r_dyn[ch];
-          if (p.silu) {
+          if (FAST || p.silu) {
             const float sg = ew::sigmoid_f(r_yp[ch]);
             dyp *= sg * fmaf(r_yp[ch], 1.f - sg, 1.f);
           }
@@ -531,7 +547,8 @@ conv1d_varlen_kernel(const ConvParams p) {
           float r_dx[kCPT];
 #pragma unroll
           for (int ch = 0; ch < kCPT; ++ch) r_dx[ch] = r_pend[ch][0];
-          store_pair<T>(g_row, c0, p.D, out_vec, r_dx);
+          if constexpr (FAST) store_pair_full<T>(g_row, r_dx);
+          else store_pair<T>(g_row, c0, p.D, out_vec, r_dx);
         }
 #pragma unroll
         for (int ch = 0; ch < kCPT; ++ch) {
@@ -550,18 +567,21 @@ conv1d_varlen_kernel(const ConvParams p) {
     const int sq_last = s_sq[kTT - 1];
     const bool interior = rel0 - (BWD ? WP - 1 : 0) >= 0 && rel0 + kTT <= nown;
     if (r_sw[1] == sq_last && s_sq[0] == sq_last) {
-      if (interior) {
+      if (interior && fast_block) {
 #pragma unroll kUn
-        for (int r = 0; r < kTT; ++r) step(r, std::false_type{}, std::true_type{});
+        for (int r = 0; r < kTT; ++r) step(r, std::false_type{}, std::true_type{}, std::true_type{});
+      } else if (interior) {
+#pragma unroll kUn
+        for (int r = 0; r < kTT; ++r) step(r, std::false_type{}, std::true_type{}, std::false_type{});
       } else {
 #pragma unroll kUn
-        for (int r = 0; r < kTT; ++r) step(r, std::false_type{}, std::false_type{});
+        for (int r = 0; r < kTT; ++r) step(r, std::false_type{}, std::false_type{}, std::false_type{});
       }
 #pragma unroll
       for (int jj = 0; jj < WP; ++jj) r_sw[jj] = sq_last;
     } else {
 #pragma unroll kUn
-      for (int r = 0; r < kTT; ++r) step(r, std::true_type{}, std::false_type{});
+      for (int r = 0; r < kTT; ++r) step(r, std::true_type{}, std::false_type{}, std::false_type{});
     }
     // The previous tile's norm pass: its s_y half was filled before the last iteration's closing
     // barrier, and is refilled only after this iteration's.
