@@ -218,15 +218,22 @@ __device__ __forceinline__ void store_pair_full(T* g_p, const float (&r)[kCPT]) 
 // its bits; units at or past nrm_ch (v channels of a mixed block) are copied out as they are.
 // Every lane runs every unit (the group sums shuffle over whole warps); only stores are masked.
 // The head dim is a power of two (p.nrm_lg = log2), so the unit indexing is shifts only.
-template <typename T>
+// LGC > 0: the head dim 2^LGC known at compile time (the Qwen shapes' 128), so the unit loop,
+// the group sums and the slot tests unroll away; the same lanes, sums and roundings.
+template <typename T, int LGC = 0>
 __device__ __forceinline__ void l2norm_tile(const ConvParams& p, const T* s_y, int64_t cb0, int64_t tok0, int r_lo,
                                             int r_hi) {
   constexpr int V = ew::kVec<T>, NS = (256 / V + 31) / 32;  // l2norm's slots per lane: 1 (bf16), 2 (f32)
-  const int lg = p.nrm_lg, hd = 1 << lg, lg_units = 8 - lg;  // kCB = 256 = 2^8 channels
-  const int tpr = p.nrm_tpr, gpb = kThreads / tpr;
+  const int lg = LGC > 0 ? LGC : p.nrm_lg, hd = 1 << lg, lg_units = 8 - lg;  // kCB = 256 = 2^8 channels
+  const int tpr = LGC > 0 ? ((1 << LGC) / V < 32 ? (1 << LGC) / V : 32) : p.nrm_tpr;  // nrm_setup's lanes per row
+  const int gpb = kThreads / tpr;
   const int lane = int(threadIdx.x) & (tpr - 1), grp = int(threadIdx.x) / tpr;
   const int64_t sec_ch = p.nrm_ch >> 1, heads = sec_ch >> lg;
-  for (int it = grp; it < (kTT << lg_units); it += gpb) {  // kTT * units is a multiple of gpb: warp-uniform trips
+  const int iters = (kTT << lg_units) / gpb;  // kTT * units is a multiple of gpb: warp-uniform trips
+  constexpr int kUnrollUnits = LGC > 0 ? 8 : 1;  // (a runtime count unrolled would cost registers)
+#pragma unroll kUnrollUnits
+  for (int k = 0; k < iters; ++k) {
+    const int it = grp + k * gpb;
     const int r = it >> lg_units, u = it & ((1 << lg_units) - 1);
     const int64_t cu = cb0 + (int64_t(u) << lg), tok = tok0 + r;
     const T* s_row = s_y + r * kCB + (u << lg);
@@ -265,7 +272,10 @@ __device__ __forceinline__ void l2norm_tile(const ConvParams& p, const T* s_y, i
           float r_y[V];
 #pragma unroll
           for (int k = 0; k < V; ++k) r_y[k] = r_x[sl][k] * r_rstd;
-          ew::store_slot<T>(g_y, e0, hd, true, r_y);
+          // Whole slots (hd is a multiple of V; qn|kn rows 16-byte aligned): store_slot's test is
+          // always true, so the known head dim skips it (the general form keeps it: fewer registers).
+          if constexpr (LGC > 0) ew::store16<T>(g_y + e0, r_y);
+          else ew::store_slot<T>(g_y, e0, hd, true, r_y);
         }
       }
       if (lane == 0) p.nrm_r[sec][row] = r_rstd;
@@ -434,7 +444,9 @@ conv1d_varlen_kernel(const ConvParams p) {
 #pragma unroll
   for (int ch = 0; ch < kCPT; ++ch) r_db[ch] = 0.f;
   const bool out_vec = (p.vec & kVecOut) || (!BWD && cb0 < p.nrm_ch);  // s_y pairs are aligned
-  const bool fast_block = p.silu && out_vec && cb0 + kCB <= p.D;  // every thread's pair exists, aligned
+  // Every thread's pair exists and is aligned; W' = 4 only (the W' = 8 forms would spill with a
+  // third copy of the row loop).
+  const bool fast_block = WP == 4 && p.silu && out_vec && cb0 + kCB <= p.D;
   const int nown = int(Bc - A);  // tokens of this group
   // Forward with the L2 norm: this block's channels start in the q|k sections, so its outputs
   // go to s_y and l2norm_tile stores them (block-uniform).
@@ -444,7 +456,10 @@ conv1d_varlen_kernel(const ConvParams p) {
   const int64_t row_step = staged ? kCB : p.outs;
   auto norm_pass = [&](int kk) {  // tile kk's staged outputs -> qn, kn, rstd, v
     const int rel0k = kk * kTT - (WP - 1);
-    l2norm_tile<T>(p, s_y + (kk & 1) * kTileElems, cb0, A + rel0k, max(0, -rel0k), min(kTT, nown - rel0k));
+    const T* s_t = s_y + (kk & 1) * kTileElems;
+    const int r_lo = max(0, -rel0k), r_hi = min(kTT, nown - rel0k);
+    if (WP == 4 && p.nrm_lg == 7) l2norm_tile<T, 7>(p, s_t, cb0, A + rel0k, r_lo, r_hi);  // (W' = 8 would spill)
+    else l2norm_tile<T>(p, s_t, cb0, A + rel0k, r_lo, r_hi);
   };
 
 #pragma unroll
