@@ -398,7 +398,10 @@ conv1d_varlen_kernel(const ConvParams p) {
   // chunks are consecutive lanes of one warp (the chunk column is the lane for bf16, lane + 32
   // per warp pair for f32), which are l2norm's lanes for that row: each thread only transforms
   // the chunks it loaded itself. Every lane joins the group sums; only q|k chunks are written.
-  auto l2norm_bwd_chunks = [&](int buf) {
+  // tpr_tag: the lanes per head row when the head dim is known (128, W' = 4), else 0 (p.nrm_tpr).
+  auto l2norm_bwd_chunks = [&](int buf, auto tpr_tag) {
+    constexpr int TPR = decltype(tpr_tag)::value;
+    const int tpr = TPR > 0 ? TPR : p.nrm_tpr;
 #pragma unroll
     for (int it = 0; it < kChunkIters; ++it) {
       const int r = r_first + it * kRowStep;
@@ -409,7 +412,7 @@ conv1d_varlen_kernel(const ConvParams p) {
       float r_dot = 0.f;
 #pragma unroll
       for (int e = 0; e < V; ++e) r_dot = fmaf(r_dy[e], r_y[e], r_dot);
-      r_dot = ew::group_sum(r_dot, p.nrm_tpr);
+      r_dot = ew::group_sum(r_dot, tpr);
       if (c_ld < p.nrm_ch) {
         const float r_rstd = s_rs(buf)[it * kThreads + threadIdx.x];
         float r_dx[V];
@@ -473,7 +476,10 @@ conv1d_varlen_kernel(const ConvParams p) {
     if (k + S - 1 < ntiles) load_tile(k + S - 1, buf == 0 ? S - 1 : buf - 1);
     ew::cp_async_commit();
     ew::cp_async_wait<S - 1>();  // tile k has landed (this thread's copies) ...
-    if (BWD && nrm_bwd) l2norm_bwd_chunks(buf);  // on this thread's own chunks only: no barrier
+    if (BWD && nrm_bwd) {  // on this thread's own chunks only: no barrier
+      if (WP == 4 && p.nrm_lg == 7) l2norm_bwd_chunks(buf, std::integral_constant<int, (128 / V < 32 ? 128 / V : 32)>{});
+      else l2norm_bwd_chunks(buf, std::integral_constant<int, 0>{});
+    }
     __syncthreads();             // ... and everyone's
     const T* s_xb = s_x(buf) + kCPT * threadIdx.x;
     const T* s_dyb = s_dy(buf) + kCPT * threadIdx.x;
