@@ -544,7 +544,8 @@ TEST(GdnChunkCuda, StridedVMatchesContiguous) {
 }
 
 // G == 2: dqk and wy run as clusters of the key head's two v-heads and add dq and dk there
-// (DT_GDN_GQA_PAIR=1 or unset) instead of writing per-v-head f32 partials for gsum (0). One f32
+// (DT_GDN_GQA_PAIR=1 or unset; 2: the exchange pushed through st.async and mbarriers) instead of
+// writing per-v-head f32 partials for gsum (0). One f32
 // add of the same two values either way, so every output has the same bits; G = 1 and 3 ignore it.
 TEST(GdnChunkCuda, GqaPairSumEqualsGsum) {
   const ScopedEnv pair("DT_GDN_GQA_PAIR");
@@ -564,7 +565,7 @@ TEST(GdnChunkCuda, GqaPairSumEqualsGsum) {
       const Inputs in = make_inputs(c, dt == DType::bf16, ++salt);
       pair.set("0");
       const auto ref = to_vecs(run(c, in, Device::cuda(), dt));
-      for (const char* mode : {static_cast<const char*>(nullptr), "1"}) {
+      for (const char* mode : {static_cast<const char*>(nullptr), "1", "2"}) {  // 2: the exchange pushed
         pair.set(mode);
         const auto got = to_vecs(run(c, in, Device::cuda(), dt));
         for (int i = 0; i < 8; ++i)

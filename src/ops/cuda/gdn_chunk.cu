@@ -107,7 +107,7 @@ struct Params {
   int64_t T;
   int64_t sv, sdv;             // token strides (elements) of v and dv: Hv * dv, or wider for in-place column views
   int N, NT, Hk, Hv, G, dk, dv, nvt;
-  int pair;                    // 1: dqk and wy run as clusters of G == 2 v-heads (pair_sum)
+  int pair;                    // 1: dqk and wy run as clusters of G == 2 v-heads (pair_sum); 2: pushed (pair_sum_push)
   float scale;
   const int32_t* cu;           // [N+1]
   const int32_t* chunk_seq;    // [NT]
@@ -1214,6 +1214,97 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 }
 
+// ---- pair_sum pushed (p.pair == 2, DT_GDN_GQA_PAIR=2; not the default until measured) ----------
+// The same exchange with no GPU-wide fence: every cluster-scope release (the barrier arrive of
+// pair_sum's pull, a release.cluster mbarrier arrive) compiles to MEMBAR.ALL.GPU + ERRBAR, which
+// waits for all of the thread's outstanding memory operations. Here each CTA's warps that do not
+// finalise push their fragments into the PARTNER's xbuf with st.async, counted by the partner's
+// "full" mbarrier (complete_tx); the partner's mine-warps wait on it and add from their own
+// shared memory. Before pushing, a CTA waits on its "free" mbarrier, which the partner arrives on
+// (release.cta, remote: no membar) once its xbuf is dead. The barriers are initialised at kernel
+// start (pair_push_init) and are each used for one phase; the cluster barrier around them is
+// relaxed (no fence): arrive at init, wait before the exchange, arrive after it, wait at exit, so
+// neither CTA exits while the other's st.async to it, or its own, may be in flight.
+// bars: [0] free (this CTA may write the partner's xbuf), [1] full (the partner's fragments are in
+// this CTA's xbuf). Same values added in the same order as pair_sum: the same bits.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pair_push_init(uint64_t* bars) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bars)) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bars + 1)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  cluster_arrive_relaxed();  // waited for in pair_sum_push, before the first remote access
+#endif
+}
+__device__ __forceinline__ void mbar_wait_phase0(uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n"
+      "@!p bra WAIT;\n"
+      "}\n" ::"r"(bar)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ uint32_t map_peer(uint32_t addr, unsigned rank) {
+  uint32_t r = addr;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+#endif
+  return r;
+}
+__device__ __forceinline__ bool pair_sum_push(float (&acc)[2][4][4], float* xbuf, uint64_t* bars) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned rank = cooperative_groups::this_cluster().block_rank(), peer = rank ^ 1u;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int slot = (warp & 3) * 32 + lane;  // as pair_sum: the partner's warp of the same index
+  const bool mine = (warp >> 2) == int(rank);
+  constexpr uint32_t kBytes = 4 * 32 * 8 * sizeof(float4);  // the partner's 4 warps x 32 lanes x 8 float4
+  const uint32_t free_l = smem_addr(bars), full_l = smem_addr(bars + 1);
+  cluster_wait();  // the partner's barriers are initialised (pair_push_init's arrive)
+  if (threadIdx.x == 0) {  // the caller's __syncthreads: this CTA's xbuf is dead, the partner may fill it
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(map_peer(free_l, peer)) : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full_l), "r"(kBytes) : "memory");
+  }
+  if (!mine) {
+    mbar_wait_phase0(free_l);  // the partner's xbuf is dead
+    const uint32_t buf_r = map_peer(smem_addr(xbuf), peer), full_r = map_peer(full_l, peer);
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        asm volatile(
+            "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
+                buf_r + uint32_t(((4 * i + j) * 128 + slot) * sizeof(float4))),
+            "f"(acc[i][j][0]), "f"(acc[i][j][1]), "f"(acc[i][j][2]), "f"(acc[i][j][3]), "r"(full_r)
+            : "memory");
+  } else {
+    mbar_wait_phase0(full_l);  // the partner's fragments are in this CTA's xbuf
+    const float4* buf = reinterpret_cast<const float4*>(xbuf);
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float4 o = buf[(4 * i + j) * 128 + slot];
+        acc[i][j][0] += o.x, acc[i][j][1] += o.y, acc[i][j][2] += o.z, acc[i][j][3] += o.w;
+      }
+  }
+  cluster_arrive_relaxed();  // waited for at the CTA's exit
+  return mine;
+#else
+  __trap();
+  return false;
+#endif
+}
+
 // ---- dqk's pieces (steps of dqk_kernel, and wy's row-sum stores) --------------------------------
 // e^gamma and e^(gamma_last - gamma) of the chunk's rows (0 past L).
 __device__ __forceinline__ void chunk_decays(const float* s_gam, float* s_eg, float* s_el, int L, int tid) {
@@ -1305,7 +1396,8 @@ struct DqkSmem {
   static constexpr size_t red = dsd + sizeof(float) * C;           // f32 [4][C]
   static constexpr size_t red2 = red + sizeof(float) * 4 * C;      // f32 [4][C]
   static constexpr size_t ws = red2 + sizeof(float) * 4 * C;       // f32 [8]
-  static constexpr size_t bytes = ws + sizeof(float) * 8;
+  static constexpr size_t bars = ws + sizeof(float) * 8;           // u64 [2]  pair_sum_push's mbarriers
+  static constexpr size_t bytes = bars + sizeof(uint64_t) * 2;
 };
 
 // Two CTAs per SM in bf16 by launch bound, not by luck: unbounded, one more Params field once took
@@ -1342,6 +1434,8 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   float* s_red = reinterpret_cast<float*>(smem + S::red);
   float* s_red2 = reinterpret_cast<float*>(smem + S::red2);
   float* s_ws = reinterpret_cast<float*>(smem + S::ws);
+  uint64_t* s_bars = reinterpret_cast<uint64_t*>(smem + S::bars);
+  if (p.pair == 2) pair_push_init(s_bars);
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L, Lk = round16(L);
   const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
@@ -1402,13 +1496,16 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     store_row_sums(s_red, wn, m0, r_rs, lane);
     if (p.pair) {  // 2b. dq of the key head = this v-head's + the partner's, through s_x1 (dO is dead)
       __syncthreads();
-      const bool sum = pair_sum(r_acc, reinterpret_cast<float*>(s_x1));
-      cluster_arrive();  // the partner's s_x1 is consumed
+      float* xbuf = reinterpret_cast<float*>(s_x1);
+      const bool sum = p.pair == 2 ? pair_sum_push(r_acc, xbuf, s_bars) : pair_sum(r_acc, xbuf);
+      if (p.pair == 1) cluster_arrive();  // the partner's s_x1 is consumed
       if (sum && active)
         frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
           if (r < L && c < p.dk) store2(g_dq + (qrow + int64_t(r) * p.Hk) * p.dk + c, x0, x1);
         });
-      cluster_wait();  // the partner has read this CTA's s_x1 before dDelta overwrites it
+      // pull: the partner has read this CTA's s_x1 before dDelta overwrites it (push: the barrier
+      // below waits for this CTA's mine-warps, which waited for the partner's pushes)
+      if (p.pair == 1) cluster_wait();
     }
   }
   __syncthreads();  // dO is dead: dDelta takes its tile
@@ -1475,6 +1572,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   }
   __syncthreads();
   dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red, s_red2, s_ws, s_eg, L, tid);
+  if (p.pair == 2) cluster_wait();  // no st.async to or from this CTA is in flight when it exits
 }
 
 // ---- wy (B6-B8): WY backward, dv, dbeta, dgamma, reverse chunk cumsum -> dg ----------------------
@@ -1499,7 +1597,8 @@ struct WySmem {
   static constexpr size_t dg = db + sizeof(float) * C;
   static constexpr size_t red = dg + sizeof(float) * C;            // f32 [4][C]
   static constexpr size_t red2 = red + sizeof(float) * 4 * C;      // f32 [4][C]
-  static constexpr size_t bytes = red2 + sizeof(float) * 4 * C;
+  static constexpr size_t bars = red2 + sizeof(float) * 4 * C;     // u64 [2]  pair_sum_push's mbarriers
+  static constexpr size_t bytes = bars + sizeof(uint64_t) * 2;
 };
 template <class T> constexpr int kWyMinBlocks = sizeof(T) == 2 ? 3 : 1;
 static_assert(3 * (WySmem<bf16>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "wy: three bf16 CTAs per SM");
@@ -1513,6 +1612,9 @@ constexpr bool pair_buffers_fit() {
          WySmem<T>::dt % 16 == 0;
 }
 static_assert(pair_buffers_fit<bf16>() && pair_buffers_fit<float>(), "pair_sum buffers");
+static_assert(DqkSmem<bf16>::bars % 8 == 0 && DqkSmem<float>::bars % 8 == 0 && WySmem<bf16>::bars % 8 == 0 &&
+                  WySmem<float>::bars % 8 == 0,
+              "pair_sum_push's mbarriers are 8-byte aligned");
 
 template <class T>
 __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
@@ -1548,6 +1650,8 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
   float* s_dg = reinterpret_cast<float*>(smem + S::dg);
   float* s_red = reinterpret_cast<float*>(smem + S::red);
   float* s_red2 = reinterpret_cast<float*>(smem + S::red2);
+  uint64_t* s_bars = reinterpret_cast<uint64_t*>(smem + S::bars);
+  if (p.pair == 2) pair_push_init(s_bars);
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L, Lk = round16(L);
   const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
@@ -1723,8 +1827,9 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     // past its reads of dbb (in s_dt)
     if (p.pair) {
       __syncthreads();
-      const bool sum = pair_sum(r_acc, reinterpret_cast<float*>(smem + S::dt));
-      cluster_arrive();  // the partner's s_dt is consumed (this CTA waits for the partner at its exit)
+      float* xbuf = reinterpret_cast<float*>(smem + S::dt);
+      const bool sum = p.pair == 2 ? pair_sum_push(r_acc, xbuf, s_bars) : pair_sum(r_acc, xbuf);
+      if (p.pair == 1) cluster_arrive();  // the partner's s_dt is consumed (this CTA waits for the partner at its exit)
       if (sum && active)
         frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
           if (r < L && c < p.dk) store2(g_dk + (qrow + int64_t(r) * p.Hk) * p.dk + c, x0, x1);
@@ -1758,7 +1863,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     if (i0 < L) g_dg[vrow + int64_t(i0) * p.Hv] = excl + y0;
     if (i1 < L) g_dg[vrow + int64_t(i1) * p.Hv] = excl + y1;
   }
-  if (p.pair) cluster_wait();  // the partner has read this CTA's s_dt before it exits
+  if (p.pair) cluster_wait();  // the partner has read this CTA's s_dt (pull) or no st.async is in flight (push)
 }
 
 // ---- gsum (B12): out[t, hk, :] = sum_{j < G} in[t, hk G + j, :] in head order -------------------
@@ -1990,17 +2095,20 @@ T* tptr(const TensorView& v) {
 // (the form before). The same bits either way. Read at every call. The kernels must also have
 // been compiled for sm_90 or newer (pair_sum traps in code built for an older virtual arch and
 // JIT-compiled for this device): their PTX arch, as CUB reads it.
+// 2: the clusters' exchange pushed through st.async and mbarriers (pair_sum_push); the same bits.
+// Returns Params.pair: 0, 1 or 2.
 template <class T>
-bool gqa_pair(const Params& p) {
+int gqa_pair(const Params& p) {
   const int knob = env::choice("DT_GDN_GQA_PAIR", {{"0", "per-v-head f32 partials summed by gsum"},
-                                                   {"1", "G = 2 as clusters of two CTAs"}});
-  if (p.G != 2 || knob == 0) return false;
+                                                   {"1", "G = 2 as clusters of two CTAs"},
+                                                   {"2", "G = 2 as clusters, the exchange pushed (st.async)"}});
+  if (p.G != 2 || knob == 0) return 0;
   int dev = 0, major = 0;
   DT_CUDA_CHECK(cudaGetDevice(&dev));
   DT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   cudaFuncAttributes a{};
   DT_CUDA_CHECK(cudaFuncGetAttributes(&a, dqk_kernel<T>));
-  return major >= 9 && a.ptxVersion >= 90;
+  return major >= 9 && a.ptxVersion >= 90 ? (knob == 2 ? 2 : 1) : 0;
 }
 
 // A (chunk, v-head) kernel on grid [NT, Hv]; with p.pair as clusters of the two v-heads of a key
@@ -2338,7 +2446,7 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   // clusters of the two v-heads (gqa_pair; dq's f32 partials are not written, dk's are read once
   // and not written back). The same bits.
   Params pb = p;
-  pb.pair = gqa_pair<T>(p) ? 1 : 0;
+  pb.pair = gqa_pair<T>(p);
   const bool direct = p.G == 1 || pb.pair;
   Tensor dqh = direct ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);  // [T, Hv, dk] f32
   Tensor dkh = Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);                      // [T, Hv, dk] f32
