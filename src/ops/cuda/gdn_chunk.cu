@@ -1270,9 +1270,10 @@ __device__ __forceinline__ bool pair_sum_push(float (&acc)[2][4][4], float* xbuf
   constexpr uint32_t kBytes = 4 * 32 * 8 * sizeof(float4);  // the partner's 4 warps x 32 lanes x 8 float4
   const uint32_t free_l = smem_addr(bars), full_l = smem_addr(bars + 1);
   cluster_wait();  // the partner's barriers are initialised (pair_push_init's arrive)
-  if (threadIdx.x == 0) {  // the caller's __syncthreads: this CTA's xbuf is dead, the partner may fill it
-    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(map_peer(free_l, peer)) : "memory");
+  if (threadIdx.x == 0) {  // after the caller's __syncthreads: this CTA's xbuf is dead
+    // the bytes to expect first, then let the partner push (so no complete_tx precedes the expect_tx)
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full_l), "r"(kBytes) : "memory");
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(map_peer(free_l, peer)) : "memory");
   }
   if (!mine) {
     mbar_wait_phase0(free_l);  // the partner's xbuf is dead
