@@ -1242,16 +1242,29 @@ __device__ __forceinline__ void pair_push_init(uint64_t* bars) {
   cluster_arrive_relaxed();  // waited for in pair_sum_push, before the first remote access
 #endif
 }
+// CLUSTER: acquire at cluster scope, for data another CTA wrote (st.async); else the default
+// (.acquire.cta, as CUTLASS's cluster pipelines wait for a remote consumer's release).
+template <bool CLUSTER>
 __device__ __forceinline__ void mbar_wait_phase0(uint32_t bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n"
-      "@!p bra WAIT;\n"
-      "}\n" ::"r"(bar)
-      : "memory");
+  if constexpr (CLUSTER)
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], 0;\n"
+        "@!p bra WAIT;\n"
+        "}\n" ::"r"(bar)
+        : "memory");
+  else
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n"
+        "@!p bra WAIT;\n"
+        "}\n" ::"r"(bar)
+        : "memory");
 #endif
 }
 __device__ __forceinline__ uint32_t map_peer(uint32_t addr, unsigned rank) {
@@ -1276,7 +1289,7 @@ __device__ __forceinline__ bool pair_sum_push(float (&acc)[2][4][4], float* xbuf
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(map_peer(free_l, peer)) : "memory");
   }
   if (!mine) {
-    mbar_wait_phase0(free_l);  // the partner's xbuf is dead
+    mbar_wait_phase0<false>(free_l);  // the partner's xbuf is dead
     const uint32_t buf_r = map_peer(smem_addr(xbuf), peer), full_r = map_peer(full_l, peer);
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -1288,7 +1301,7 @@ __device__ __forceinline__ bool pair_sum_push(float (&acc)[2][4][4], float* xbuf
             "f"(acc[i][j][0]), "f"(acc[i][j][1]), "f"(acc[i][j][2]), "f"(acc[i][j][3]), "r"(full_r)
             : "memory");
   } else {
-    mbar_wait_phase0(full_l);  // the partner's fragments are in this CTA's xbuf
+    mbar_wait_phase0<true>(full_l);  // the partner's fragments are in this CTA's xbuf
     const float4* buf = reinterpret_cast<const float4*>(xbuf);
 #pragma unroll
     for (int i = 0; i < 2; ++i)
