@@ -1167,6 +1167,16 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
 // the two heads' values, as gsum's, so the same bits. Returns whether this warp's acc now holds
 // the sum to store; the caller then arrives at the cluster barrier (cluster_arrive) and waits
 // (cluster_wait) before xbuf is reused or the CTA exits.
+// acc += the partner's fragments of this warp slot from an exchange buffer [8][128] float4.
+__device__ __forceinline__ void add_fragments(float (&acc)[2][4][4], const float4* src, int slot) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float4 o = src[(4 * i + j) * 128 + slot];
+      acc[i][j][0] += o.x, acc[i][j][1] += o.y, acc[i][j][2] += o.z, acc[i][j][3] += o.w;
+    }
+}
 __device__ __forceinline__ bool pair_sum(float (&acc)[2][4][4], float* xbuf) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
@@ -1183,13 +1193,7 @@ __device__ __forceinline__ bool pair_sum(float (&acc)[2][4][4], float* xbuf) {
   cl.sync();
   if (mine) {
     const float4* other = cl.map_shared_rank(buf, unsigned(rank ^ 1));
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float4 o = other[(4 * i + j) * 128 + slot];
-        acc[i][j][0] += o.x, acc[i][j][1] += o.y, acc[i][j][2] += o.z, acc[i][j][3] += o.w;
-      }
+    add_fragments(acc, other, slot);
   }
   return mine;
 #else
@@ -1302,14 +1306,7 @@ __device__ __forceinline__ bool pair_sum_push(float (&acc)[2][4][4], float* xbuf
             : "memory");
   } else {
     mbar_wait_phase0<true>(full_l);  // the partner's fragments are in this CTA's xbuf
-    const float4* buf = reinterpret_cast<const float4*>(xbuf);
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float4 o = buf[(4 * i + j) * 128 + slot];
-        acc[i][j][0] += o.x, acc[i][j][1] += o.y, acc[i][j][2] += o.z, acc[i][j][3] += o.w;
-      }
+    add_fragments(acc, reinterpret_cast<const float4*>(xbuf), slot);
   }
   cluster_arrive_relaxed();  // waited for at the CTA's exit
   return mine;
