@@ -190,26 +190,30 @@ __device__ __forceinline__ void read_pair(const T* s, float (&r)[kCPT]) {
   }
 }
 
+// Channels c, c + 1 as one aligned pair (the caller knows both exist and the pair is aligned).
+template <typename T>
+__device__ __forceinline__ void store_pair_full(T* g_p, const float (&r)[kCPT]) {
+  if constexpr (std::is_same_v<T, float>) *reinterpret_cast<float2*>(g_p) = make_float2(r[0], r[1]);
+  else *reinterpret_cast<uint32_t*>(g_p) = ew::pack_bf16x2(r[0], r[1]);
+}
 // g_p points at channel c of the output row.
 template <typename T>
 __device__ __forceinline__ void store_pair(T* g_p, int64_t c, int64_t D, bool vec_ok, const float (&r)[kCPT]) {
   if (vec_ok && c + 1 < D) {
-    if constexpr (std::is_same_v<T, float>) {
-      *reinterpret_cast<float2*>(g_p) = make_float2(r[0], r[1]);
-    } else {
-      *reinterpret_cast<uint32_t*>(g_p) = ew::pack_bf16x2(r[0], r[1]);
-    }
+    store_pair_full<T>(g_p, r);
   } else {
     if (c < D) g_p[0] = ew::from_f32<T>(r[0]);
     if (c + 1 < D) g_p[1] = ew::from_f32<T>(r[1]);
   }
 }
 
-// store_pair for a thread whose two channels exist and are pair-aligned (checked per block).
+// The head dim whose L2-norm passes are compiled with it known (2^7 = 128, the Qwen3.5 shapes; W' = 4
+// kernels only: the W' = 8 ones would spill), and l2norm's lanes per head row for a head dim 2^lg
+// (nrm_setup's value, for the powers of two the fused ops take).
+constexpr int kNormLgKnown = 7;
 template <typename T>
-__device__ __forceinline__ void store_pair_full(T* g_p, const float (&r)[kCPT]) {
-  if constexpr (std::is_same_v<T, float>) *reinterpret_cast<float2*>(g_p) = make_float2(r[0], r[1]);
-  else *reinterpret_cast<uint32_t*>(g_p) = ew::pack_bf16x2(r[0], r[1]);
+constexpr int norm_lanes(int lg) {
+  return (1 << lg) / ew::kVec<T> < 32 ? (1 << lg) / ew::kVec<T> : 32;
 }
 
 // The L2-norm pass over one staged tile (forward with p.nrm_ch > cb0): rows r of s_y [kTT, kCB]
@@ -225,7 +229,7 @@ __device__ __forceinline__ void l2norm_tile(const ConvParams& p, const T* s_y, i
                                             int r_hi) {
   constexpr int V = ew::kVec<T>, NS = (256 / V + 31) / 32;  // l2norm's slots per lane: 1 (bf16), 2 (f32)
   const int lg = LGC > 0 ? LGC : p.nrm_lg, hd = 1 << lg, lg_units = 8 - lg;  // kCB = 256 = 2^8 channels
-  const int tpr = LGC > 0 ? ((1 << LGC) / V < 32 ? (1 << LGC) / V : 32) : p.nrm_tpr;  // nrm_setup's lanes per row
+  const int tpr = LGC > 0 ? norm_lanes<T>(LGC) : p.nrm_tpr;
   const int gpb = kThreads / tpr;
   const int lane = int(threadIdx.x) & (tpr - 1), grp = int(threadIdx.x) / tpr;
   const int64_t sec_ch = p.nrm_ch >> 1, heads = sec_ch >> lg;
@@ -398,7 +402,7 @@ conv1d_varlen_kernel(const ConvParams p) {
   // chunks are consecutive lanes of one warp (the chunk column is the lane for bf16, lane + 32
   // per warp pair for f32), which are l2norm's lanes for that row: each thread only transforms
   // the chunks it loaded itself. Every lane joins the group sums; only q|k chunks are written.
-  // tpr_tag: the lanes per head row when the head dim is known (128, W' = 4), else 0 (p.nrm_tpr).
+  // tpr_tag: the lanes per head row when the head dim is known (kNormLgKnown), else 0 (p.nrm_tpr).
   auto l2norm_bwd_chunks = [&](int buf, auto tpr_tag) {
     constexpr int TPR = decltype(tpr_tag)::value;
     const int tpr = TPR > 0 ? TPR : p.nrm_tpr;
@@ -450,6 +454,7 @@ conv1d_varlen_kernel(const ConvParams p) {
   // Every thread's pair exists and is aligned; W' = 4 only (the W' = 8 forms would spill with a
   // third copy of the row loop).
   const bool fast_block = WP == 4 && p.silu && out_vec && cb0 + kCB <= p.D;
+  const bool norm_known = WP == 4 && p.nrm_lg == kNormLgKnown;  // the head dim's compiled-in norm passes
   const int nown = int(Bc - A);  // tokens of this group
   // Forward with the L2 norm: this block's channels start in the q|k sections, so its outputs
   // go to s_y and l2norm_tile stores them (block-uniform).
@@ -461,7 +466,7 @@ conv1d_varlen_kernel(const ConvParams p) {
     const int rel0k = kk * kTT - (WP - 1);
     const T* s_t = s_y + (kk & 1) * kTileElems;
     const int r_lo = max(0, -rel0k), r_hi = min(kTT, nown - rel0k);
-    if (WP == 4 && p.nrm_lg == 7) l2norm_tile<T, 7>(p, s_t, cb0, A + rel0k, r_lo, r_hi);  // (W' = 8 would spill)
+    if (norm_known) l2norm_tile<T, kNormLgKnown>(p, s_t, cb0, A + rel0k, r_lo, r_hi);
     else l2norm_tile<T>(p, s_t, cb0, A + rel0k, r_lo, r_hi);
   };
 
@@ -477,7 +482,7 @@ conv1d_varlen_kernel(const ConvParams p) {
     ew::cp_async_commit();
     ew::cp_async_wait<S - 1>();  // tile k has landed (this thread's copies) ...
     if (BWD && nrm_bwd) {  // on this thread's own chunks only: no barrier
-      if (WP == 4 && p.nrm_lg == 7) l2norm_bwd_chunks(buf, std::integral_constant<int, (128 / V < 32 ? 128 / V : 32)>{});
+      if (norm_known) l2norm_bwd_chunks(buf, std::integral_constant<int, norm_lanes<T>(kNormLgKnown)>{});
       else l2norm_bwd_chunks(buf, std::integral_constant<int, 0>{});
     }
     __syncthreads();             // ... and everyone's
