@@ -103,11 +103,14 @@ constexpr int LDA = C + 4;  // fp32 [C][C] matrices
 // CTAs per SM (PrepSmem); the column-parallel substitution walks columns, conflict-free at 72.
 constexpr int LDT = GDN_SOLVE_BLOCKED ? 68 : 72;
 
+// Params.pair: G == 2's dq / dk sums through gsum (off), in clusters pulling the partner's
+// fragments (pair_sum) or pushing them (pair_sum_push); DT_GDN_GQA_PAIR 0 | 1 (default) | 2.
+enum PairMode : int { kPairOff = 0, kPairPull = 1, kPairPush = 2 };
 struct Params {
   int64_t T;
   int64_t sv, sdv;             // token strides (elements) of v and dv: Hv * dv, or wider for in-place column views
   int N, NT, Hk, Hv, G, dk, dv, nvt;
-  int pair;                    // 1: dqk and wy run as clusters of G == 2 v-heads (pair_sum); 2: pushed (pair_sum_push)
+  int pair;                    // PairMode: dqk and wy as clusters of G == 2 v-heads (pair_sum), or pushed
   float scale;
   const int32_t* cu;           // [N+1]
   const int32_t* chunk_seq;    // [NT]
@@ -1218,7 +1221,7 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 }
 
-// ---- pair_sum pushed (p.pair == 2, DT_GDN_GQA_PAIR=2; not the default until measured) ----------
+// ---- pair_sum pushed (kPairPush, DT_GDN_GQA_PAIR=2; not the default until measured) -------------
 // The same exchange with no GPU-wide fence: every cluster-scope release (the barrier arrive of
 // pair_sum's pull, a release.cluster mbarrier arrive) compiles to MEMBAR.ALL.GPU + ERRBAR, which
 // waits for all of the thread's outstanding memory operations. Here each CTA's warps that do not
@@ -1446,7 +1449,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   float* s_red2 = reinterpret_cast<float*>(smem + S::red2);
   float* s_ws = reinterpret_cast<float*>(smem + S::ws);
   uint64_t* s_bars = reinterpret_cast<uint64_t*>(smem + S::bars);
-  if (p.pair == 2) pair_push_init(s_bars);
+  if (p.pair == kPairPush) pair_push_init(s_bars);
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L, Lk = round16(L);
   const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
@@ -1508,15 +1511,15 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     if (p.pair) {  // 2b. dq of the key head = this v-head's + the partner's, through s_x1 (dO is dead)
       __syncthreads();
       float* xbuf = reinterpret_cast<float*>(s_x1);
-      const bool sum = p.pair == 2 ? pair_sum_push(r_acc, xbuf, s_bars) : pair_sum(r_acc, xbuf);
-      if (p.pair == 1) cluster_arrive();  // the partner's s_x1 is consumed
+      const bool sum = p.pair == kPairPush ? pair_sum_push(r_acc, xbuf, s_bars) : pair_sum(r_acc, xbuf);
+      if (p.pair == kPairPull) cluster_arrive();  // the partner's s_x1 is consumed
       if (sum && active)
         frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
           if (r < L && c < p.dk) store2(g_dq + (qrow + int64_t(r) * p.Hk) * p.dk + c, x0, x1);
         });
       // pull: the partner has read this CTA's s_x1 before dDelta overwrites it (push: the barrier
       // below waits for this CTA's mine-warps, which waited for the partner's pushes)
-      if (p.pair == 1) cluster_wait();
+      if (p.pair == kPairPull) cluster_wait();
     }
   }
   __syncthreads();  // dO is dead: dDelta takes its tile
@@ -1583,7 +1586,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   }
   __syncthreads();
   dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red, s_red2, s_ws, s_eg, L, tid);
-  if (p.pair == 2) cluster_wait();  // no st.async to or from this CTA is in flight when it exits
+  if (p.pair == kPairPush) cluster_wait();  // no st.async to or from this CTA is in flight when it exits
 }
 
 // ---- wy (B6-B8): WY backward, dv, dbeta, dgamma, reverse chunk cumsum -> dg ----------------------
@@ -1662,7 +1665,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
   float* s_red = reinterpret_cast<float*>(smem + S::red);
   float* s_red2 = reinterpret_cast<float*>(smem + S::red2);
   uint64_t* s_bars = reinterpret_cast<uint64_t*>(smem + S::bars);
-  if (p.pair == 2) pair_push_init(s_bars);
+  if (p.pair == kPairPush) pair_push_init(s_bars);
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L, Lk = round16(L);
   const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
@@ -1839,8 +1842,8 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     if (p.pair) {
       __syncthreads();
       float* xbuf = reinterpret_cast<float*>(smem + S::dt);
-      const bool sum = p.pair == 2 ? pair_sum_push(r_acc, xbuf, s_bars) : pair_sum(r_acc, xbuf);
-      if (p.pair == 1) cluster_arrive();  // the partner's s_dt is consumed (this CTA waits for the partner at its exit)
+      const bool sum = p.pair == kPairPush ? pair_sum_push(r_acc, xbuf, s_bars) : pair_sum(r_acc, xbuf);
+      if (p.pair == kPairPull) cluster_arrive();  // the partner's s_dt is consumed (this CTA waits for the partner at its exit)
       if (sum && active)
         frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
           if (r < L && c < p.dk) store2(g_dk + (qrow + int64_t(r) * p.Hk) * p.dk + c, x0, x1);
@@ -2107,19 +2110,20 @@ T* tptr(const TensorView& v) {
 // been compiled for sm_90 or newer (pair_sum traps in code built for an older virtual arch and
 // JIT-compiled for this device): their PTX arch, as CUB reads it.
 // 2: the clusters' exchange pushed through st.async and mbarriers (pair_sum_push); the same bits.
-// Returns Params.pair: 0, 1 or 2.
+// Returns Params.pair.
 template <class T>
-int gqa_pair(const Params& p) {
+PairMode gqa_pair(const Params& p) {
   const int knob = env::choice("DT_GDN_GQA_PAIR", {{"0", "per-v-head f32 partials summed by gsum"},
                                                    {"1", "G = 2 as clusters of two CTAs"},
                                                    {"2", "G = 2 as clusters, the exchange pushed (st.async)"}});
-  if (p.G != 2 || knob == 0) return 0;
+  if (p.G != 2 || knob == 0) return kPairOff;
   int dev = 0, major = 0;
   DT_CUDA_CHECK(cudaGetDevice(&dev));
   DT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   cudaFuncAttributes a{};
   DT_CUDA_CHECK(cudaFuncGetAttributes(&a, dqk_kernel<T>));
-  return major >= 9 && a.ptxVersion >= 90 ? (knob == 2 ? 2 : 1) : 0;
+  if (major < 9 || a.ptxVersion < 90) return kPairOff;
+  return knob == 2 ? kPairPush : kPairPull;
 }
 
 // A (chunk, v-head) kernel on grid [NT, Hv]; with p.pair as clusters of the two v-heads of a key
