@@ -27,6 +27,8 @@ import csv
 import gzip
 from collections import OrderedDict
 
+from ncu_summary import US_PER, raw_csv  # same folder
+
 STALL = "smsp__average_warps_issue_stalled_"
 
 
@@ -44,10 +46,9 @@ def num(x):
 
 
 def raw_table(path):
-    rows = list(csv.reader([l for l in lines_of(path) if l.startswith('"')]))
-    hdr, units, rows = rows[0], rows[1], [r for r in rows[2:] if len(r) == len(rows[0])]
+    hdr, units, rows = raw_csv(lines_of(path))
+    rows = [r for r in rows if len(r) == len(hdr)]
     ix = {h: i for i, h in enumerate(hdr)}
-    t_scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
     b_scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
     stalls = [h for h in hdr if h.startswith(STALL)]
     weighted = ["sm__warps_active.avg.pct_of_peak_sustained_active",
@@ -55,7 +56,7 @@ def raw_table(path):
                 "smsp__issue_active.avg.pct_of_peak_sustained_active", "launch__registers_per_thread"] + stalls
     agg = OrderedDict()
     for r in rows:
-        t = num(r[ix["gpu__time_duration.sum"]]) * t_scale[units[ix["gpu__time_duration.sum"]]]
+        t = num(r[ix["gpu__time_duration.sum"]]) * US_PER[units[ix["gpu__time_duration.sum"]]]
         by = sum(num(r[ix[m]]) * b_scale.get(units[ix[m]], 1) for m in ("dram__bytes_read.sum", "dram__bytes_write.sum")
                  if m in ix)
         a = agg.setdefault(r[ix["Kernel Name"]][:44], {"t": 0.0, "b": 0.0, "n": 0, "w": {}})

@@ -14,16 +14,25 @@ import sys
 from collections import OrderedDict
 
 
-def rows(path):
-    with open(path, newline="") as f:
-        lines = [l for l in f if l.startswith('"')]  # ncu's own ==PROF== lines are not CSV
-    r = csv.reader(lines)
+# Microseconds per unit of ncu's time columns (also used by scripts/ncu_stalls.py).
+US_PER = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6, "second": 1e6}
+
+
+def raw_csv(lines):
+    """ncu's raw-page CSV: (header, units, data rows); ncu's own ==PROF== lines are not CSV."""
+    r = csv.reader([l for l in lines if l.startswith('"')])
     header = next(r)
     units = next(r)  # the second row holds the units
+    return header, units, list(r)
+
+
+def rows(path):
+    with open(path, newline="") as f:
+        header, units, data = raw_csv(f)
     name_col = header.index("Kernel Name")
     t_col = header.index("gpu__time_duration.sum")
-    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6, "second": 1e6}[units[t_col]]
-    for row in r:
+    scale = US_PER[units[t_col]]
+    for row in data:
         if len(row) <= max(name_col, t_col):
             continue
         yield row[name_col], float(row[t_col].replace(",", "")) * scale
