@@ -14,7 +14,7 @@
 //   --trace:            then 10 fwd+bwd with every kernel's start and end recorded through CUPTI
 //                       (bench/kernel_trace.h): per-kernel times inside a real, unserialised run,
 //                       to set beside --profile's one-kernel-at-a-time times
-//   --ab VAR:           then an A/B of the environment knob VAR (values 0 and 1; it must be one
+//   --ab VAR[=A,B]:     then an A/B of the environment knob VAR (values A and B, default 0 and 1; it must be one
 //                       read at every call, as the kernels' knobs are, not one read once such as
 //                       DT_GEMM_AUTOTUNE): 40 rounds of one fwd+bwd each way, the order alternating
 //                       (ABBA), so that clock and thermal drift falls on both; prints each side's
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   bool sp = false, recompute = true, profile = false, graph = false, trace = false;
   layers::GdnCpComm cp_comm = layers::GdnCpComm::all_to_all;
   int64_t tokens_per_gpu = 32768;
-  std::string ab;  // --ab VAR
+  std::string ab, ab_val[2] = {"0", "1"};  // --ab VAR[=A,B]
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--tp") && i + 1 < argc) tp = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--cp") && i + 1 < argc) cp = std::atoi(argv[++i]);
@@ -68,6 +68,14 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--ab")) {
       if (i + 1 >= argc) user_error("gdn_layer: --ab needs the name of an environment knob, e.g. --ab DT_GDN_OUT_NORM");
       ab = argv[++i];
+      if (const auto eq = ab.find('='); eq != std::string::npos) {
+        const auto comma = ab.find(',', eq);
+        if (comma == std::string::npos || comma == eq + 1 || comma + 1 == ab.size())
+          user_error("gdn_layer: --ab " + ab + ": expected VAR=A,B (two values), e.g. --ab DT_GDN_GQA_PAIR=1,2");
+        ab_val[0] = ab.substr(eq + 1, comma - eq - 1);
+        ab_val[1] = ab.substr(comma + 1);
+        ab.resize(eq);
+      }
     }
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_per_gpu = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--cp-comm") && i + 1 < argc) {
@@ -162,7 +170,7 @@ int main(int argc, char** argv) {
       float t[2];
       for (int k = 0; k < 2; ++k) {
         const int v = (r & 1) ? 1 - k : k;  // ABBA
-        setenv(ab.c_str(), v ? "1" : "0", 1);
+        setenv(ab.c_str(), ab_val[v].c_str(), 1);
         t[v] = bench::median_ms([&] { forward(); layer.backward(dx, dy, psp); }, st, 1, 1);
         ms[v].push_back(t[v]);
       }
@@ -172,9 +180,10 @@ int main(int argc, char** argv) {
     else unsetenv(ab.c_str());
     const int wins = int(std::count_if(diff.begin(), diff.end(), [](float d) { return d < 0.f; }));
     if (dist::world_rank() == 0)
-      std::printf("A/B %s (fwd+bwd, %d rounds ABBA): 0: %.3f ms | 1: %.3f ms | median of (1 - 0) %+.3f ms | 1 faster "
-                  "in %d of %d\n",
-                  ab.c_str(), kRounds, bench::median(ms[0]), bench::median(ms[1]), bench::median(diff), wins, kRounds);
+      std::printf("A/B %s (fwd+bwd, %d rounds ABBA): %s: %.3f ms | %s: %.3f ms | median of (%s - %s) %+.3f ms | %s "
+                  "faster in %d of %d\n",
+                  ab.c_str(), kRounds, ab_val[0].c_str(), bench::median(ms[0]), ab_val[1].c_str(), bench::median(ms[1]),
+                  ab_val[1].c_str(), ab_val[0].c_str(), bench::median(diff), ab_val[1].c_str(), wins, kRounds);
   }
   if (profile) {
     DT_CUDA_CHECK(cudaStreamSynchronize(st));
