@@ -36,8 +36,8 @@ for n in "${names[@]}"; do
       for k in tile warp4 warp8 split2 split4 wg4; do run "gdn_kernels DT_GDN_SERIAL=$k" env DT_GDN_SERIAL=$k "$B/$n"; done
       # G = 2's dq / dk sums through f32 partials and gsum, the form the cluster sums replaced (v0.10.0)
       run "gdn_kernels DT_GDN_GQA_PAIR=0" env DT_GDN_GQA_PAIR=0 "$B/$n"
-      # G = 2's exchange pushed through st.async and mbarriers (no GPU-wide fence; v0.17.0, not the default yet)
-      run "gdn_kernels DT_GDN_GQA_PAIR=2" env DT_GDN_GQA_PAIR=2 "$B/$n" ;;
+      # G = 2's exchange pulled behind a fenced cluster barrier (the default until v0.18.0; now pushed)
+      run "gdn_kernels DT_GDN_GQA_PAIR=1" env DT_GDN_GQA_PAIR=1 "$B/$n" ;;
     gdn_elementwise | dense_elementwise | attention | optim_step) run "$n" "$B/$n" ;;
     gdn_layer)
       run "gdn_layer 1 GPU" "$B/gdn_layer"
@@ -46,7 +46,7 @@ for n in "${names[@]}"; do
       for k in tile warp4 split2 split4; do run "gdn_layer 1 GPU DT_GDN_SERIAL=$k" env DT_GDN_SERIAL=$k "$B/gdn_layer"; done
       run "gdn_layer 1 GPU DT_GDN_REV_WGMMA=0" env DT_GDN_REV_WGMMA=0 "$B/gdn_layer"  # wg4 with rev as warp4's
       run "gdn_layer 1 GPU DT_GDN_GQA_PAIR=0" env DT_GDN_GQA_PAIR=0 "$B/gdn_layer"
-      run "gdn_layer 1 GPU DT_GDN_GQA_PAIR=2" env DT_GDN_GQA_PAIR=2 "$B/gdn_layer"
+      run "gdn_layer 1 GPU DT_GDN_GQA_PAIR=1" env DT_GDN_GQA_PAIR=1 "$B/gdn_layer"
       run "gdn_layer 1 GPU --keep-elementwise --graph" "$B/gdn_layer" --keep-elementwise --graph
       run "gdn_layer 1 GPU DT_GEMM_AUTOTUNE=1" env DT_GEMM_AUTOTUNE=1 "$B/gdn_layer"
       run "gdn_layer 1 GPU DT_GDN_OUT_NORM=0" env DT_GDN_OUT_NORM=0 "$B/gdn_layer"

@@ -544,7 +544,8 @@ TEST(GdnChunkCuda, StridedVMatchesContiguous) {
 }
 
 // G == 2: dqk and wy run as clusters of the key head's two v-heads and add dq and dk there
-// (DT_GDN_GQA_PAIR=1 or unset; 2: the exchange pushed through st.async and mbarriers) instead of
+// (DT_GDN_GQA_PAIR=2 or unset: the exchange pushed through st.async and mbarriers; 1: pulled behind a
+// cluster barrier) instead of
 // writing per-v-head f32 partials for gsum (0). One f32
 // add of the same two values either way, so every output has the same bits; G = 1 and 3 ignore it.
 TEST(GdnChunkCuda, GqaPairSumEqualsGsum) {
@@ -565,11 +566,11 @@ TEST(GdnChunkCuda, GqaPairSumEqualsGsum) {
       const Inputs in = make_inputs(c, dt == DType::bf16, ++salt);
       pair.set("0");
       const auto ref = to_vecs(run(c, in, Device::cuda(), dt));
-      for (const char* mode : {static_cast<const char*>(nullptr), "1", "2"}) {  // 2: the exchange pushed
+      for (const char* mode : {static_cast<const char*>(nullptr), "1", "2"}) {  // unset, 2: pushed
         pair.set(mode);
         // the pushed exchange's synchronisation (mbarriers, st.async) four times: a race shows as a
         // mismatch in some repetition, a lost arrive as a hang
-        const int reps = mode != nullptr && std::string(mode) == "2" ? 4 : 1;
+        const int reps = mode != nullptr && std::string(mode) == "1" ? 1 : 4;
         for (int rep = 0; rep < reps; ++rep) {
           const auto got = to_vecs(run(c, in, Device::cuda(), dt));
           for (int i = 0; i < 8; ++i)

@@ -23,7 +23,8 @@
 //             dgamma part) -> wy (B6-B8: dk2, dv, dbeta, dgamma2, reverse cumsum -> dg)
 //             -> gsum (B12: dq, dk summed over the G v-heads of each key head, fixed order; with
 //             G == 1 dqk and wy store dq and dk themselves, and with G == 2 they run as clusters of
-//             the key head's two v-heads and store the sums (pair_sum); the same bits either way)
+//             the key head's two v-heads and store the sums (pair_sum_push, or pair_sum); the same
+//             bits either way)
 // Tile loads of the serial kernels: rev uses two cp.async stages (chunk c-1's tiles load while
 // chunk c computes) when its grid fits one CTA per SM and the inputs are bf16, else one stage;
 // state always two (they cost it no occupancy). DT_GDN_REV_STAGES=1|2 and DT_GDN_STATE_STAGES=1|2
@@ -104,7 +105,7 @@ constexpr int LDA = C + 4;  // fp32 [C][C] matrices
 constexpr int LDT = GDN_SOLVE_BLOCKED ? 68 : 72;
 
 // Params.pair: G == 2's dq / dk sums through gsum (off), in clusters pulling the partner's
-// fragments (pair_sum) or pushing them (pair_sum_push); DT_GDN_GQA_PAIR 0 | 1 (default) | 2.
+// fragments (pair_sum) or pushing them (pair_sum_push); DT_GDN_GQA_PAIR 0 | 1 | 2 (default).
 enum PairMode : int { kPairOff = 0, kPairPull = 1, kPairPush = 2 };
 struct Params {
   int64_t T;
@@ -1221,7 +1222,7 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 }
 
-// ---- pair_sum pushed (kPairPush, DT_GDN_GQA_PAIR=2; not the default until measured) -------------
+// ---- pair_sum pushed (kPairPush, DT_GDN_GQA_PAIR=2 or unset: the default since v0.18.0) ---------
 // The same exchange with no GPU-wide fence: every cluster-scope release (the barrier arrive of
 // pair_sum's pull, a release.cluster mbarrier arrive) compiles to MEMBAR.ALL.GPU + ERRBAR, which
 // waits for all of the thread's outstanding memory operations. Here each CTA's warps that do not
@@ -2104,18 +2105,19 @@ T* tptr(const TensorView& v) {
   return absent(v) ? nullptr : static_cast<T*>(v.data);
 }
 
-// DT_GDN_GQA_PAIR=1 or unset: with G == 2 on sm_90 and newer, dqk and wy run as clusters of the
-// key head's two v-heads and sum dq and dk there (pair_sum); 0: per-v-head f32 partials and gsum
-// (the form before). The same bits either way. Read at every call. The kernels must also have
-// been compiled for sm_90 or newer (pair_sum traps in code built for an older virtual arch and
-// JIT-compiled for this device): their PTX arch, as CUB reads it.
-// 2: the clusters' exchange pushed through st.async and mbarriers (pair_sum_push); the same bits.
+// DT_GDN_GQA_PAIR=2 or unset: with G == 2 on sm_90 and newer, dqk and wy run as clusters of the
+// key head's two v-heads and sum dq and dk there, the exchange pushed through st.async and
+// mbarriers (pair_sum_push; the default since v0.18.0: dqk 1469 -> 1432 us under ncu); 1: the same
+// clusters pulling the partner's fragments behind a fenced cluster barrier (pair_sum); 0: per-v-head
+// f32 partials and gsum (the form before). The same bits in all three. Read at every call. The
+// kernels must also have been compiled for sm_90 or newer (pair_sum traps in code built for an
+// older virtual arch and JIT-compiled for this device): their PTX arch, as CUB reads it.
 // Returns Params.pair.
 template <class T>
 PairMode gqa_pair(const Params& p) {
   const int knob = env::choice("DT_GDN_GQA_PAIR", {{"0", "per-v-head f32 partials summed by gsum"},
-                                                   {"1", "G = 2 as clusters of two CTAs"},
-                                                   {"2", "G = 2 as clusters, the exchange pushed (st.async)"}});
+                                                   {"1", "G = 2 as clusters of two CTAs, pulling"},
+                                                   {"2", "G = 2 as clusters, the exchange pushed (st.async; default)"}});
   if (p.G != 2 || knob == 0) return kPairOff;
   int dev = 0, major = 0;
   DT_CUDA_CHECK(cudaGetDevice(&dev));
@@ -2123,7 +2125,7 @@ PairMode gqa_pair(const Params& p) {
   cudaFuncAttributes a{};
   DT_CUDA_CHECK(cudaFuncGetAttributes(&a, dqk_kernel<T>));
   if (major < 9 || a.ptxVersion < 90) return kPairOff;
-  return knob == 2 ? kPairPush : kPairPull;
+  return knob == 1 ? kPairPull : kPairPush;
 }
 
 // A (chunk, v-head) kernel on grid [NT, Hv]; with p.pair as clusters of the two v-heads of a key
