@@ -157,7 +157,8 @@ __global__ __launch_bounds__(SplitTiles<G>::NTHR) void state_split_kernel(Params
   const int grp = warp / G, sl = warp % G, bar = 1 + grp;  // row group, dk slice, its barrier
   const int v0 = cta.vt * BV, wv = 16 * grp, k0 = sl * DS;
   const bool active = wv < min(BV, p.dv - v0);  // dv % 16 == 0: a group's rows are all valid or none
-  const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1], eos = p.cu[n + 1];
+  const SeqSpan sp = seq_span(p, n);
+  const int c0 = sp.c0, c1 = sp.c1, eos = sp.eos;
   const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + v0 + wv;
   bf16* s_stg = reinterpret_cast<bf16*>(smem + S::stg) + warp * DS * LDW;
   float4* s_xb = reinterpret_cast<float4*>(smem + S::xb) + grp * G * 8 * 32;
@@ -169,7 +170,7 @@ __global__ __launch_bounds__(SplitTiles<G>::NTHR) void state_split_kernel(Params
     slice_elems(r_S, k0, [&](float& x, int col, int row) { x = g_h0[state_base + int64_t(col) * p.dv + row]; });
 
   auto issue = [&](int c, int st) {
-    load_state_tiles<S, BV, W::NTHR>(smem + st * S::stage, p, c, eos, h, v0, min(BV, p.dv - v0), LDU, g_k, g_W, g_U,
+    load_state_tiles<S, BV, W::NTHR>(smem + st * S::stage, p, sp.bos(c), eos, h, v0, min(BV, p.dv - v0), LDU, g_k, g_W, g_U,
                                      g_gam, tid);
   };
 
@@ -198,7 +199,7 @@ __global__ __launch_bounds__(SplitTiles<G>::NTHR) void state_split_kernel(Params
     const bf16* s_k = reinterpret_cast<const bf16*>(base + S::k);
     const bf16* s_u = reinterpret_cast<const bf16*>(base + S::u);
     const float* s_gam = reinterpret_cast<const float*>(base + S::gam);
-    const int64_t bos = p.chunk_start[c];
+    const int64_t bos = sp.bos(c);
     const int L = min(C, eos - int(bos));
     const float gam_e = s_gam[L - 1];
     auto step = [&](auto full) {  // full: L = C, constant bounds (as in state_warp_kernel)
@@ -278,7 +279,8 @@ __global__ __launch_bounds__(SplitTiles<G>::NTHR) void rev_split_kernel(Params p
   const int grp = warp / G, sl = warp % G, bar = 1 + grp;
   const int v0 = cta.vt * BV, wv = 16 * grp, k0 = sl * DS, nv = min(BV, p.dv - v0);
   const bool active = wv < nv;
-  const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1], eos = p.cu[n + 1];
+  const SeqSpan sp = seq_span(p, n);
+  const int c0 = sp.c0, c1 = sp.c1, eos = sp.eos;
   const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + v0 + wv;
   bf16* s_stg = reinterpret_cast<bf16*>(smem + S::stg) + warp * DS * LDW;
   float4* s_xb = reinterpret_cast<float4*>(smem + S::xb) + grp * G * 8 * 32;
@@ -290,7 +292,7 @@ __global__ __launch_bounds__(SplitTiles<G>::NTHR) void rev_split_kernel(Params p
     slice_elems(r_dS, k0, [&](float& x, int col, int row) { x = g_dht[state_base + int64_t(col) * p.dv + row]; });
 
   auto issue = [&](int c, int st) {
-    load_rev_tiles<S, BV, W::NTHR>(smem + st * S::stage, p, c, eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do, g_dDl, g_gam,
+    load_rev_tiles<S, BV, W::NTHR>(smem + st * S::stage, p, sp.bos(c), eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do, g_dDl, g_gam,
                                    tid);
   };
 
@@ -319,7 +321,7 @@ __global__ __launch_bounds__(SplitTiles<G>::NTHR) void rev_split_kernel(Params p
     bf16* s_do = reinterpret_cast<bf16*>(base + S::dO);
     const bf16* s_ddl = reinterpret_cast<const bf16*>(base + S::ddl);
     const float* s_gam = reinterpret_cast<const float*>(base + S::gam);
-    const int64_t bos = p.chunk_start[c];
+    const int64_t bos = sp.bos(c);
     const int L = min(C, eos - int(bos));
     const float gam_e = s_gam[L - 1];
     auto step = [&](auto full) {

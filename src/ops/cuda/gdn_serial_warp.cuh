@@ -253,7 +253,8 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, mi = lane >> 3, r8 = lane & 7;
   const int v0 = cta.vt * BVw, wv = 16 * warp;  // the warp's rows: v0 + wv .. + 15
   const bool active = wv < min(BVw, p.dv - v0);  // dv % 16 == 0: a warp's rows are all valid or none
-  const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1], eos = p.cu[n + 1];
+  const SeqSpan sp = seq_span(p, n);
+  const int c0 = sp.c0, c1 = sp.c1, eos = sp.eos;
   const int nkk = p.dk / 16;
   const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + v0 + wv;
   bf16* s_stg = reinterpret_cast<bf16*>(smem + S::stg) + warp * D * LDW;
@@ -264,7 +265,7 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
     state_elems(r_S, p.dk, 0, [&](float& x, int col, int row) { x = g_h0[state_base + int64_t(col) * p.dv + row]; });
 
   auto issue = [&](int c, int st) {
-    load_state_tiles<S, BVw, NTHR, WG>(smem + st * S::stage, p, c, eos, h, v0, min(BVw, p.dv - v0), LDU, g_k, g_W,
+    load_state_tiles<S, BVw, NTHR, WG>(smem + st * S::stage, p, sp.bos(c), eos, h, v0, min(BVw, p.dv - v0), LDU, g_k, g_W,
                                        g_U, g_gam, tid);
   };
 
@@ -295,7 +296,7 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
     const bf16* s_k = reinterpret_cast<const bf16*>(base + S::k);
     const bf16* s_u = reinterpret_cast<const bf16*>(base + S::u);
     const float* s_gam = reinterpret_cast<const float*>(base + S::gam);
-    const int64_t bos = p.chunk_start[c];
+    const int64_t bos = sp.bos(c);
     const int L = min(C, eos - int(bos));
     const float gam_e = s_gam[L - 1];
     // One chunk step; F: a full chunk with dk = D, where every bound below is a constant (no
@@ -389,7 +390,8 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, mi = lane >> 3, r8 = lane & 7;
   const int v0 = cta.vt * BVw, wv = 16 * warp, nv = min(BVw, p.dv - v0);
   const bool active = wv < nv;
-  const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1], eos = p.cu[n + 1];
+  const SeqSpan sp = seq_span(p, n);
+  const int c0 = sp.c0, c1 = sp.c1, eos = sp.eos;
   const int nkk = p.dk / 16;
   const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + v0 + wv;
   bf16* s_stg = reinterpret_cast<bf16*>(smem + S::stg) + warp * D * LDW;
@@ -400,7 +402,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     state_elems(r_dS, p.dk, 0, [&](float& x, int col, int row) { x = g_dht[state_base + int64_t(col) * p.dv + row]; });
 
   auto issue = [&](int c, int st) {
-    load_rev_tiles<S, BVw, NTHR, WG>(smem + st * S::stage, p, c, eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do, g_dDl,
+    load_rev_tiles<S, BVw, NTHR, WG>(smem + st * S::stage, p, sp.bos(c), eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do, g_dDl,
                                      g_gam, tid);
   };
 
@@ -430,7 +432,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     bf16* s_do = reinterpret_cast<bf16*>(base + S::dO);
     const bf16* s_ddl = reinterpret_cast<const bf16*>(base + S::ddl);
     const float* s_gam = reinterpret_cast<const float*>(base + S::gam);
-    const int64_t bos = p.chunk_start[c];
+    const int64_t bos = sp.bos(c);
     const int L = min(C, eos - int(bos));
     const float gam_e = s_gam[L - 1];
 
