@@ -33,7 +33,6 @@ VarlenBatch::VarlenBatch(const std::vector<int32_t>& cu, Device device, Stream s
     for (int32_t c = 0; c < nt; ++c) {
       chunk_seq_.push_back(int32_t(n));
       chunk_start_.push_back(cu_[n] + c * kGdnChunk);
-      chunk_end_.push_back(int32_t(std::min<int64_t>(cu_[n] + int64_t(c + 1) * kGdnChunk, cu_[n + 1])));
     }
     for (int32_t t = cu_[n]; t < cu_[n + 1]; ++t) seq_idx_[t] = int32_t(n);
   }
@@ -49,18 +48,17 @@ VarlenBatch::VarlenBatch(const std::vector<int32_t>& cu, Device device, Stream s
   meta_.cu_host = cu_.data();
   meta_.chunk_seq_host = chunk_seq_.data();
   meta_.chunk_start_host = chunk_start_.data();
-  meta_.chunk_end_host = chunk_end_.data();
   meta_.chunk_offsets_host = chunk_offsets_.data();
   meta_.seq_idx_host = seq_idx_.data();
   meta_.seq_order_host = seq_order_.data();
   meta_.device = device;
   if (device.is_cpu()) return;
-  // One upload of the seven arrays, packed back to back.
-  int64_t NT = meta_.num_chunks, total = (N + 1) + NT + NT + (N + 1) + T + N + NT;
+  // One upload of the six arrays, packed back to back.
+  int64_t NT = meta_.num_chunks, total = (N + 1) + NT + NT + (N + 1) + T + N;
   Tensor host = Tensor::empty(Shape{total}, DType::i32);
   int32_t* h = host.ptr<int32_t>();
   int64_t off = 0;
-  for (const auto* v : {&cu_, &chunk_seq_, &chunk_start_, &chunk_offsets_, &seq_idx_, &seq_order_, &chunk_end_}) {
+  for (const auto* v : {&cu_, &chunk_seq_, &chunk_start_, &chunk_offsets_, &seq_idx_, &seq_order_}) {
     std::copy(v->begin(), v->end(), h + off);
     off += int64_t(v->size());
   }
@@ -73,7 +71,6 @@ VarlenBatch::VarlenBatch(const std::vector<int32_t>& cu, Device device, Stream s
   meta_.chunk_offsets_dev = d + (N + 1) + 2 * NT;
   meta_.seq_idx_dev = d + (N + 1) + 2 * NT + (N + 1);
   meta_.seq_order_dev = meta_.seq_idx_dev + T;
-  meta_.chunk_end_dev = meta_.seq_order_dev + N;
   host_staging_ = host;  // the async upload reads `host`; keep it alive with the batch
 }
 

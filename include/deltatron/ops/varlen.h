@@ -21,7 +21,6 @@ struct VarlenMeta {
   const int32_t* cu_host = nullptr;             // [N+1]
   const int32_t* chunk_seq_host = nullptr;      // [NT] sequence of each chunk
   const int32_t* chunk_start_host = nullptr;    // [NT] first token of each chunk
-  const int32_t* chunk_end_host = nullptr;      // [NT] one past its last token: min(start + 64, cu[n + 1])
   const int32_t* chunk_offsets_host = nullptr;  // [N+1] first chunk of each sequence
   const int32_t* seq_idx_host = nullptr;        // [T] sequence of each token
   // [N] the sequences by chunk count, longest first (ties: lower index first). Kernels that walk
@@ -30,7 +29,6 @@ struct VarlenMeta {
   const int32_t* cu_dev = nullptr;
   const int32_t* chunk_seq_dev = nullptr;
   const int32_t* chunk_start_dev = nullptr;
-  const int32_t* chunk_end_dev = nullptr;
   const int32_t* chunk_offsets_dev = nullptr;
   const int32_t* seq_idx_dev = nullptr;
   const int32_t* seq_order_dev = nullptr;
@@ -51,8 +49,8 @@ class VarlenBatch {
   const std::vector<int32_t>& cu_seqlens() const { return cu_; }
 
  private:
-  std::vector<int32_t> cu_, chunk_seq_, chunk_start_, chunk_offsets_, seq_idx_, seq_order_, chunk_end_;
-  Tensor dev_;                // one int32 buffer holding the seven arrays on the device
+  std::vector<int32_t> cu_, chunk_seq_, chunk_start_, chunk_offsets_, seq_idx_, seq_order_;
+  Tensor dev_;                // one int32 buffer holding the five arrays on the device
   Tensor host_staging_;    // its host staging copy, alive while an async upload may read it
   VarlenMeta meta_;
 };

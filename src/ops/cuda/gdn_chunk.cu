@@ -114,8 +114,8 @@ struct Params {
   int pair;                    // PairMode: dqk and wy as clusters of G == 2 v-heads (pair_sum), or pushed
   float scale;
   const int32_t* cu;           // [N+1]
+  const int32_t* chunk_seq;    // [NT]
   const int32_t* chunk_start;  // [NT]
-  const int32_t* chunk_end;    // [NT]
   const int32_t* chunk_off;    // [N+1]
   const int32_t* seq_order;    // [N] sequences by chunk count, longest first
 };
@@ -131,9 +131,10 @@ __device__ __forceinline__ SeqCta seq_cta(const Params& p) {
   return {p.seq_order[r], rem / p.nvt, rem % p.nvt};
 }
 // A sequence's chunks c0 .. c1 - 1; chunk c starts at token bos0 + (c - c0) C (VarlenBatch's
-// chunk_start, computed here instead of loaded: in the serial kernels that per-step global load
-// fed the next tiles' addresses, and ncu's source view had ~14% of the state kernel's stall
-// samples waiting on such index loads); eos: the sequence's end.
+// chunk_start, computed here instead of loaded). The state kernels use it: their per-step global
+// load of chunk_start[c] fed the next tiles' addresses (ncu's source view: ~14% of the wg4 state
+// kernel's stall samples waited on such index loads; 651 -> 621 us). The rev kernels keep the load:
+// the same change measured rev +31 us (864 -> 895; 206 -> 212 registers). eos: the sequence's end.
 struct SeqSpan {
   int c0, c1, bos0, eos;
   __device__ __forceinline__ int64_t bos(int c) const { return bos0 + int64_t(c - c0) * C; }
@@ -232,10 +233,8 @@ __device__ __forceinline__ void chunk_gates(const Params& p, const float* g_g, c
   }
 }
 
-// A (chunk, v-head) CTA's chunk: its first token and length from two independent loads (the
-// chunk's end is tabled, VarlenMeta::chunk_end, so no load waits on another before the tiles').
 struct ChunkIdx {
-  int c, h, hk, L;
+  int c, h, hk, n, L;
   int64_t bos;
 };
 __device__ __forceinline__ ChunkIdx chunk_idx(const Params& p) {
@@ -243,9 +242,9 @@ __device__ __forceinline__ ChunkIdx chunk_idx(const Params& p) {
   r.c = blockIdx.x;
   r.h = blockIdx.y;
   r.hk = r.h / p.G;
-  const int bos = p.chunk_start[r.c], eoc = p.chunk_end[r.c];
-  r.bos = bos;
-  r.L = min(C, eoc - bos);  // = eoc - bos; the bound lets the compiler know L <= C
+  r.n = p.chunk_seq[r.c];
+  r.bos = p.chunk_start[r.c];
+  r.L = min(C, p.cu[r.n + 1] - int(r.bos));
   return r;
 }
 
@@ -1065,8 +1064,7 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
   const SeqCta cta = seq_cta(p);
   const int n = cta.n, h = cta.h, vt = cta.vt;
   const int v0 = vt * BV, nv = min(BV, p.dv - v0);
-  const SeqSpan sp = seq_span(p, n);
-  const int c0 = sp.c0, c1 = sp.c1, eos = sp.eos;
+  const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1], eos = p.cu[n + 1];
   const int tid = threadIdx.x, warp = tid >> 5;
   const int sm0 = 32 * (warp & 3), sn0 = 32 * (warp >> 2);  // state rows / tile columns of this warp
   const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + v0;
@@ -1082,7 +1080,7 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
 
   // cp.async loads of chunk c's tiles into stage st (the caller commits the group)
   auto issue = [&](int c, int st) {
-    load_rev_tiles<S, BV, kSeqThreads>(smem + st * S::stage, p, sp.bos(c), eos, h, v0, nv, LDV<T>, g_q, g_k, g_W, g_do, g_dDl,
+    load_rev_tiles<S, BV, kSeqThreads>(smem + st * S::stage, p, p.chunk_start[c], eos, h, v0, nv, LDV<T>, g_q, g_k, g_W, g_do, g_dDl,
                                        g_gam, tid);
   };
 
@@ -1093,7 +1091,7 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
   }
   for (int c = c1 - 1; c >= c0; --c) {
     const int st = Stages == 2 ? (c1 - 1 - c) & 1 : 0;
-    const int64_t bos = sp.bos(c);
+    const int64_t bos = p.chunk_start[c];
     const int L = min(C, eos - int(bos)), Lk = round16(L);
     if constexpr (Stages == 1) {
       __syncthreads();  // the previous chunk is done with every buffer
@@ -1973,7 +1971,7 @@ Dims check_common(const TensorView& q, const TensorView& k, const TensorView& v,
            "cuda::{}: head dims dk = {}, dv = {} must be multiples of 16 in [16, {}]", op, d.dk, d.dv, D);
   DT_CHECK(d.Hk > 0 && d.Hv % d.Hk == 0, "cuda::{}: Hv = {} must be a multiple of Hk = {}", op, d.Hv, d.Hk);
   DT_CHECK(m.total == d.T, "cuda::{}: cu_seqlens ends at {} but q has {} tokens ({})", op, m.total, d.T, q.str());
-  DT_CHECK(d.N == 0 || (m.cu_dev && m.chunk_start_dev && m.chunk_end_dev && m.chunk_offsets_dev && m.seq_order_dev),
+  DT_CHECK(d.N == 0 || (m.cu_dev && m.chunk_seq_dev && m.chunk_start_dev && m.chunk_offsets_dev && m.seq_order_dev),
            "cuda::{}: the VarlenMeta has no device arrays (build the VarlenBatch on the CUDA device)", op);
   DT_CHECK(d.T < (int64_t(1) << 31), "cuda::{}: T = {} exceeds int32 cu_seqlens", op, d.T);
   check_act(k, q.shape, q.dtype, q.device, op, "k");
@@ -1999,8 +1997,8 @@ Params make_params(const Dims& d, const GdnArgs& args, const VarlenMeta& m) {
   p.pair = 0;
   p.scale = args.scale != 0.0f ? args.scale : float(1.0 / std::sqrt(double(d.dk)));
   p.cu = m.cu_dev;
+  p.chunk_seq = m.chunk_seq_dev;
   p.chunk_start = m.chunk_start_dev;
-  p.chunk_end = m.chunk_end_dev;
   p.chunk_off = m.chunk_offsets_dev;
   p.seq_order = m.seq_order_dev;
   return p;

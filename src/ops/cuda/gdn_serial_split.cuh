@@ -279,8 +279,7 @@ __global__ __launch_bounds__(SplitTiles<G>::NTHR) void rev_split_kernel(Params p
   const int grp = warp / G, sl = warp % G, bar = 1 + grp;
   const int v0 = cta.vt * BV, wv = 16 * grp, k0 = sl * DS, nv = min(BV, p.dv - v0);
   const bool active = wv < nv;
-  const SeqSpan sp = seq_span(p, n);
-  const int c0 = sp.c0, c1 = sp.c1, eos = sp.eos;
+  const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1], eos = p.cu[n + 1];
   const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + v0 + wv;
   bf16* s_stg = reinterpret_cast<bf16*>(smem + S::stg) + warp * DS * LDW;
   float4* s_xb = reinterpret_cast<float4*>(smem + S::xb) + grp * G * 8 * 32;
@@ -292,7 +291,7 @@ __global__ __launch_bounds__(SplitTiles<G>::NTHR) void rev_split_kernel(Params p
     slice_elems(r_dS, k0, [&](float& x, int col, int row) { x = g_dht[state_base + int64_t(col) * p.dv + row]; });
 
   auto issue = [&](int c, int st) {
-    load_rev_tiles<S, BV, W::NTHR>(smem + st * S::stage, p, sp.bos(c), eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do, g_dDl, g_gam,
+    load_rev_tiles<S, BV, W::NTHR>(smem + st * S::stage, p, p.chunk_start[c], eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do, g_dDl, g_gam,
                                    tid);
   };
 
@@ -321,7 +320,7 @@ __global__ __launch_bounds__(SplitTiles<G>::NTHR) void rev_split_kernel(Params p
     bf16* s_do = reinterpret_cast<bf16*>(base + S::dO);
     const bf16* s_ddl = reinterpret_cast<const bf16*>(base + S::ddl);
     const float* s_gam = reinterpret_cast<const float*>(base + S::gam);
-    const int64_t bos = sp.bos(c);
+    const int64_t bos = p.chunk_start[c];
     const int L = min(C, eos - int(bos));
     const float gam_e = s_gam[L - 1];
     auto step = [&](auto full) {

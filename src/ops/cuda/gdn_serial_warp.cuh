@@ -390,8 +390,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, mi = lane >> 3, r8 = lane & 7;
   const int v0 = cta.vt * BVw, wv = 16 * warp, nv = min(BVw, p.dv - v0);
   const bool active = wv < nv;
-  const SeqSpan sp = seq_span(p, n);
-  const int c0 = sp.c0, c1 = sp.c1, eos = sp.eos;
+  const int c0 = p.chunk_off[n], c1 = p.chunk_off[n + 1], eos = p.cu[n + 1];
   const int nkk = p.dk / 16;
   const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + v0 + wv;
   bf16* s_stg = reinterpret_cast<bf16*>(smem + S::stg) + warp * D * LDW;
@@ -402,7 +401,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     state_elems(r_dS, p.dk, 0, [&](float& x, int col, int row) { x = g_dht[state_base + int64_t(col) * p.dv + row]; });
 
   auto issue = [&](int c, int st) {
-    load_rev_tiles<S, BVw, NTHR, WG>(smem + st * S::stage, p, sp.bos(c), eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do, g_dDl,
+    load_rev_tiles<S, BVw, NTHR, WG>(smem + st * S::stage, p, p.chunk_start[c], eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do, g_dDl,
                                      g_gam, tid);
   };
 
@@ -432,7 +431,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     bf16* s_do = reinterpret_cast<bf16*>(base + S::dO);
     const bf16* s_ddl = reinterpret_cast<const bf16*>(base + S::ddl);
     const float* s_gam = reinterpret_cast<const float*>(base + S::gam);
-    const int64_t bos = sp.bos(c);
+    const int64_t bos = p.chunk_start[c];
     const int L = min(C, eos - int(bos));
     const float gam_e = s_gam[L - 1];
 
