@@ -455,10 +455,11 @@ TEST(GdnChunkCuda, WarpSerialKernelsMatchTiled) {
 // of the CPU recurrence. Cases: full and partial chunks, zero-length sequences, h0 and dht, G = 1
 // and 2, one and two V tiles, both stage counts; dk 64 and dv 80 run warp4 itself.
 // DT_GDN_REV_WGMMA=1 adds the rev kernel through wgmma (the same reasoning, so the same bits), and
-// both are the bf16 default. Then a bad knob value is fatal.
+// both are the bf16 default. With one stage, DT_GDN_REV_L2NEXT=1 (the next chunk's tiles prefetched
+// into L2 by wg4's rev kernel) must give the same bits. Then a bad knob value is fatal.
 TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
   const ScopedEnv serial("DT_GDN_SERIAL"), stages("DT_GDN_STATE_STAGES"), rev_stages("DT_GDN_REV_STAGES"),
-      rev_wg("DT_GDN_REV_WGMMA");
+      rev_wg("DT_GDN_REV_WGMMA"), l2next("DT_GDN_REV_L2NEXT");
   const std::vector<int32_t> mix{1, 63, 64, 65, 300, 1000};
   const std::vector<Case> cases{
       {"d128 G2 h0+dht", {1, 63, 64, 65, 200, 129}, 1, 2, 128, 128, true, true},
@@ -485,6 +486,13 @@ TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
       rev_wg.set("1");
       const Outputs got_r = run(c, in, Device::cuda(), DType::bf16);
       const auto vr = to_vecs(got_r);
+      if (std::string(ns) == "1") {  // wg4's one-stage rev with the next chunk prefetched into L2
+        l2next.set("1");
+        const auto vp = to_vecs(run(c, in, Device::cuda(), DType::bf16));
+        l2next.set(nullptr);
+        for (int i = 0; i < 8; ++i)
+          EXPECT_TRUE(bitwise_eq(rv[i], vp[i])) << "wg4 + DT_GDN_REV_L2NEXT=1 vs warp4 " << kNames[i];
+      }
       serial.set(nullptr);  // the bf16 default: wg4 with the rev kernel through wgmma where it applies
       rev_wg.set(nullptr);
       const auto vd = to_vecs(run(c, in, Device::cuda(), DType::bf16));
@@ -503,6 +511,10 @@ TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
   rev_wg.set("yes");
   EXPECT_DEATH(run(t, make_inputs(t, true, 790), Device::cuda(), DType::bf16),
                "DT_GDN_REV_WGMMA='yes' is not one of: 0 ");
+  rev_wg.set("1");
+  l2next.set("2");
+  EXPECT_DEATH(run(t, make_inputs(t, true, 791), Device::cuda(), DType::bf16),
+               "DT_GDN_REV_L2NEXT='2' is not one of: 0 ");
 }
 
 // v and dv as token-strided column views of wider buffers (the layer's conv output and conv-input

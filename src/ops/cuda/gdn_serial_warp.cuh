@@ -371,7 +371,10 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
 // WG (NW = 4, dk = D, every warp active; DT_GDN_REV_WGMMA=1): the three products of a step as
 // wgmma, as the state kernel's: dS^T K^T as 8 m64n64k16 (K-major B), then dO~^T Q and -dDelta^T W as
 // 4 + 4 m64n128k16 (MN-major B) in the same order as the mma form.
-template <int NW, int Stages, bool WG = false>
+// L2N (DT_GDN_REV_L2NEXT, wg4 with one stage only): the next chunk's tiles prefetched into L2 at each
+// step's start. A template flag, not an argument: as an argument it took the one-stage kernel from
+// 206 to 232 registers even when off.
+template <int NW, int Stages, bool WG = false, bool L2N = false>
 __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16* __restrict__ g_q,
                                                            const bf16* __restrict__ g_k,
                                                            const bf16* __restrict__ g_W,
@@ -422,6 +425,9 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     if constexpr (Stages == 2) {
       if (c > c0) issue(c - 1, st ^ 1);
       cp_commit();
+    } else if constexpr (L2N) {
+      // one stage: chunk c - 1's tiles load only once this step ends; bring them into L2 meanwhile
+      if (c > c0) prefetch_rev_tiles<NTHR>(p, p.chunk_start[c] - C, h, v0, nv, g_q, g_k, g_W, g_do, g_dDl, g_gam, tid);
     }
     if (!WG && !active) continue;  // WG: the host launches it with every warp active
     unsigned char* base = smem + st * S::stage;
