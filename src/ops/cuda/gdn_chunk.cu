@@ -1262,9 +1262,18 @@ __device__ __forceinline__ void cluster_wait() {
 // "full" mbarrier (complete_tx); the partner's mine-warps wait on it and add from their own
 // shared memory. Before pushing, a CTA waits on its "free" mbarrier, which the partner arrives on
 // (release.cta, remote: no membar) once its xbuf is dead. The barriers are initialised at kernel
-// start (pair_push_init) and are each used for one phase; the cluster barrier around them is
-// relaxed (no fence): arrive at init, wait before the exchange, arrive after it, wait at exit, so
-// neither CTA exits while the other's st.async to it, or its own, may be in flight.
+// start (pair_push_init) and are each used for one phase; the cluster barrier (arrive relaxed at
+// init, wait before the exchange) only makes the partner's initialisation visible. Its wait is an
+// acquire at cluster scope, which Hopper implements as an L1 invalidate (CCTL.IVALL: every
+// co-resident CTA's L1-cached global data gone), so it runs once per CTA:
+// * the full wait is relaxed at cluster scope and followed by an acquire fence restricted to
+//   shared::cluster (what it orders: the reads of xbuf after st.async's release), no invalidate;
+// * no cluster barrier at exit: every remote operation INTO a CTA (the partner's arrive on its
+//   free barrier, its st.async bytes counted by its full barrier) completes before that CTA's
+//   own waits on those barriers pass, so it cannot exit before them; the operations it issues
+//   itself carry their data (registers, an arrive) and need nothing of it once issued.
+// (Both were an acquire.cluster wait and an arrive-at-exchange / wait-at-exit barrier phase until
+// v0.18.0: three L1 invalidates per CTA.)
 // bars: [0] free (this CTA may write the partner's xbuf), [1] full (the partner's fragments are in
 // this CTA's xbuf). Same values added in the same order as pair_sum: the same bits.
 __device__ __forceinline__ void cluster_arrive_relaxed() {
@@ -1282,7 +1291,9 @@ __device__ __forceinline__ void pair_push_init(uint64_t* bars) {
   cluster_arrive_relaxed();  // waited for in pair_sum_push, before the first remote access
 #endif
 }
-// CLUSTER: acquire at cluster scope, for data another CTA wrote (st.async); else the default
+// CLUSTER: for data another CTA wrote into this one's shared memory (st.async): a relaxed wait at
+// cluster scope, then an acquire fence restricted to shared::cluster (an acquire.cluster wait
+// would also invalidate L1 for global data, which nothing here needs); else the default
 // (.acquire.cta, as CUTLASS's cluster pipelines wait for a remote consumer's release).
 template <bool CLUSTER>
 __device__ __forceinline__ void mbar_wait_phase0(uint32_t bar) {
@@ -1292,8 +1303,9 @@ __device__ __forceinline__ void mbar_wait_phase0(uint32_t bar) {
         "{\n"
         ".reg .pred p;\n"
         "WAIT:\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], 0;\n"
+        "mbarrier.try_wait.parity.relaxed.cluster.shared::cta.b64 p, [%0], 0;\n"
         "@!p bra WAIT;\n"
+        "fence.acquire.sync_restrict::shared::cluster.cluster;\n"
         "}\n" ::"r"(bar)
         : "memory");
   else
@@ -1344,7 +1356,6 @@ __device__ __forceinline__ bool pair_sum_push(float (&acc)[2][4][4], float* xbuf
     mbar_wait_phase0<true>(full_l);  // the partner's fragments are in this CTA's xbuf
     add_fragments(acc, reinterpret_cast<const float4*>(xbuf), slot);
   }
-  cluster_arrive_relaxed();  // waited for at the CTA's exit
   return mine;
 #else
   __trap();
@@ -1619,7 +1630,6 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   }
   __syncthreads();
   dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red, s_red2, s_ws, s_eg, L, tid);
-  if (p.pair == kPairPush) cluster_wait();  // no st.async to or from this CTA is in flight when it exits
 }
 
 // ---- wy (B6-B8): WY backward, dv, dbeta, dgamma, reverse chunk cumsum -> dg ----------------------
@@ -1910,7 +1920,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     if (i0 < L) g_dg[vrow + int64_t(i0) * p.Hv] = excl + y0;
     if (i1 < L) g_dg[vrow + int64_t(i1) * p.Hv] = excl + y1;
   }
-  if (p.pair) cluster_wait();  // the partner has read this CTA's s_dt (pull) or no st.async is in flight (push)
+  if (p.pair == kPairPull) cluster_wait();  // the partner has read this CTA's s_dt (push: see pair_sum_push)
 }
 
 // ---- gsum (B12): out[t, hk, :] = sum_{j < G} in[t, hk G + j, :] in head order -------------------
