@@ -1261,7 +1261,8 @@ __device__ __forceinline__ void cluster_wait() {
 // finalise push their fragments into the PARTNER's xbuf with st.async, counted by the partner's
 // "full" mbarrier (complete_tx); the partner's mine-warps wait on it and add from their own
 // shared memory. Before pushing, a CTA waits on its "free" mbarrier, which the partner arrives on
-// (release.cta, remote: no membar) once its xbuf is dead. The barriers are initialised at kernel
+// remotely once its xbuf is dead (after a release fence restricted to its shared memory: a
+// CTA-scope membar, no GPU-wide one). The barriers are initialised at kernel
 // start (pair_push_init) and are each used for one phase; the cluster barrier (arrive relaxed at
 // init, wait before the exchange) only makes the partner's initialisation visible. Its wait is an
 // acquire at cluster scope, which Hopper implements as an L1 invalidate (CCTL.IVALL: every
@@ -1291,32 +1292,22 @@ __device__ __forceinline__ void pair_push_init(uint64_t* bars) {
   cluster_arrive_relaxed();  // waited for in pair_sum_push, before the first remote access
 #endif
 }
-// CLUSTER: for data another CTA wrote into this one's shared memory (st.async): a relaxed wait at
-// cluster scope, then an acquire fence restricted to shared::cluster (an acquire.cluster wait
-// would also invalidate L1 for global data, which nothing here needs); else the default
-// (.acquire.cta, as CUTLASS's cluster pipelines wait for a remote consumer's release).
-template <bool CLUSTER>
+// Waits for phase 0 of an mbarrier that another CTA of the cluster completes (its st.async bytes,
+// its arrive): a relaxed wait at cluster scope, then an acquire fence restricted to shared::cluster,
+// which orders this thread's later shared-memory accesses after the partner's release. (An
+// acquire.cluster wait would also invalidate L1 for global data, CCTL.IVALL, which nothing here
+// needs; an acquire.cta one would not, formally, synchronise with another CTA's release.)
 __device__ __forceinline__ void mbar_wait_phase0(uint32_t bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (CLUSTER)
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "WAIT:\n"
-        "mbarrier.try_wait.parity.relaxed.cluster.shared::cta.b64 p, [%0], 0;\n"
-        "@!p bra WAIT;\n"
-        "fence.acquire.sync_restrict::shared::cluster.cluster;\n"
-        "}\n" ::"r"(bar)
-        : "memory");
-  else
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n"
-        "@!p bra WAIT;\n"
-        "}\n" ::"r"(bar)
-        : "memory");
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.relaxed.cluster.shared::cta.b64 p, [%0], 0;\n"
+      "@!p bra WAIT;\n"
+      "fence.acquire.sync_restrict::shared::cluster.cluster;\n"
+      "}\n" ::"r"(bar)
+      : "memory");
 #endif
 }
 __device__ __forceinline__ uint32_t map_peer(uint32_t addr, unsigned rank) {
@@ -1336,12 +1327,18 @@ __device__ __forceinline__ bool pair_sum_push(float (&acc)[2][4][4], float* xbuf
   const uint32_t free_l = smem_addr(bars), full_l = smem_addr(bars + 1);
   cluster_wait();  // the partner's barriers are initialised (pair_push_init's arrive)
   if (threadIdx.x == 0) {  // after the caller's __syncthreads: this CTA's xbuf is dead
-    // the bytes to expect first, then let the partner push (so no complete_tx precedes the expect_tx)
+    // the bytes to expect, then let the partner push (the order is not needed: while this arrive is
+    // pending an early complete_tx cannot finish the phase; it keeps the tx-count non-negative).
+    // The release fence orders every thread's reads of xbuf (before the __syncthreads) before the
+    // partner's writes into it, at cluster scope: a CTA-scope membar, where a release.cluster
+    // arrive would be a GPU-wide one.
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full_l), "r"(kBytes) : "memory");
-    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(map_peer(free_l, peer)) : "memory");
+    asm volatile("fence.release.sync_restrict::shared::cta.cluster;\n" ::: "memory");
+    asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(map_peer(free_l, peer))
+                 : "memory");
   }
   if (!mine) {
-    mbar_wait_phase0<false>(free_l);  // the partner's xbuf is dead
+    mbar_wait_phase0(free_l);  // the partner's xbuf is dead
     const uint32_t buf_r = map_peer(smem_addr(xbuf), peer), full_r = map_peer(full_l, peer);
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -1353,7 +1350,7 @@ __device__ __forceinline__ bool pair_sum_push(float (&acc)[2][4][4], float* xbuf
             "f"(acc[i][j][0]), "f"(acc[i][j][1]), "f"(acc[i][j][2]), "f"(acc[i][j][3]), "r"(full_r)
             : "memory");
   } else {
-    mbar_wait_phase0<true>(full_l);  // the partner's fragments are in this CTA's xbuf
+    mbar_wait_phase0(full_l);  // the partner's fragments are in this CTA's xbuf
     add_fragments(acc, reinterpret_cast<const float4*>(xbuf), slot);
   }
   return mine;
