@@ -535,6 +535,31 @@ __device__ __forceinline__ void load_rev_tiles(unsigned char* base, const Params
   load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
 }
 
+// load_rev_tiles in two groups, for wg4's rev kernel with K split off (DT_GDN_REV_KSPLIT): K and
+// gamma (the step's first product and its decays) into one of two K buffers a step ahead, and Q,
+// W, dO, dDelta_local at the step's start, awaited only after the first product. Layout S:
+// WgRevSmemKS. The same copies as load_rev_tiles.
+template <class S, int BVc, int NTHR, class T>
+__device__ __forceinline__ void load_rev_k(unsigned char* smem, int buf, const Params& p, int64_t bos, int eos, int h,
+                                           const T* g_k, const float* g_gam, int tid) {
+  const int L = min(C, eos - int(bos)), hk = h / p.G;
+  load_dk_rows<NTHR, true>(smem + S::k + buf * S::kbuf, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L == C,
+                           L, p.dk, tid);
+  load_col(reinterpret_cast<float*>(smem + S::gam) + buf * C, g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
+}
+template <class S, int BVc, int NTHR, class T>
+__device__ __forceinline__ void load_rev_rest(unsigned char* smem, const Params& p, int64_t bos, int eos, int h, int v0,
+                                              int nv, int ldv, const T* g_q, const T* g_W, const T* g_do,
+                                              const T* g_dDl, int tid) {
+  const int L = min(C, eos - int(bos)), hk = h / p.G;
+  const bool full = L == C && p.dk == D && nv == BVc;
+  load_dk_rows<NTHR, true>(smem + S::q, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
+  load_dk_rows<NTHR, true>(smem + S::w, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, full, L, p.dk, tid);
+  load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(smem + S::dO), ldv, g_do + (bos * p.Hv + h) * p.dv + v0,
+                          int64_t(p.Hv) * p.dv, full, L, nv, tid);
+  load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(smem + S::ddl), ldv, g_dDl + (bos * p.Hv + h) * p.dv + v0,
+                          int64_t(p.Hv) * p.dv, full, L, nv, tid);
+}
 // L2 prefetch of the rows load_rev_tiles reads for the FULL chunk starting at bos (the one the rev
 // kernel walks to next, so no row is past the sequence's end): Q, K, W rows, then dO and
 // dDelta_local's V tile and gamma. For wg4's one-stage rev kernel (DT_GDN_REV_L2NEXT), whose next
@@ -2140,6 +2165,14 @@ int rev_l2_next_knob() {
   return env::choice("DT_GDN_REV_L2NEXT", {{"0", "no prefetch (default)"},
                                            {"1", "one-stage rev prefetches the next chunk into L2"}}) == 1;
 }
+// DT_GDN_REV_KSPLIT: 1: wg4's rev kernel, when it runs with one stage, loads K and gamma a step ahead
+// into two buffers and the rest of a chunk's tiles at its step's start, awaited after the first
+// product (WgRevSmemKS); 0 or unset: one load of every tile per step (not yet measured on a GPU).
+// The same bits either way. Read at every call.
+int rev_ksplit_knob() {
+  return env::choice("DT_GDN_REV_KSPLIT", {{"0", "every tile at the step's start (default)"},
+                                           {"1", "K and gamma a step ahead, the rest awaited after step 1"}}) == 1;
+}
 // The serial grid in V tiles of 16 * nw columns.
 Params warp_params(Params p, int nw) {
   p.nvt = (p.dv + 16 * nw - 1) / (16 * nw);
@@ -2460,20 +2493,24 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
       const int ns = rev_stages<T>(ctas);
       if (form.wg && rev_wgmma_knob()) {
         const bool l2_next = rev_l2_next_knob();
-        auto rev_wg = [&](auto stages, auto l2n) {
+        const bool ksplit = rev_ksplit_knob();
+        DT_CHECK(!(l2_next && ksplit), "DT_GDN_REV_L2NEXT=1 with DT_GDN_REV_KSPLIT=1: two forms of the one-stage "
+                                       "rev kernel; set one of them");
+        auto rev_wg = [&](auto stages, auto l2n, auto ks) {
           constexpr int NS = decltype(stages)::value;
-          constexpr bool L2N = decltype(l2n)::value;
-          constexpr size_t bytes = WgRevSmem<NS>::bytes;
-          set_smem(rev_warp_kernel<4, NS, true, L2N>, bytes);
-          rev_warp_kernel<4, NS, true, L2N><<<ctas, 128, bytes, st>>>(pw, tptr<T>(q), tptr<T>(k), W.ptr<T>(),
-                                                                        gam.ptr<float>(), tptr<T>(do_), dDl.ptr<T>(),
-                                                                        tptr<float>(dht), dS1.ptr<T>(), dD.ptr<T>(),
-                                                                        tptr<float>(dh0));
+          constexpr bool L2N = decltype(l2n)::value, KS = decltype(ks)::value;
+          constexpr size_t bytes = KS ? WgRevSmemKS::bytes : WgRevSmem<NS>::bytes;
+          set_smem(rev_warp_kernel<4, NS, true, L2N, KS>, bytes);
+          rev_warp_kernel<4, NS, true, L2N, KS><<<ctas, 128, bytes, st>>>(
+              pw, tptr<T>(q), tptr<T>(k), W.ptr<T>(), gam.ptr<float>(), tptr<T>(do_), dDl.ptr<T>(), tptr<float>(dht),
+              dS1.ptr<T>(), dD.ptr<T>(), tptr<float>(dh0));
           DT_CUDA_LAUNCH_CHECK();
         };
-        if (ns == 2) rev_wg(std::integral_constant<int, 2>{}, std::false_type{});
-        else if (l2_next) rev_wg(std::integral_constant<int, 1>{}, std::true_type{});
-        else rev_wg(std::integral_constant<int, 1>{}, std::false_type{});
+        const std::false_type no;
+        if (ns == 2) rev_wg(std::integral_constant<int, 2>{}, no, no);
+        else if (l2_next) rev_wg(std::integral_constant<int, 1>{}, std::true_type{}, no);
+        else if (ksplit) rev_wg(std::integral_constant<int, 1>{}, no, std::true_type{});
+        else rev_wg(std::integral_constant<int, 1>{}, no, no);
       } else if (nw == 8) {
         DT_CHECK(ns == 2 || forced_stages("DT_GDN_REV_STAGES") == 0,
                  "DT_GDN_REV_STAGES=1 with DT_GDN_SERIAL=warp8: the 8-warp rev kernel has two stages only; unset "

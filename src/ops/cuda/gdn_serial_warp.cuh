@@ -206,6 +206,23 @@ struct WgRevSmem {
   static constexpr size_t stg = Stages * stage;
   static constexpr size_t bytes = stg + W::staging;
 };
+// wg4's rev kernel with K split off (DT_GDN_REV_KSPLIT, one stage): Q, W, dO, dDelta_local once;
+// K and gamma twice (chunk c's and the next one's, loading a step ahead). 107 KB: two CTAs per SM,
+// as the one-stage form.
+struct WgRevSmemKS {
+  using W = WarpTiles<4>;
+  static constexpr size_t q = 0;                     // bf16 2 x [C][64] atoms
+  static constexpr size_t w = q + 2 * C * 128;       // bf16 2 x [C][64] atoms
+  static constexpr size_t k = w + 2 * C * 128;       // bf16 [2] x 2 x [C][64] atoms
+  static constexpr size_t kbuf = 2 * C * 128;        // one K buffer
+  static constexpr size_t dO = k + 2 * kbuf;         // bf16 [C][LDU], then scale e^gamma dO in place
+  static constexpr size_t ddl = dO + W::narrow;      // bf16 [C][LDU]
+  static constexpr size_t gam = ddl + W::narrow;     // f32 [2][C]
+  static constexpr size_t stg = (gam + 2 * sizeof(float) * C + 1023) / 1024 * 1024;
+  static constexpr size_t stage = stg;               // (one stage: the kernel's stage offset is 0)
+  static constexpr size_t bytes = stg + W::staging;
+  static_assert(k % 1024 == 0 && kbuf % 1024 == 0, "swizzled atoms at 1 KB boundaries");
+};
 template <int NW, int Stages>
 struct WRevSmem {
   using W = WarpTiles<NW>;
@@ -227,6 +244,7 @@ static_assert(2 * (WgStateSmem<2>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "
 static_assert(2 * (WRevSmem<4, 1>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "4-warp rev: two CTAs per SM");
 static_assert(2 * (WgRevSmem<1>::bytes + kSmemReservedPerCta) <= kSmemPerSm && WgRevSmem<2>::bytes <= kMaxSmem,
               "wgmma rev: two CTAs per SM at one stage, one at two");
+static_assert(2 * (WgRevSmemKS::bytes + kSmemReservedPerCta) <= kSmemPerSm, "wgmma rev, K split: two CTAs per SM");
 static_assert(WRevSmem<4, 2>::bytes <= kMaxSmem && WStateSmem<8, 2>::bytes <= kMaxSmem &&
                   WRevSmem<8, 2>::bytes <= kMaxSmem,
               "warp serial kernels: shared memory over the 227 KB opt-in limit");
@@ -374,7 +392,10 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
 // L2N (DT_GDN_REV_L2NEXT, wg4 with one stage only): the next chunk's tiles prefetched into L2 at each
 // step's start. A template flag, not an argument: as an argument it took the one-stage kernel from
 // 206 to 232 registers even when off.
-template <int NW, int Stages, bool WG = false, bool L2N = false>
+// KS (DT_GDN_REV_KSPLIT, wg4 with one stage only): K and gamma double-buffered and loaded a step
+// ahead; Q, W, dO and dDelta_local loaded at the step's start and awaited after step 1 (WgRevSmemKS,
+// load_rev_k / load_rev_rest): the first product no longer waits for the whole chunk's tiles.
+template <int NW, int Stages, bool WG = false, bool L2N = false, bool KS = false>
 __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16* __restrict__ g_q,
                                                            const bf16* __restrict__ g_k,
                                                            const bf16* __restrict__ g_W,
@@ -386,7 +407,8 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
                                                            float* __restrict__ g_dh0) {      // or null
   extern __shared__ __align__(1024) unsigned char smem[];
   static_assert(!WG || NW == 4, "rev_warp_kernel: the wgmma form is one warpgroup");
-  using S = std::conditional_t<WG, WgRevSmem<Stages>, WRevSmem<NW, Stages>>;
+  static_assert(!KS || (WG && Stages == 1 && !L2N), "rev_warp_kernel: K split is a form of wg4's one-stage kernel");
+  using S = std::conditional_t<KS, WgRevSmemKS, std::conditional_t<WG, WgRevSmem<Stages>, WRevSmem<NW, Stages>>>;
   constexpr int NTHR = 32 * NW, BVw = WarpTiles<NW>::BV, LDU = WarpTiles<NW>::LDU;
   const SeqCta cta = seq_cta(p);
   const int n = cta.n, h = cta.h;
@@ -403,7 +425,11 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
   if (g_dht && active)
     state_elems(r_dS, p.dk, 0, [&](float& x, int col, int row) { x = g_dht[state_base + int64_t(col) * p.dv + row]; });
 
-  auto issue = [&](int c, int st) {
+  constexpr size_t kKbuf = [] {  // KS: the distance between the two K buffers
+    if constexpr (KS) return S::kbuf;
+    else return size_t(0);
+  }();
+  [[maybe_unused]] auto issue = [&](int c, int st) {
     load_rev_tiles<S, BVw, NTHR, WG>(smem + st * S::stage, p, p.chunk_start[c], eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do, g_dDl,
                                      g_gam, tid);
   };
@@ -412,14 +438,25 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     if (c0 < c1) issue(c1 - 1, 0);
     cp_commit();
   }
+  if constexpr (KS) {  // chunk c1 - 1's K and gamma; in the loop, chunk c's K is in buffer c & 1
+    if (c0 < c1) load_rev_k<S, BVw, NTHR>(smem, (c1 - 1) & 1, p, p.chunk_start[c1 - 1], eos, h, g_k, g_gam, tid);
+    cp_commit();
+  }
   for (int c = c1 - 1; c >= c0; --c) {
     const int st = Stages == 2 ? (c1 - 1 - c) & 1 : 0;
-    if constexpr (Stages == 1) {
+    if constexpr (KS) {
+      __syncthreads();  // every warp is done with chunk c + 1 (its Q, W, dO, dDelta_local and K buffer)
+      load_rev_rest<S, BVw, NTHR>(smem, p, p.chunk_start[c], eos, h, v0, nv, LDU, g_q, g_W, g_do, g_dDl, tid);
+      cp_commit();
+      if (c > c0) load_rev_k<S, BVw, NTHR>(smem, (c - 1) & 1, p, p.chunk_start[c - 1], eos, h, g_k, g_gam, tid);
+      cp_commit();
+      cp_wait<2>();  // chunk c's K and gamma (committed a step ahead); the two groups above may pend
+    } else if constexpr (Stages == 1) {
       __syncthreads();  // every warp is done with the previous chunk's tiles
       issue(c, 0);
       cp_commit();
     }
-    cp_wait<0>();
+    if constexpr (!KS) cp_wait<0>();
     if constexpr (WG) wg::fence_proxy_async();  // Q, K, W are read by the tensor cores' async proxy
     __syncthreads();  // stage st visible; with 2 stages also: every warp is done with chunk c + 1
     if constexpr (Stages == 2) {
@@ -431,12 +468,13 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     }
     if (!WG && !active) continue;  // WG: the host launches it with every warp active
     unsigned char* base = smem + st * S::stage;
+    const int kb = KS ? (c & 1) : 0;  // KS: chunk c's K and gamma buffer
     const bf16* s_q = reinterpret_cast<const bf16*>(base + S::q);
-    const bf16* s_k = reinterpret_cast<const bf16*>(base + S::k);
+    const bf16* s_k = reinterpret_cast<const bf16*>(base + S::k + kb * kKbuf);
     const bf16* s_w = reinterpret_cast<const bf16*>(base + S::w);
     bf16* s_do = reinterpret_cast<bf16*>(base + S::dO);
     const bf16* s_ddl = reinterpret_cast<const bf16*>(base + S::ddl);
-    const float* s_gam = reinterpret_cast<const float*>(base + S::gam);
+    const float* s_gam = reinterpret_cast<const float*>(base + S::gam) + kb * C;
     const int64_t bos = p.chunk_start[c];
     const int L = min(C, eos - int(bos));
     const float gam_e = s_gam[L - 1];
@@ -455,6 +493,11 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
         state_times_rows_t(r_X, r_dS, s_k, Lc, nk, s_stg);
       }
       stage_out(s_stg, g_dS1 + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv, p.dv, p.dk, lane);
+      if constexpr (KS) {  // now the rest of chunk c's tiles (the K group of chunk c - 1 may pend)
+        cp_wait<1>();
+        wg::fence_proxy_async();
+        __syncthreads();
+      }
 
       // 2. dDelta^T = dDelta_local^T + (t < L ? X e^{gam_e - gam_t} : 0) (stored, t < L); -dDelta^T as A fragments
       uint32_t a3[4][4];
