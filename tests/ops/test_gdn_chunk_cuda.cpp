@@ -525,6 +525,10 @@ TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
   ksplit.set("1");
   EXPECT_DEATH(run(t, make_inputs(t, true, 792), Device::cuda(), DType::bf16),
                "DT_GDN_REV_L2NEXT=1 with DT_GDN_REV_KSPLIT=1");
+  l2next.set(nullptr);
+  ksplit.set("2");
+  EXPECT_DEATH(run(t, make_inputs(t, true, 793), Device::cuda(), DType::bf16),
+               "DT_GDN_REV_KSPLIT='2' is not one of: 0 ");
 }
 
 // v and dv as token-strided column views of wider buffers (the layer's conv output and conv-input

@@ -221,7 +221,7 @@ struct WgRevSmemKS {
   static constexpr size_t stg = (gam + 2 * sizeof(float) * C + 1023) / 1024 * 1024;
   static constexpr size_t stage = stg;               // (one stage: the kernel's stage offset is 0)
   static constexpr size_t bytes = stg + W::staging;
-  static_assert(k % 1024 == 0 && kbuf % 1024 == 0, "swizzled atoms at 1 KB boundaries");
+  static_assert(q % 1024 == 0 && w % 1024 == 0 && k % 1024 == 0 && kbuf % 1024 == 0, "swizzled atoms at 1 KB boundaries");
 };
 template <int NW, int Stages>
 struct WRevSmem {
