@@ -519,26 +519,29 @@ __device__ __forceinline__ void load_state_tiles(unsigned char* base, const Para
                           int64_t(p.Hv) * p.dv, full, L, nv, tid);
   load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
 }
-template <class S, int BVc, int NTHR, bool SW = false, class T>
+// WITH_K = false: all but K and gamma, which the K-split form loads a step ahead (load_rev_k).
+template <class S, int BVc, int NTHR, bool SW = false, bool WITH_K = true, class T>
 __device__ __forceinline__ void load_rev_tiles(unsigned char* base, const Params& p, int64_t bos, int eos, int h, int v0,
                                                int nv, int ldv, const T* g_q, const T* g_k, const T* g_W,
                                                const T* g_do, const T* g_dDl, const float* g_gam, int tid) {
   const int L = min(C, eos - int(bos)), hk = h / p.G;
   const bool full = L == C && p.dk == D && nv == BVc;
   load_dk_rows<NTHR, SW>(base + S::q, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
-  load_dk_rows<NTHR, SW>(base + S::k, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
+  if constexpr (WITH_K)
+    load_dk_rows<NTHR, SW>(base + S::k, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
   load_dk_rows<NTHR, SW>(base + S::w, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, full, L, p.dk, tid);
   load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(base + S::dO), ldv, g_do + (bos * p.Hv + h) * p.dv + v0,
                           int64_t(p.Hv) * p.dv, full, L, nv, tid);
   load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(base + S::ddl), ldv, g_dDl + (bos * p.Hv + h) * p.dv + v0,
                           int64_t(p.Hv) * p.dv, full, L, nv, tid);
-  load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
+  if constexpr (WITH_K)
+    load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
 }
 
-// load_rev_tiles in two groups, for wg4's rev kernel with K split off (DT_GDN_REV_KSPLIT): K and
-// gamma (the step's first product and its decays) into one of two K buffers a step ahead, and Q,
-// W, dO, dDelta_local at the step's start, awaited only after the first product. Layout S:
-// WgRevSmemKS. The same copies as load_rev_tiles.
+// K and gamma of a chunk for wg4's rev kernel with K split off (DT_GDN_REV_KSPLIT), into K buffer
+// `buf` a step ahead (the step's first product and its decays need them); the chunk's other tiles
+// come from load_rev_tiles<..., WITH_K = false> at the step's start, awaited only after the first
+// product. Layout S: WgRevSmemKS. Together, the same copies as load_rev_tiles.
 template <class S, int BVc, int NTHR, class T>
 __device__ __forceinline__ void load_rev_k(unsigned char* smem, int buf, const Params& p, int64_t bos, int eos, int h,
                                            const T* g_k, const float* g_gam, int tid) {
@@ -546,19 +549,6 @@ __device__ __forceinline__ void load_rev_k(unsigned char* smem, int buf, const P
   load_dk_rows<NTHR, true>(smem + S::k + buf * S::kbuf, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L == C,
                            L, p.dk, tid);
   load_col(reinterpret_cast<float*>(smem + S::gam) + buf * C, g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
-}
-template <class S, int BVc, int NTHR, class T>
-__device__ __forceinline__ void load_rev_rest(unsigned char* smem, const Params& p, int64_t bos, int eos, int h, int v0,
-                                              int nv, int ldv, const T* g_q, const T* g_W, const T* g_do,
-                                              const T* g_dDl, int tid) {
-  const int L = min(C, eos - int(bos)), hk = h / p.G;
-  const bool full = L == C && p.dk == D && nv == BVc;
-  load_dk_rows<NTHR, true>(smem + S::q, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
-  load_dk_rows<NTHR, true>(smem + S::w, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, full, L, p.dk, tid);
-  load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(smem + S::dO), ldv, g_do + (bos * p.Hv + h) * p.dv + v0,
-                          int64_t(p.Hv) * p.dv, full, L, nv, tid);
-  load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(smem + S::ddl), ldv, g_dDl + (bos * p.Hv + h) * p.dv + v0,
-                          int64_t(p.Hv) * p.dv, full, L, nv, tid);
 }
 // L2 prefetch of the rows load_rev_tiles reads for the FULL chunk starting at bos (the one the rev
 // kernel walks to next, so no row is past the sequence's end): Q, K, W rows, then dO and

@@ -394,7 +394,7 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
 // 206 to 232 registers even when off.
 // KS (DT_GDN_REV_KSPLIT, wg4 with one stage only): K and gamma double-buffered and loaded a step
 // ahead; Q, W, dO and dDelta_local loaded at the step's start and awaited after step 1 (WgRevSmemKS,
-// load_rev_k / load_rev_rest): the first product no longer waits for the whole chunk's tiles.
+// load_rev_k / load_rev_tiles without K): the first product no longer waits for the whole chunk's tiles.
 template <int NW, int Stages, bool WG = false, bool L2N = false, bool KS = false>
 __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16* __restrict__ g_q,
                                                            const bf16* __restrict__ g_k,
@@ -446,7 +446,8 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     const int st = Stages == 2 ? (c1 - 1 - c) & 1 : 0;
     if constexpr (KS) {
       __syncthreads();  // every warp is done with chunk c + 1 (its Q, W, dO, dDelta_local and K buffer)
-      load_rev_rest<S, BVw, NTHR>(smem, p, p.chunk_start[c], eos, h, v0, nv, LDU, g_q, g_W, g_do, g_dDl, tid);
+      load_rev_tiles<S, BVw, NTHR, true, false>(smem, p, p.chunk_start[c], eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do,
+                                                g_dDl, g_gam, tid);
       cp_commit();
       if (c > c0) load_rev_k<S, BVw, NTHR>(smem, (c - 1) & 1, p, p.chunk_start[c - 1], eos, h, g_k, g_gam, tid);
       cp_commit();
