@@ -2151,7 +2151,7 @@ bool rev_wgmma_knob() {
 // DT_GDN_REV_L2NEXT: 1: wg4's rev kernel, when it runs with one stage (the layer's case), prefetches
 // the next chunk's tiles into L2 at each step's start (prefetch_rev_tiles); 0 or unset: it does not
 // (not yet measured on a GPU). The same bits either way. Read at every call.
-int rev_l2_next_knob() {
+bool rev_l2_next_knob() {
   return env::choice("DT_GDN_REV_L2NEXT", {{"0", "no prefetch (default)"},
                                            {"1", "one-stage rev prefetches the next chunk into L2"}}) == 1;
 }
@@ -2159,7 +2159,7 @@ int rev_l2_next_knob() {
 // into two buffers and the rest of a chunk's tiles at its step's start, awaited after the first
 // product (WgRevSmemKS); 0 or unset: one load of every tile per step (not yet measured on a GPU).
 // The same bits either way. Read at every call.
-int rev_ksplit_knob() {
+bool rev_ksplit_knob() {
   return env::choice("DT_GDN_REV_KSPLIT", {{"0", "every tile at the step's start (default)"},
                                            {"1", "K and gamma a step ahead, the rest awaited after step 1"}}) == 1;
 }
