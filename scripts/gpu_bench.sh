@@ -47,8 +47,7 @@ for n in "${names[@]}"; do
       run "gdn_layer 1 GPU DT_GDN_REV_WGMMA=0" env DT_GDN_REV_WGMMA=0 "$B/gdn_layer"  # wg4 with rev as warp4's
       run "gdn_layer 1 GPU DT_GDN_GQA_PAIR=0" env DT_GDN_GQA_PAIR=0 "$B/gdn_layer"
       run "gdn_layer 1 GPU DT_GDN_GQA_PAIR=1" env DT_GDN_GQA_PAIR=1 "$B/gdn_layer"
-      # wg4's one-stage rev kernel prefetching the next chunk into L2 (v0.18.0, off until measured)
-      run "gdn_layer 1 GPU --ab DT_GDN_REV_L2NEXT" "$B/gdn_layer" --ab DT_GDN_REV_L2NEXT
+      # wg4's one-stage rev kernel loading K a step ahead (off: within noise, v0.19.0)
       run "gdn_layer 1 GPU --ab DT_GDN_REV_KSPLIT" "$B/gdn_layer" --ab DT_GDN_REV_KSPLIT
       run "gdn_layer 1 GPU --keep-elementwise --graph" "$B/gdn_layer" --keep-elementwise --graph
       run "gdn_layer 1 GPU DT_GEMM_AUTOTUNE=1" env DT_GEMM_AUTOTUNE=1 "$B/gdn_layer"

@@ -455,12 +455,12 @@ TEST(GdnChunkCuda, WarpSerialKernelsMatchTiled) {
 // of the CPU recurrence. Cases: full and partial chunks, zero-length sequences, h0 and dht, G = 1
 // and 2, one and two V tiles, both stage counts; dk 64 and dv 80 run warp4 itself.
 // DT_GDN_REV_WGMMA=1 adds the rev kernel through wgmma (the same reasoning, so the same bits), and
-// both are the bf16 default. With one stage, DT_GDN_REV_L2NEXT=1 (the next chunk's tiles prefetched
-// into L2 by wg4's rev kernel) and DT_GDN_REV_KSPLIT=1 (K loaded a step ahead, the other tiles
-// awaited after the first product) must give the same bits. Then bad knob values are fatal.
+// both are the bf16 default. With one stage, DT_GDN_REV_KSPLIT=1 (wg4's rev kernel loads K a step
+// ahead and awaits the other tiles after the first product) must give the same bits. Then bad knob
+// values are fatal.
 TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
   const ScopedEnv serial("DT_GDN_SERIAL"), stages("DT_GDN_STATE_STAGES"), rev_stages("DT_GDN_REV_STAGES"),
-      rev_wg("DT_GDN_REV_WGMMA"), l2next("DT_GDN_REV_L2NEXT"), ksplit("DT_GDN_REV_KSPLIT");
+      rev_wg("DT_GDN_REV_WGMMA"), ksplit("DT_GDN_REV_KSPLIT");
   const std::vector<int32_t> mix{1, 63, 64, 65, 300, 1000};
   const std::vector<Case> cases{
       {"d128 G2 h0+dht", {1, 63, 64, 65, 200, 129}, 1, 2, 128, 128, true, true},
@@ -487,17 +487,12 @@ TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
       rev_wg.set("1");
       const Outputs got_r = run(c, in, Device::cuda(), DType::bf16);
       const auto vr = to_vecs(got_r);
-      if (std::string(ns) == "1") {  // wg4's one-stage rev: the next chunk prefetched into L2; K split off
-        l2next.set("1");
-        const auto vp = to_vecs(run(c, in, Device::cuda(), DType::bf16));
-        l2next.set(nullptr);
+      if (std::string(ns) == "1") {  // wg4's one-stage rev with K split off
         ksplit.set("1");
         const auto vk = to_vecs(run(c, in, Device::cuda(), DType::bf16));
         ksplit.set(nullptr);
-        for (int i = 0; i < 8; ++i) {
-          EXPECT_TRUE(bitwise_eq(rv[i], vp[i])) << "wg4 + DT_GDN_REV_L2NEXT=1 vs warp4 " << kNames[i];
+        for (int i = 0; i < 8; ++i)
           EXPECT_TRUE(bitwise_eq(rv[i], vk[i])) << "wg4 + DT_GDN_REV_KSPLIT=1 vs warp4 " << kNames[i];
-        }
       }
       serial.set(nullptr);  // the bf16 default: wg4 with the rev kernel through wgmma where it applies
       rev_wg.set(nullptr);
@@ -518,14 +513,6 @@ TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
   EXPECT_DEATH(run(t, make_inputs(t, true, 790), Device::cuda(), DType::bf16),
                "DT_GDN_REV_WGMMA='yes' is not one of: 0 ");
   rev_wg.set("1");
-  l2next.set("2");
-  EXPECT_DEATH(run(t, make_inputs(t, true, 791), Device::cuda(), DType::bf16),
-               "DT_GDN_REV_L2NEXT='2' is not one of: 0 ");
-  l2next.set("1");
-  ksplit.set("1");
-  EXPECT_DEATH(run(t, make_inputs(t, true, 792), Device::cuda(), DType::bf16),
-               "DT_GDN_REV_L2NEXT=1 with DT_GDN_REV_KSPLIT=1");
-  l2next.set(nullptr);
   ksplit.set("2");
   EXPECT_DEATH(run(t, make_inputs(t, true, 793), Device::cuda(), DType::bf16),
                "DT_GDN_REV_KSPLIT='2' is not one of: 0 ");

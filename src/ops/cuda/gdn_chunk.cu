@@ -550,29 +550,6 @@ __device__ __forceinline__ void load_rev_k(unsigned char* smem, int buf, const P
                            L, p.dk, tid);
   load_col(reinterpret_cast<float*>(smem + S::gam) + buf * C, g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
 }
-// L2 prefetch of the rows load_rev_tiles reads for the FULL chunk starting at bos (the one the rev
-// kernel walks to next, so no row is past the sequence's end): Q, K, W rows, then dO and
-// dDelta_local's V tile and gamma. For wg4's one-stage rev kernel (DT_GDN_REV_L2NEXT), whose next
-// tiles otherwise come from DRAM after its step ends; nothing waits for these.
-template <int NTHR, class T>
-__device__ __forceinline__ void prefetch_rev_tiles(const Params& p, int64_t bos, int h, int v0, int nv, const T* g_q,
-                                                   const T* g_k, const T* g_W, const T* g_do, const T* g_dDl,
-                                                   const float* g_gam, int tid) {
-  constexpr int kLpr = D * sizeof(T) / 128;  // 128-byte lines per row of D elements
-  const int hk = h / p.G, row = p.dk * int(sizeof(T)), vrow = nv * int(sizeof(T));
-  for (int t = tid; t < C * kLpr; t += NTHR) {
-    prefetch_l2_rows<kLpr>(g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * row, C, row, t);
-    prefetch_l2_rows<kLpr>(g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * row, C, row, t);
-    prefetch_l2_rows<kLpr>(g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * row, C, row, t);
-  }
-  const int64_t vstride = int64_t(p.Hv) * p.dv * int(sizeof(T));
-  for (int t = tid; t < 2 * C * kLpr; t += NTHR) {  // dO rows, then dDelta_local rows (<= kLpr lines each)
-    prefetch_l2_rows<kLpr>(g_do + (bos * p.Hv + h) * p.dv + v0, vstride, C, vrow, t);
-    prefetch_l2_rows<kLpr>(g_dDl + (bos * p.Hv + h) * p.dv + v0, vstride, C, vrow, t - C * kLpr);
-  }
-  for (int t = tid; t < C; t += NTHR) prefetch_l2_rows<1>(g_gam + bos * p.Hv + h, int64_t(p.Hv) * 4, C, 4, t);
-}
-
 // ---- state (serial over chunks): h[c] = S, Delta = U - W S, S = e^{gam_e} S + K^T (Delta (.) eL) ----
 // Stages = 2 double-buffers the per-chunk tiles (chunk c+1 loads while chunk c computes), as
 // rev_kernel does; the launcher picks the count (state_stages).
@@ -2148,17 +2125,10 @@ bool rev_wgmma_knob() {
   return env::choice("DT_GDN_REV_WGMMA", {{"0", "wg4's rev kernel as warp4's"}, {"1", "wg4's rev kernel through wgmma"}}) !=
          0;
 }
-// DT_GDN_REV_L2NEXT: 1: wg4's rev kernel, when it runs with one stage (the layer's case), prefetches
-// the next chunk's tiles into L2 at each step's start (prefetch_rev_tiles); 0 or unset: it does not
-// (not yet measured on a GPU). The same bits either way. Read at every call.
-bool rev_l2_next_knob() {
-  return env::choice("DT_GDN_REV_L2NEXT", {{"0", "no prefetch (default)"},
-                                           {"1", "one-stage rev prefetches the next chunk into L2"}}) == 1;
-}
 // DT_GDN_REV_KSPLIT: 1: wg4's rev kernel, when it runs with one stage, loads K and gamma a step ahead
 // into two buffers and the rest of a chunk's tiles at its step's start, awaited after the first
-// product (WgRevSmemKS); 0 or unset: one load of every tile per step (not yet measured on a GPU).
-// The same bits either way. Read at every call.
+// product (WgRevSmemKS); 0 or unset: one load of every tile per step. Measured (v0.19.0): rev 864 ->
+// 847 us under ncu, the layer's A/B within noise, so off. The same bits either way. Read at every call.
 bool rev_ksplit_knob() {
   return env::choice("DT_GDN_REV_KSPLIT", {{"0", "every tile at the step's start (default)"},
                                            {"1", "K and gamma a step ahead, the rest awaited after step 1"}}) == 1;
@@ -2482,25 +2452,19 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
       // (93.3 KB, two per SM), as for the tiled kernel; 8 warps: always two (one CTA per SM anyway).
       const int ns = rev_stages<T>(ctas);
       if (form.wg && rev_wgmma_knob()) {
-        const bool l2_next = rev_l2_next_knob();
-        const bool ksplit = rev_ksplit_knob();
-        DT_CHECK(!(l2_next && ksplit), "DT_GDN_REV_L2NEXT=1 with DT_GDN_REV_KSPLIT=1: two forms of the one-stage "
-                                       "rev kernel; set one of them");
-        auto rev_wg = [&](auto stages, auto l2n, auto ks) {
+        auto rev_wg = [&](auto stages, auto ks) {
           constexpr int NS = decltype(stages)::value;
-          constexpr bool L2N = decltype(l2n)::value, KS = decltype(ks)::value;
+          constexpr bool KS = decltype(ks)::value;
           constexpr size_t bytes = KS ? WgRevSmemKS::bytes : WgRevSmem<NS>::bytes;
-          set_smem(rev_warp_kernel<4, NS, true, L2N, KS>, bytes);
-          rev_warp_kernel<4, NS, true, L2N, KS><<<ctas, 128, bytes, st>>>(
+          set_smem(rev_warp_kernel<4, NS, true, KS>, bytes);
+          rev_warp_kernel<4, NS, true, KS><<<ctas, 128, bytes, st>>>(
               pw, tptr<T>(q), tptr<T>(k), W.ptr<T>(), gam.ptr<float>(), tptr<T>(do_), dDl.ptr<T>(), tptr<float>(dht),
               dS1.ptr<T>(), dD.ptr<T>(), tptr<float>(dh0));
           DT_CUDA_LAUNCH_CHECK();
         };
-        const std::false_type no;
-        if (ns == 2) rev_wg(std::integral_constant<int, 2>{}, no, no);
-        else if (l2_next) rev_wg(std::integral_constant<int, 1>{}, std::true_type{}, no);
-        else if (ksplit) rev_wg(std::integral_constant<int, 1>{}, no, std::true_type{});
-        else rev_wg(std::integral_constant<int, 1>{}, no, no);
+        if (ns == 2) rev_wg(std::integral_constant<int, 2>{}, std::false_type{});
+        else if (rev_ksplit_knob()) rev_wg(std::integral_constant<int, 1>{}, std::true_type{});
+        else rev_wg(std::integral_constant<int, 1>{}, std::false_type{});
       } else if (nw == 8) {
         DT_CHECK(ns == 2 || forced_stages("DT_GDN_REV_STAGES") == 0,
                  "DT_GDN_REV_STAGES=1 with DT_GDN_SERIAL=warp8: the 8-warp rev kernel has two stages only; unset "

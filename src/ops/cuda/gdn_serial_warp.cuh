@@ -389,13 +389,10 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
 // WG (NW = 4, dk = D, every warp active; DT_GDN_REV_WGMMA=1): the three products of a step as
 // wgmma, as the state kernel's: dS^T K^T as 8 m64n64k16 (K-major B), then dO~^T Q and -dDelta^T W as
 // 4 + 4 m64n128k16 (MN-major B) in the same order as the mma form.
-// L2N (DT_GDN_REV_L2NEXT, wg4 with one stage only): the next chunk's tiles prefetched into L2 at each
-// step's start. A template flag, not an argument: as an argument it took the one-stage kernel from
-// 206 to 232 registers even when off.
 // KS (DT_GDN_REV_KSPLIT, wg4 with one stage only): K and gamma double-buffered and loaded a step
 // ahead; Q, W, dO and dDelta_local loaded at the step's start and awaited after step 1 (WgRevSmemKS,
 // load_rev_k / load_rev_tiles without K): the first product no longer waits for the whole chunk's tiles.
-template <int NW, int Stages, bool WG = false, bool L2N = false, bool KS = false>
+template <int NW, int Stages, bool WG = false, bool KS = false>
 __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16* __restrict__ g_q,
                                                            const bf16* __restrict__ g_k,
                                                            const bf16* __restrict__ g_W,
@@ -407,7 +404,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
                                                            float* __restrict__ g_dh0) {      // or null
   extern __shared__ __align__(1024) unsigned char smem[];
   static_assert(!WG || NW == 4, "rev_warp_kernel: the wgmma form is one warpgroup");
-  static_assert(!KS || (WG && Stages == 1 && !L2N), "rev_warp_kernel: K split is a form of wg4's one-stage kernel");
+  static_assert(!KS || (WG && Stages == 1), "rev_warp_kernel: K split is a form of wg4's one-stage kernel");
   using S = std::conditional_t<KS, WgRevSmemKS, std::conditional_t<WG, WgRevSmem<Stages>, WRevSmem<NW, Stages>>>;
   constexpr int NTHR = 32 * NW, BVw = WarpTiles<NW>::BV, LDU = WarpTiles<NW>::LDU;
   const SeqCta cta = seq_cta(p);
@@ -463,9 +460,6 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     if constexpr (Stages == 2) {
       if (c > c0) issue(c - 1, st ^ 1);
       cp_commit();
-    } else if constexpr (L2N) {
-      // one stage: chunk c - 1's tiles load only once this step ends; bring them into L2 meanwhile
-      if (c > c0) prefetch_rev_tiles<NTHR>(p, p.chunk_start[c] - C, h, v0, nv, g_q, g_k, g_W, g_do, g_dDl, g_gam, tid);
     }
     if (!WG && !active) continue;  // WG: the host launches it with every warp active
     unsigned char* base = smem + st * S::stage;
