@@ -597,6 +597,46 @@ TEST(GdnChunkCuda, GqaPairSumEqualsGsum) {
                "DT_GDN_GQA_PAIR='yes' is not one of: 0 ");
 }
 
+// The per-chunk kernels (prep, out, dvl, dqk, wy) launch on [Hv, chunks] in slabs of at most 65535
+// chunks (gridDim.y), each slab with its first chunk in Params.c0. DT_GDN_CHUNK_SLAB=3 and 1 make
+// many slabs (a partial last one): every CTA does the same work, so every output has the same bits
+// as one launch, saved intermediates or not, with G = 1, 2 (clusters pushed, pulled, and gsum) and 3.
+// Then a bad value is fatal.
+TEST(GdnChunkCuda, ChunkSlabsSameBits) {
+  const ScopedEnv slab("DT_GDN_CHUNK_SLAB"), pair("DT_GDN_GQA_PAIR");
+  const std::vector<Case> cases{
+      {"mix G2 d32 h0+dht", {1, 2, 63, 64, 65, 127, 1000, 4097}, 2, 4, 32, 32, true, true},
+      {"d128 G2 h0+dht", {1, 63, 64, 65, 200, 129}, 1, 2, 128, 128, true, true},
+      {"d128 G1 zero-length seqs", {65, 1, 0, 300, 128, 0}, 2, 2, 128, 128, true, false},
+      {"dk96 dv80 G2", {70, 64, 129, 1}, 1, 2, 96, 80, true, true},
+      {"dk16 dv48 G3 (gsum)", {70, 5, 191}, 1, 3, 16, 48, true, true},
+  };
+  uint64_t salt = 900;
+  for (DType dt : {DType::bf16, DType::f32})
+    for (const Case& c : cases)
+      for (bool save : {false, true}) {
+        SCOPED_TRACE(std::string(dt::dtype_name(dt)) + " " + c.name + (save ? ", saved" : ""));
+        const Inputs in = make_inputs(c, dt == DType::bf16, ++salt);
+        for (const char* mode : {static_cast<const char*>(nullptr), "1", "0"}) {  // pushed (default), pulled, gsum
+          pair.set(mode);
+          slab.set(nullptr);
+          const auto ref = to_vecs(run(c, in, Device::cuda(), dt, true, save));
+          for (const char* n : {"3", "1"}) {
+            slab.set(n);
+            const auto got = to_vecs(run(c, in, Device::cuda(), dt, true, save));
+            for (int i = 0; i < 8; ++i)
+              EXPECT_TRUE(bitwise_eq(ref[i], got[i])) << "DT_GDN_CHUNK_SLAB=" << n << " vs one launch, DT_GDN_GQA_PAIR="
+                                                      << (mode ? mode : "unset") << ": " << kNames[i];
+          }
+        }
+      }
+  const Case t{"tiny G2", {65, 3}, 1, 2, 32, 32, false, false};
+  pair.set(nullptr);
+  slab.set("0");
+  EXPECT_DEATH(run(t, make_inputs(t, true, 950), Device::cuda(), DType::bf16),
+               "DT_GDN_CHUNK_SLAB='0' is not a whole number in .1, 65535.");
+}
+
 // GdnOutNorm / GdnOutNormBwd: the gated RMSNorm in the out kernel's epilogue and its backward in
 // dvl (the default, DT_GDN_OUT_NORM unset or 1) give the bits of gdn_chunk_fwd then gated_rmsnorm_fwd,
 // and of gated_rmsnorm_bwd then gdn_chunk_bwd (DT_GDN_OUT_NORM=0), but for the norm weight's

@@ -10,9 +10,9 @@
 // token, NOT cumulated); h0, ht, dht, dh0 [N, Hv, dk, dv] f32 or absent. dk, dv: multiples of 16,
 // at most 128.
 //
-// Kernels (one CTA per (chunk, v-head) unless "serial": one CTA per (sequence, v-head, 64-wide V
-// tile) walking the sequence's chunks in order, launched longest sequence first (seq_cta); the
-// token/chunk axis is always on gridDim.x):
+// Kernels (one CTA per (chunk, v-head) on grid [Hv, chunks], heads on x (for_chunk_slabs), unless
+// "serial": one CTA per (sequence, v-head, 64-wide V tile) walking the sequence's chunks in order,
+// launched longest sequence first (seq_cta) on gridDim.x):
 //   forward : prep (K1+K2+K3: gamma cumsum, A = KK^T masked, Tm = (I+A)^-1 in fp32, W, U)
 //             -> state (K4, serial: chunk-start states h, Delta, ht) -> out (K5: o)
 //   backward: prep (+ Tm saved) -> state (h, Delta recomputed) -> dvl (B3: dDelta_local; P from the
@@ -112,6 +112,7 @@ struct Params {
   int64_t sv, sdv;             // token strides (elements) of v and dv: Hv * dv, or wider for in-place column views
   int N, NT, Hk, Hv, G, dk, dv, nvt;
   int pair;                    // PairMode: dqk and wy as clusters of G == 2 v-heads (pair_sum), or pushed
+  int c0;                      // per-chunk kernels: the first chunk of this launch's slab (for_chunk_slabs)
   float scale;
   const int32_t* cu;           // [N+1]
   const int32_t* chunk_seq;    // [NT]
@@ -237,10 +238,12 @@ struct ChunkIdx {
   int c, h, hk, n, L;
   int64_t bos;
 };
+// The per-chunk grid is [Hv, chunks of the slab]: the v-heads of a chunk are adjacent in launch
+// order, so the G v-heads of a key head run together and its q / k rows come from DRAM once.
 __device__ __forceinline__ ChunkIdx chunk_idx(const Params& p) {
   ChunkIdx r;
-  r.c = blockIdx.x;
-  r.h = blockIdx.y;
+  r.c = p.c0 + blockIdx.y;
+  r.h = blockIdx.x;
   r.hk = r.h / p.G;
   r.n = p.chunk_seq[r.c];
   r.bos = p.chunk_start[r.c];
@@ -1187,7 +1190,7 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
 #include "ops/cuda/gdn_serial_split.cuh"  // state_split_kernel, rev_split_kernel (bf16, dk = 128)
 
 // ---- GQA sum in a cluster (G == 2): dqk's dq, wy's dk ---------------------------------------------
-// With p.pair the two v-heads of a key head run as one cluster of two CTAs (blockIdx.y = 2 hk +
+// With p.pair the two v-heads of a key head run as one cluster of two CTAs (blockIdx.x = 2 hk +
 // rank). Rank r finalises the column half r of the key head's [C, dk] result (warps 4r .. 4r + 3
 // hold columns [64r, 64r + 64)): its own fragments plus the partner's, which the partner put in
 // its shared memory `xbuf` (16 KB, dead at the call) and which are read through the cluster. So no
@@ -2017,6 +2020,7 @@ Params make_params(const Dims& d, const GdnArgs& args, const VarlenMeta& m) {
   p.dv = int(d.dv);
   p.nvt = int((d.dv + BV - 1) / BV);
   p.pair = 0;
+  p.c0 = 0;
   p.scale = args.scale != 0.0f ? args.scale : float(1.0 / std::sqrt(double(d.dk)));
   p.cu = m.cu_dev;
   p.chunk_seq = m.chunk_seq_dev;
@@ -2167,25 +2171,44 @@ PairMode gqa_pair(const Params& p) {
   return knob == 1 ? kPairPull : kPairPush;
 }
 
-// A (chunk, v-head) kernel on grid [NT, Hv]; with p.pair as clusters of the two v-heads of a key
-// head (1 x 2).
+// The per-chunk kernels' grid: [Hv, chunks], the v-heads on x, so that the G v-heads of a key head
+// (adjacent in launch order) read its q / k rows together: one DRAM read, the rest from L2. With
+// the chunks on x (the form before v0.19.0) a key head's v-heads ran NT CTAs apart and each read
+// them from DRAM. y holds at most 65535 chunks (4.2M tokens), so a larger batch launches in slabs
+// of chunks, each with its Params.c0; f(slab's Params, grid) launches one. DT_GDN_CHUNK_SLAB (tests)
+// lowers the slab size to exercise that.
+template <class F>
+void for_chunk_slabs(const Params& p, F&& f) {
+  const int slab = int(env::whole_number("DT_GDN_CHUNK_SLAB", 1, 65535, 65535, "chunks per per-chunk launch"));
+  for (int c0 = 0; c0 < p.NT; c0 += slab) {
+    Params ps = p;
+    ps.c0 = c0;
+    f(ps, dim3(p.Hv, std::min(slab, p.NT - c0)));
+  }
+}
+
+// A (chunk, v-head) kernel on the per-chunk grid (for_chunk_slabs); with p.pair as clusters of the
+// two v-heads of a key head (2 x 1: Hv = 2 Hk is even, so a cluster never straddles chunks). The
+// kernel's first argument is the Params, set per slab.
 template <class... Exp, class... Act>
 void launch_chunk_kernel(void (*kernel)(Exp...), const Params& p, size_t smem, cudaStream_t st, Act&&... args) {
   set_smem(kernel, smem);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(p.NT, p.Hv);
-  cfg.blockDim = dim3(kChunkThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = 2;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p.pair ? 1 : 0;
-  DT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Act>(args)...));
-  DT_CUDA_LAUNCH_CHECK();
+  for_chunk_slabs(p, [&](const Params& ps, dim3 grid) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kChunkThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = p.pair ? 1 : 0;
+    DT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ps, args...));
+    DT_CUDA_LAUNCH_CHECK();
+  });
 }
 
 // Forward pieces shared by fwd and bwd: gamma, W, U (and Tm), then the chunk states and Delta.
@@ -2195,9 +2218,11 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
                        float* ht, cudaStream_t st) {
   if (p.NT > 0) {
     set_smem(prep_kernel<T>, PrepSmem<T>::bytes);
-    prep_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, PrepSmem<T>::bytes, st>>>(
-        p, tptr<T>(k), tptr<T>(v), tptr<float>(g), tptr<float>(beta), gam, W, U, Tm);
-    DT_CUDA_LAUNCH_CHECK();
+    for_chunk_slabs(p, [&](const Params& ps, dim3 grid) {
+      prep_kernel<T><<<grid, kChunkThreads, PrepSmem<T>::bytes, st>>>(ps, tptr<T>(k), tptr<T>(v), tptr<float>(g),
+                                                                        tptr<float>(beta), gam, W, U, Tm);
+      DT_CUDA_LAUNCH_CHECK();
+    });
   }
   if (p.N > 0 && (p.NT > 0 || ht)) {
     if constexpr (std::is_same_v<T, bf16>) {
@@ -2322,10 +2347,12 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
   const OutNorm nrm = out_norm<T>(norm, o, p);
   if (p.NT > 0) {
     set_smem(out_kernel<T>, OutSmem<T>::bytes);
-    out_kernel<T><<<dim3(p.NT, p.Hv), kChunkThreads, OutSmem<T>::bytes, st>>>(
-        p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), h.ptr<T>(), Dl.ptr<T>(), tptr<T>(o), saved ? P.ptr<T>() : nullptr,
-        nrm);
-    DT_CUDA_LAUNCH_CHECK();
+    for_chunk_slabs(p, [&](const Params& ps, dim3 grid) {
+      out_kernel<T><<<grid, kChunkThreads, OutSmem<T>::bytes, st>>>(
+          ps, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), h.ptr<T>(), Dl.ptr<T>(), tptr<T>(o),
+          saved ? P.ptr<T>() : nullptr, nrm);
+      DT_CUDA_LAUNCH_CHECK();
+    });
   }
   if (norm && !nrm.z) cuda::gated_rmsnorm_fwd(norm->y, norm->rstd, o, norm->z, norm->w, norm->eps, Stream{st});
   // U is not kept: the backward reads it only to recompute h and Delta, which are kept (-1x the
@@ -2403,10 +2430,12 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
     auto dvl = [&](auto norm_tag) {
       constexpr bool NORM = decltype(norm_tag)::value;
       set_smem(dvl_kernel<T, NORM>, DvlSmem<T>::bytes + (NORM ? dvl_norm_bytes<T>(false) : 0));
-      dvl_kernel<T, NORM><<<dim3(p.NT, p.Hv), kChunkThreads, bytes, st>>>(
-          p, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), P.defined() ? P.ptr<T>() : nullptr, tptr<T>(do_), dDl.ptr<T>(),
-          nk);
-      DT_CUDA_LAUNCH_CHECK();
+      for_chunk_slabs(p, [&](const Params& ps, dim3 grid) {
+        dvl_kernel<T, NORM><<<grid, kChunkThreads, bytes, st>>>(ps, tptr<T>(q), tptr<T>(k), gam.ptr<float>(),
+                                                                P.defined() ? P.ptr<T>() : nullptr, tptr<T>(do_),
+                                                                dDl.ptr<T>(), nk);
+        DT_CUDA_LAUNCH_CHECK();
+      });
     };
     if (nk.dy) dvl(std::true_type{});
     else dvl(std::false_type{});
@@ -2509,11 +2538,11 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   Tensor dkh = Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);                      // [T, Hv, dk] f32
   Tensor dW = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);                // [T, Hv, dk]
   Tensor dgam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);  // [T, Hv] f32
-  launch_chunk_kernel(dqk_kernel<T>, pb, DqkSmem<T>::bytes, st, pb, tptr<T>(q), tptr<T>(k), gam.ptr<float>(),
+  launch_chunk_kernel(dqk_kernel<T>, pb, DqkSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k), gam.ptr<float>(),
                       tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(),
                       direct ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(), dW.ptr<T>(),
                       dgam.ptr<float>());
-  launch_chunk_kernel(wy_kernel<T>, pb, WySmem<T>::bytes, st, pb, tptr<T>(k), tptr<T>(v), tptr<float>(beta),
+  launch_chunk_kernel(wy_kernel<T>, pb, WySmem<T>::bytes, st, tptr<T>(k), tptr<T>(v), tptr<float>(beta),
                       gam.ptr<float>(), Tm.ptr<T>(), dW.ptr<T>(), dD.ptr<T>(), dgam.ptr<float>(), dkh.ptr<float>(),
                       tptr<T>(dk), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));
   if (direct) return;
