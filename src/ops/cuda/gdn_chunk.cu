@@ -10,7 +10,7 @@
 // token, NOT cumulated); h0, ht, dht, dh0 [N, Hv, dk, dv] f32 or absent. dk, dv: multiples of 16,
 // at most 128.
 //
-// Kernels (one CTA per (chunk, v-head) on grid [Hv, chunks], heads on x (for_chunk_slabs), unless
+// Kernels (one CTA per (chunk, v-head) on grid [Hv, chunks], heads on x (launch_chunk_kernel), unless
 // "serial": one CTA per (sequence, v-head, 64-wide V tile) walking the sequence's chunks in order,
 // launched longest sequence first (seq_cta) on gridDim.x):
 //   forward : prep (K1+K2+K3: gamma cumsum, A = KK^T masked, Tm = (I+A)^-1 in fp32, W, U)
@@ -112,7 +112,7 @@ struct Params {
   int64_t sv, sdv;             // token strides (elements) of v and dv: Hv * dv, or wider for in-place column views
   int N, NT, Hk, Hv, G, dk, dv, nvt;
   int pair;                    // PairMode: dqk and wy as clusters of G == 2 v-heads (pair_sum), or pushed
-  int c0;                      // per-chunk kernels: the first chunk of this launch's slab (for_chunk_slabs)
+  int c0;                      // per-chunk kernels: the first chunk of this launch's slab (launch_chunk_kernel)
   float scale;
   const int32_t* cu;           // [N+1]
   const int32_t* chunk_seq;    // [NT]
@@ -2171,44 +2171,36 @@ PairMode gqa_pair(const Params& p) {
   return knob == 1 ? kPairPull : kPairPush;
 }
 
-// The per-chunk kernels' grid: [Hv, chunks], the v-heads on x, so that the G v-heads of a key head
-// (adjacent in launch order) read its q / k rows together: one DRAM read, the rest from L2. With
-// the chunks on x (the form before v0.19.0) a key head's v-heads ran NT CTAs apart and each read
-// them from DRAM. y holds at most 65535 chunks (4.2M tokens), so a larger batch launches in slabs
-// of chunks, each with its Params.c0; f(slab's Params, grid) launches one. DT_GDN_CHUNK_SLAB (tests)
-// lowers the slab size to exercise that.
-template <class F>
-void for_chunk_slabs(const Params& p, F&& f) {
-  const int slab = int(env::whole_number("DT_GDN_CHUNK_SLAB", 1, 65535, 65535, "chunks per per-chunk launch"));
-  for (int c0 = 0; c0 < p.NT; c0 += slab) {
-    Params ps = p;
-    ps.c0 = c0;
-    f(ps, dim3(p.Hv, std::min(slab, p.NT - c0)));
-  }
-}
-
-// A (chunk, v-head) kernel on the per-chunk grid (for_chunk_slabs); with p.pair as clusters of the
-// two v-heads of a key head (2 x 1: Hv = 2 Hk is even, so a cluster never straddles chunks). The
-// kernel's first argument is the Params, set per slab.
+// A (chunk, v-head) kernel (prep, out, dvl, dqk, wy) on the per-chunk grid [Hv, chunks], the
+// v-heads on x, so that the G v-heads of a key head (adjacent in launch order) read its q / k rows
+// together: one DRAM read, the rest from L2. With the chunks on x (the form before v0.19.0) a key
+// head's v-heads ran NT CTAs apart and each read them from DRAM. y holds at most 65535 chunks (4.2M
+// tokens), so a larger batch launches in slabs of chunks, each with its Params.c0 (the kernel's
+// first argument); DT_GDN_CHUNK_SLAB (tests) lowers the slab size to exercise that. With p.pair
+// (dqk, wy) as clusters of the two v-heads of a key head (2 x 1: Hv = 2 Hk is even, so a cluster
+// never straddles chunks).
 template <class... Exp, class... Act>
 void launch_chunk_kernel(void (*kernel)(Exp...), const Params& p, size_t smem, cudaStream_t st, Act&&... args) {
   set_smem(kernel, smem);
-  for_chunk_slabs(p, [&](const Params& ps, dim3 grid) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(kChunkThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 2;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = p.pair ? 1 : 0;
+  const int slab = int(env::whole_number("DT_GDN_CHUNK_SLAB", 1, 65535, 65535, "chunks per per-chunk launch"));
+  cudaLaunchConfig_t cfg = {};
+  cfg.blockDim = dim3(kChunkThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 2;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = p.pair ? 1 : 0;
+  for (int c0 = 0; c0 < p.NT; c0 += slab) {
+    Params ps = p;
+    ps.c0 = c0;
+    cfg.gridDim = dim3(p.Hv, std::min(slab, p.NT - c0));
     DT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ps, args...));
     DT_CUDA_LAUNCH_CHECK();
-  });
+  }
 }
 
 // Forward pieces shared by fwd and bwd: gamma, W, U (and Tm), then the chunk states and Delta.
@@ -2217,12 +2209,8 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
                        const TensorView& beta, const TensorView& h0, float* gam, T* W, T* U, T* Tm, T* h, T* Dl,
                        float* ht, cudaStream_t st) {
   if (p.NT > 0) {
-    set_smem(prep_kernel<T>, PrepSmem<T>::bytes);
-    for_chunk_slabs(p, [&](const Params& ps, dim3 grid) {
-      prep_kernel<T><<<grid, kChunkThreads, PrepSmem<T>::bytes, st>>>(ps, tptr<T>(k), tptr<T>(v), tptr<float>(g),
-                                                                        tptr<float>(beta), gam, W, U, Tm);
-      DT_CUDA_LAUNCH_CHECK();
-    });
+    launch_chunk_kernel(prep_kernel<T>, p, PrepSmem<T>::bytes, st, tptr<T>(k), tptr<T>(v), tptr<float>(g),
+                        tptr<float>(beta), gam, W, U, Tm);
   }
   if (p.N > 0 && (p.NT > 0 || ht)) {
     if constexpr (std::is_same_v<T, bf16>) {
@@ -2346,13 +2334,8 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
                        saved ? Tm.ptr<T>() : nullptr, h.ptr<T>(), Dl.ptr<T>(), tptr<float>(ht), st);
   const OutNorm nrm = out_norm<T>(norm, o, p);
   if (p.NT > 0) {
-    set_smem(out_kernel<T>, OutSmem<T>::bytes);
-    for_chunk_slabs(p, [&](const Params& ps, dim3 grid) {
-      out_kernel<T><<<grid, kChunkThreads, OutSmem<T>::bytes, st>>>(
-          ps, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), h.ptr<T>(), Dl.ptr<T>(), tptr<T>(o),
-          saved ? P.ptr<T>() : nullptr, nrm);
-      DT_CUDA_LAUNCH_CHECK();
-    });
+    launch_chunk_kernel(out_kernel<T>, p, OutSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k), gam.ptr<float>(),
+                        h.ptr<T>(), Dl.ptr<T>(), tptr<T>(o), saved ? P.ptr<T>() : nullptr, nrm);
   }
   if (norm && !nrm.z) cuda::gated_rmsnorm_fwd(norm->y, norm->rstd, o, norm->z, norm->w, norm->eps, Stream{st});
   // U is not kept: the backward reads it only to recompute h and Delta, which are kept (-1x the
@@ -2428,14 +2411,8 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
     const size_t bytes = nk.dy ? DvlSmem<T>::bytes + dvl_norm_bytes<T>(P.defined())
                                : (P.defined() ? DvlSmem<T>::bytes_p : DvlSmem<T>::bytes);
     auto dvl = [&](auto norm_tag) {
-      constexpr bool NORM = decltype(norm_tag)::value;
-      set_smem(dvl_kernel<T, NORM>, DvlSmem<T>::bytes + (NORM ? dvl_norm_bytes<T>(false) : 0));
-      for_chunk_slabs(p, [&](const Params& ps, dim3 grid) {
-        dvl_kernel<T, NORM><<<grid, kChunkThreads, bytes, st>>>(ps, tptr<T>(q), tptr<T>(k), gam.ptr<float>(),
-                                                                P.defined() ? P.ptr<T>() : nullptr, tptr<T>(do_),
-                                                                dDl.ptr<T>(), nk);
-        DT_CUDA_LAUNCH_CHECK();
-      });
+      launch_chunk_kernel(dvl_kernel<T, decltype(norm_tag)::value>, p, bytes, st, tptr<T>(q), tptr<T>(k),
+                          gam.ptr<float>(), P.defined() ? P.ptr<T>() : nullptr, tptr<T>(do_), dDl.ptr<T>(), nk);
     };
     if (nk.dy) dvl(std::true_type{});
     else dvl(std::false_type{});
