@@ -456,11 +456,15 @@ TEST(GdnChunkCuda, WarpSerialKernelsMatchTiled) {
 // and 2, one and two V tiles, both stage counts; dk 64 and dv 80 run warp4 itself.
 // DT_GDN_REV_WGMMA=1 adds the rev kernel through wgmma (the same reasoning, so the same bits), and
 // both are the bf16 default. With one stage, DT_GDN_REV_KSPLIT=1 (wg4's rev kernel loads K a step
-// ahead and awaits the other tiles after the first product) must give the same bits. Then bad knob
-// values are fatal.
+// ahead and awaits the other tiles after the first product) must give the same bits. All that with
+// DT_GDN_REV_P=0 (dvl makes dDelta_local in bf16, as warp4). The default (DT_GDN_REV_P unset: wg4's
+// rev kernel makes dDelta_local from P in fp32) is not warp4's bits: it must match the CPU within
+// 1e-2 and DT_GDN_REV_P=0 within 2e-2 relative, and give the same bits from the forward's saved P
+// as from the P dvl makes (and with either rev stage count, SerialKernelStagesOneAndTwoAreBitwiseEqual).
+// Then bad knob values are fatal.
 TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
   const ScopedEnv serial("DT_GDN_SERIAL"), stages("DT_GDN_STATE_STAGES"), rev_stages("DT_GDN_REV_STAGES"),
-      rev_wg("DT_GDN_REV_WGMMA"), ksplit("DT_GDN_REV_KSPLIT");
+      rev_wg("DT_GDN_REV_WGMMA"), ksplit("DT_GDN_REV_KSPLIT"), rev_p("DT_GDN_REV_P");
   const std::vector<int32_t> mix{1, 63, 64, 65, 300, 1000};
   const std::vector<Case> cases{
       {"d128 G2 h0+dht", {1, 63, 64, 65, 200, 129}, 1, 2, 128, 128, true, true},
@@ -478,6 +482,7 @@ TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
       stages.set(ns);
       rev_stages.set(ns);
       rev_wg.set("0");
+      rev_p.set("0");
       serial.set("warp4");
       const Outputs ref = run(c, in, Device::cuda(), DType::bf16);
       const auto rv = to_vecs(ref);
@@ -494,17 +499,27 @@ TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
         for (int i = 0; i < 8; ++i)
           EXPECT_TRUE(bitwise_eq(rv[i], vk[i])) << "wg4 + DT_GDN_REV_KSPLIT=1 vs warp4 " << kNames[i];
       }
-      serial.set(nullptr);  // the bf16 default: wg4 with the rev kernel through wgmma where it applies
+      serial.set(nullptr);  // the bf16 default with DT_GDN_REV_P=0: wg4 with the rev kernel through wgmma
       rev_wg.set(nullptr);
       const auto vd = to_vecs(run(c, in, Device::cuda(), DType::bf16));
       for (int i = 0; i < 8; ++i) {
         EXPECT_TRUE(bitwise_eq(rv[i], v[i])) << "wg4 vs warp4 " << kNames[i];
         EXPECT_TRUE(bitwise_eq(rv[i], vr[i])) << "wg4 + DT_GDN_REV_WGMMA=1 vs warp4 " << kNames[i];
-        EXPECT_TRUE(bitwise_eq(rv[i], vd[i])) << "the default vs warp4 " << kNames[i];
+        EXPECT_TRUE(bitwise_eq(rv[i], vd[i])) << "the default with DT_GDN_REV_P=0 vs warp4 " << kNames[i];
       }
+      rev_p.set(nullptr);  // the default: rev makes dDelta_local from P where wg4's rev kernel runs
+      const Outputs got_p = run(c, in, Device::cuda(), DType::bf16);
+      const auto vp = to_vecs(got_p);
+      const auto vps = to_vecs(run(c, in, Device::cuda(), DType::bf16, true, true));  // the forward's P
+      for (int i = 0; i < 8; ++i) EXPECT_TRUE(bitwise_eq(vp[i], vps[i])) << "DT_GDN_REV_P: saved P vs dvl's " << kNames[i];
       if (c.dk == 128 && c.dv % 64 == 0) {
-        expect_close(got, run(c, in, Device::cpu(), DType::f32), 1e-2, "wg4 vs CPU " + c.name);
-        expect_close(got_r, run(c, in, Device::cpu(), DType::f32), 1e-2, "wg4 + rev wgmma vs CPU " + c.name);
+        const Outputs cpu = run(c, in, Device::cpu(), DType::f32);
+        expect_close(got, cpu, 1e-2, "wg4 vs CPU " + c.name);
+        expect_close(got_r, cpu, 1e-2, "wg4 + rev wgmma vs CPU " + c.name);
+        expect_close(got_p, cpu, 1e-2, "the default (rev makes dDelta_local) vs CPU " + c.name);
+        expect_close(got_p, ref, 2e-2, "the default vs DT_GDN_REV_P=0 " + c.name);
+      } else {
+        for (int i = 0; i < 8; ++i) EXPECT_TRUE(bitwise_eq(rv[i], vp[i])) << "warp4 runs: DT_GDN_REV_P changes nothing " << kNames[i];
       }
     }
   const Case t{"tiny d128", {65, 3}, 1, 2, 128, 128, false, false};
@@ -516,6 +531,9 @@ TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
   ksplit.set("2");
   EXPECT_DEATH(run(t, make_inputs(t, true, 793), Device::cuda(), DType::bf16),
                "DT_GDN_REV_KSPLIT='2' is not one of: 0 ");
+  ksplit.set(nullptr);
+  rev_p.set("2");
+  EXPECT_DEATH(run(t, make_inputs(t, true, 796), Device::cuda(), DType::bf16), "DT_GDN_REV_P='2' is not one of: 0 ");
 }
 
 // v and dv as token-strided column views of wider buffers (the layer's conv output and conv-input

@@ -522,11 +522,20 @@ __device__ __forceinline__ void load_state_tiles(unsigned char* base, const Para
                           int64_t(p.Hv) * p.dv, full, L, nv, tid);
   load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
 }
+// The chunk's P [C][C] (bf16, every element written by p_tile) into one swizzled atom at s: rows i,
+// 128 bytes of j each (the MN-major B operand of dO^T P, wgmma.cuh).
+template <int NTHR, class T>
+__device__ __forceinline__ void load_p_sw128(unsigned char* s, const T* g, int tid) {
+  static_assert(sizeof(T) == 2 && C == 64, "load_p_sw128: bf16 rows of 64");
+  for (int idx = tid; idx < C * 8; idx += NTHR) cp_async16(s + wg::sw128(idx >> 3, idx & 7), g + 8 * idx, true);
+}
 // WITH_K = false: all but K and gamma, which the K-split form loads a step ahead (load_rev_k).
-template <class S, int BVc, int NTHR, bool SW = false, bool WITH_K = true, class T>
+// RP: the chunk's P (g_Pc, its [C][C] tile) instead of dDelta_local's rows.
+template <class S, int BVc, int NTHR, bool SW = false, bool WITH_K = true, bool RP = false, class T>
 __device__ __forceinline__ void load_rev_tiles(unsigned char* base, const Params& p, int64_t bos, int eos, int h, int v0,
                                                int nv, int ldv, const T* g_q, const T* g_k, const T* g_W,
-                                               const T* g_do, const T* g_dDl, const float* g_gam, int tid) {
+                                               const T* g_do, const T* g_dDl, const float* g_gam, int tid,
+                                               const T* g_Pc = nullptr) {
   const int L = min(C, eos - int(bos)), hk = h / p.G;
   const bool full = L == C && p.dk == D && nv == BVc;
   load_dk_rows<NTHR, SW>(base + S::q, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
@@ -535,8 +544,11 @@ __device__ __forceinline__ void load_rev_tiles(unsigned char* base, const Params
   load_dk_rows<NTHR, SW>(base + S::w, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, full, L, p.dk, tid);
   load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(base + S::dO), ldv, g_do + (bos * p.Hv + h) * p.dv + v0,
                           int64_t(p.Hv) * p.dv, full, L, nv, tid);
-  load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(base + S::ddl), ldv, g_dDl + (bos * p.Hv + h) * p.dv + v0,
-                          int64_t(p.Hv) * p.dv, full, L, nv, tid);
+  if constexpr (RP)
+    load_p_sw128<NTHR>(base + S::pm, g_Pc, tid);
+  else
+    load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(base + S::ddl), ldv, g_dDl + (bos * p.Hv + h) * p.dv + v0,
+                            int64_t(p.Hv) * p.dv, full, L, nv, tid);
   if constexpr (WITH_K)
     load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
 }
@@ -876,6 +888,8 @@ __global__ __launch_bounds__(kChunkThreads, kOutMinBlocks<T>) void out_kernel(
 // ---- dvl: dDelta_local = scale P^T dO  (B3) ------------------------------------------------------
 // P from the forward (g_P, saved intermediates: only P and dO are loaded) or computed here exactly
 // as the forward's out kernel does (p_tile), so both give the same bits.
+// When wg4's rev kernel makes dDelta_local itself from P (DT_GDN_REV_P, rev_makes_ddl), g_dDl is
+// null: no product here; without a saved P, this kernel writes its P to g_Pout for rev.
 // With the gated RMSNorm's backward (GdnOutNormBwd, unless DT_GDN_OUT_NORM=0; nrm.dy set), dO is made
 // here from dy, o, z and rstd, row by row with gated_rmsnorm_bwd_kernel's lanes, order and
 // rounding (dO and dz the same bits), and written out for rev and dqk; the norm weight's gradient
@@ -908,7 +922,8 @@ __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(
     const float* __restrict__ g_gam,
     const T* __restrict__ g_P,   // [NT, Hv, C, C] or null
     T* __restrict__ g_do,        // [T, Hv, dv] (= with nrm)
-    T* __restrict__ g_dDl,       // [T, Hv, dv]
+    T* __restrict__ g_dDl,       // [T, Hv, dv] or null (rev makes it)
+    T* __restrict__ g_Pout,      // [NT, Hv, C, C] or null: P for rev, when not from the forward
     const DvlNorm nrm) {
   extern __shared__ __align__(16) unsigned char smem[];
   using S = DvlSmem<T>;
@@ -937,7 +952,7 @@ __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(
               kChunkThreads);
   }
   if (g_P) {
-    load_tile(s_p, LDC<T>, g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, C, C, tid, kChunkThreads);
+    if (g_dDl) load_tile(s_p, LDC<T>, g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, C, C, tid, kChunkThreads);
   } else {
     load_tile(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid,
               kChunkThreads);
@@ -1022,6 +1037,13 @@ __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(
     }
   }
   if (!g_P) p_tile(s_p, s_q, s_k, s_gam, L, p.dk, warp);  // P = (Q K^T) (.) Gamma, j <= i < L   [C, C]
+  if (!g_dDl) {  // rev makes dDelta_local: it takes P from here when the forward's is not saved
+    if (g_Pout) {
+      __syncthreads();
+      store_p(g_Pout + (int64_t(ci.c) * p.Hv + ci.h) * C * C, s_p, tid);
+    }
+    return;
+  }
   __syncthreads();
   {  // dDelta_local = scale P^T dO   [C, dv] (P read transposed: rows i of P are the k index)
     const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1);
@@ -2137,6 +2159,14 @@ bool rev_ksplit_knob() {
   return env::choice("DT_GDN_REV_KSPLIT", {{"0", "every tile at the step's start (default)"},
                                            {"1", "K and gamma a step ahead, the rest awaited after step 1"}}) == 1;
 }
+// DT_GDN_REV_P: 1 or unset: wg4's rev kernel (without K split) makes dDelta_local = scale P^T dO
+// itself from P (the forward's, or dvl's when not saved), kept in fp32 on its way into dDelta, so
+// dvl neither multiplies nor writes it and rev loads P [C][C] instead of its [C][BV] rows (-0.4 GB
+// at the layer shape); 0: dvl makes it (bf16) and rev loads it, warp4's bits. Read at every call.
+bool rev_p_knob() {
+  return env::choice("DT_GDN_REV_P", {{"0", "dvl makes dDelta_local, rev loads it"},
+                                      {"1", "rev makes dDelta_local from P (wg4 without K split)"}}) != 0;
+}
 // The serial grid in V tiles of 16 * nw columns.
 Params warp_params(Params p, int nw) {
   p.nvt = (p.dv + 16 * nw - 1) / (16 * nw);
@@ -2394,7 +2424,18 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
     launch_prep_state<T>(p, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(), Tm.ptr<T>(), h.ptr<T>(),
                          Dl.ptr<T>(), nullptr, st);
   }
-  Tensor dDl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);               // [T, Hv, dv] dDelta_local
+  // The serial form, and whether wg4's rev kernel makes dDelta_local itself from P (rev_makes_ddl):
+  // then dvl writes no dDelta_local (and, without the forward's P, writes its P for rev instead).
+  const SerialForm form = p.N > 0 ? serial_form<T>(p.dk, p.dv) : SerialForm{};
+  const int sg = form.split, nw = form.warps;
+  const unsigned rev_ctas = nw ? seq_ctas(warp_params(p, nw)) : 0u;
+  const int rev_ns = nw ? rev_stages<T>(rev_ctas) : 1;
+  const bool rev_wg = std::is_same_v<T, bf16> && form.wg && rev_wgmma_knob();
+  const bool rev_ks = rev_wg && rev_ns == 1 && rev_ksplit_knob();
+  const bool rev_p = rev_wg && !rev_ks && p.NT > 0 && rev_p_knob();
+  if (rev_p && !P.defined()) P = Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev);  // [NT, Hv, C, C], from dvl
+  const bool p_from_fwd = P.defined() && !(rev_p && !(saved && saved->defined()));
+  Tensor dDl = rev_p ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);  // [T, Hv, dv] dDelta_local
   Tensor dS1 = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);        // [NT, Hv, dk, dv]
   Tensor dD = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv] dDelta
   // The gated RMSNorm's backward: in dvl (unless DT_GDN_OUT_NORM=0; 16-byte rows) or before it.
@@ -2408,20 +2449,19 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
       part = Tensor::empty(Shape{int64_t(p.NT) * p.Hv, p.dv}, DType::f32, dev);
       nk.part = part.ptr<float>();
     }
-    const size_t bytes = nk.dy ? DvlSmem<T>::bytes + dvl_norm_bytes<T>(P.defined())
-                               : (P.defined() ? DvlSmem<T>::bytes_p : DvlSmem<T>::bytes);
+    const size_t bytes = nk.dy ? DvlSmem<T>::bytes + dvl_norm_bytes<T>(p_from_fwd)
+                               : (p_from_fwd ? DvlSmem<T>::bytes_p : DvlSmem<T>::bytes);
     auto dvl = [&](auto norm_tag) {
       launch_chunk_kernel(dvl_kernel<T, decltype(norm_tag)::value>, p, bytes, st, tptr<T>(q), tptr<T>(k),
-                          gam.ptr<float>(), P.defined() ? P.ptr<T>() : nullptr, tptr<T>(do_), dDl.ptr<T>(), nk);
+                          gam.ptr<float>(), p_from_fwd ? P.ptr<T>() : nullptr, tptr<T>(do_),
+                          rev_p ? nullptr : dDl.ptr<T>(), rev_p && !p_from_fwd ? P.ptr<T>() : nullptr, nk);
     };
     if (nk.dy) dvl(std::true_type{});
-    else dvl(std::false_type{});
+    else if (!(rev_p && p_from_fwd)) dvl(std::false_type{});  // else nothing to do: dO given, P saved
     if (nk.dy)  // dw += the CTAs' partials, in CTA order
       ew::colsum_add(norm->dw.ptr<float>(), norm->dw.ptr<float>(), part.ptr<float>(), int64_t(p.NT) * p.Hv, p.dv,
                      p.dv, st);
   }
-  const SerialForm form = p.N > 0 ? serial_form<T>(p.dk, p.dv) : SerialForm{};
-  const int sg = form.split, nw = form.warps;
   if constexpr (std::is_same_v<T, bf16>) {
     if (sg) {  // G = 2: two stages (202.5 KB); G = 4: one (two would not fit); V tiles of 64
       const Params pw = warp_params(p, 4);
@@ -2444,33 +2484,37 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
     }
     if (nw) {
       const Params pw = warp_params(p, nw);
-      const unsigned ctas = seq_ctas(pw);
+      const unsigned ctas = rev_ctas;
       auto rev = [&](auto warps, auto stages) {
         constexpr int NW = decltype(warps)::value, NS = decltype(stages)::value;
         constexpr size_t bytes = WRevSmem<NW, NS>::bytes;
         set_smem(rev_warp_kernel<NW, NS>, bytes);
         rev_warp_kernel<NW, NS><<<ctas, 32 * NW, bytes, st>>>(pw, tptr<T>(q), tptr<T>(k), W.ptr<T>(), gam.ptr<float>(),
                                                               tptr<T>(do_), dDl.ptr<T>(), tptr<float>(dht),
-                                                              dS1.ptr<T>(), dD.ptr<T>(), tptr<float>(dh0));
+                                                              dS1.ptr<T>(), dD.ptr<T>(), tptr<float>(dh0), nullptr);
         DT_CUDA_LAUNCH_CHECK();
       };
       // 4 warps: two stages (162.5 KB, one CTA per SM) when the grid fits one CTA per SM, else one
       // (93.3 KB, two per SM), as for the tiled kernel; 8 warps: always two (one CTA per SM anyway).
-      const int ns = rev_stages<T>(ctas);
-      if (form.wg && rev_wgmma_knob()) {
-        auto rev_wg = [&](auto stages, auto ks) {
+      const int ns = rev_ns;
+      if (rev_wg) {
+        auto launch_wg = [&](auto stages, auto ks, auto rp) {
           constexpr int NS = decltype(stages)::value;
-          constexpr bool KS = decltype(ks)::value;
-          constexpr size_t bytes = KS ? WgRevSmemKS::bytes : WgRevSmem<NS>::bytes;
-          set_smem(rev_warp_kernel<4, NS, true, KS>, bytes);
-          rev_warp_kernel<4, NS, true, KS><<<ctas, 128, bytes, st>>>(
-              pw, tptr<T>(q), tptr<T>(k), W.ptr<T>(), gam.ptr<float>(), tptr<T>(do_), dDl.ptr<T>(), tptr<float>(dht),
-              dS1.ptr<T>(), dD.ptr<T>(), tptr<float>(dh0));
+          constexpr bool KS = decltype(ks)::value, RP = decltype(rp)::value;
+          constexpr size_t bytes = KS ? WgRevSmemKS::bytes : WgRevSmem<NS, RP>::bytes;
+          set_smem(rev_warp_kernel<4, NS, true, KS, RP>, bytes);
+          rev_warp_kernel<4, NS, true, KS, RP><<<ctas, 128, bytes, st>>>(
+              pw, tptr<T>(q), tptr<T>(k), W.ptr<T>(), gam.ptr<float>(), tptr<T>(do_), RP ? nullptr : dDl.ptr<T>(),
+              tptr<float>(dht), dS1.ptr<T>(), dD.ptr<T>(), tptr<float>(dh0), RP ? P.ptr<T>() : nullptr);
           DT_CUDA_LAUNCH_CHECK();
         };
-        if (ns == 2) rev_wg(std::integral_constant<int, 2>{}, std::false_type{});
-        else if (rev_ksplit_knob()) rev_wg(std::integral_constant<int, 1>{}, std::true_type{});
-        else rev_wg(std::integral_constant<int, 1>{}, std::false_type{});
+        using One = std::integral_constant<int, 1>;
+        using Two = std::integral_constant<int, 2>;
+        if (rev_ks) launch_wg(One{}, std::true_type{}, std::false_type{});
+        else if (ns == 2 && rev_p) launch_wg(Two{}, std::false_type{}, std::true_type{});
+        else if (ns == 2) launch_wg(Two{}, std::false_type{}, std::false_type{});
+        else if (rev_p) launch_wg(One{}, std::false_type{}, std::true_type{});
+        else launch_wg(One{}, std::false_type{}, std::false_type{});
       } else if (nw == 8) {
         DT_CHECK(ns == 2 || forced_stages("DT_GDN_REV_STAGES") == 0,
                  "DT_GDN_REV_STAGES=1 with DT_GDN_SERIAL=warp8: the 8-warp rev kernel has two stages only; unset "

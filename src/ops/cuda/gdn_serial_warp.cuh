@@ -193,18 +193,22 @@ struct WgStateSmem {
 };
 // The rev kernel's wgmma form (DT_GDN_REV_WGMMA=1 with wg4): Q, K, W in swizzled atoms, dO and
 // dDelta_local as in WRevSmem. 91 KB at one stage (two CTAs per SM), 158 KB at two (one).
-template <int Stages>
+// RP (DT_GDN_REV_P): the chunk's P [C][C] in one swizzled atom instead of dDelta_local (the kernel
+// makes dDelta_local from it): 91 KB at one stage, 157 KB at two.
+template <int Stages, bool RP = false>
 struct WgRevSmem {
   using W = WarpTiles<4>;
   static constexpr size_t q = 0;                     // bf16 2 x [C][64] atoms
   static constexpr size_t k = q + 2 * C * 128;       // bf16 2 x [C][64] atoms
   static constexpr size_t w = k + 2 * C * 128;       // bf16 2 x [C][64] atoms
-  static constexpr size_t dO = w + 2 * C * 128;      // bf16 [C][LDU], then scale e^gamma dO in place
-  static constexpr size_t ddl = dO + W::narrow;      // bf16 [C][LDU]
-  static constexpr size_t gam = ddl + W::narrow;     // f32 [C]
+  static constexpr size_t pm = w + 2 * C * 128;      // RP: bf16 [C][64] atom, P[i][j] (MN-major B of dO^T P)
+  static constexpr size_t dO = RP ? pm + C * 128 : pm;  // bf16 [C][LDU]
+  static constexpr size_t ddl = dO + W::narrow;      // bf16 [C][LDU] (not RP)
+  static constexpr size_t gam = RP ? ddl : ddl + W::narrow;  // f32 [C]
   static constexpr size_t stage = (gam + sizeof(float) * C + 1023) / 1024 * 1024;
   static constexpr size_t stg = Stages * stage;
   static constexpr size_t bytes = stg + W::staging;
+  static_assert(pm % 1024 == 0 && stage % 1024 == 0, "swizzled atoms at 1 KB boundaries");
 };
 // wg4's rev kernel with K split off (DT_GDN_REV_KSPLIT, one stage): Q, W, dO, dDelta_local once;
 // K and gamma twice (chunk c's and the next one's, loading a step ahead). 107 KB: two CTAs per SM,
@@ -242,7 +246,9 @@ struct WRevSmem {
 static_assert(2 * (WStateSmem<4, 2>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "4-warp state: two CTAs per SM");
 static_assert(2 * (WgStateSmem<2>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "wgmma state: two CTAs per SM");
 static_assert(2 * (WRevSmem<4, 1>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "4-warp rev: two CTAs per SM");
-static_assert(2 * (WgRevSmem<1>::bytes + kSmemReservedPerCta) <= kSmemPerSm && WgRevSmem<2>::bytes <= kMaxSmem,
+static_assert(2 * (WgRevSmem<1>::bytes + kSmemReservedPerCta) <= kSmemPerSm && WgRevSmem<2>::bytes <= kMaxSmem &&
+                  2 * (WgRevSmem<1, true>::bytes + kSmemReservedPerCta) <= kSmemPerSm &&
+                  WgRevSmem<2, true>::bytes <= kMaxSmem,
               "wgmma rev: two CTAs per SM at one stage, one at two");
 static_assert(2 * (WgRevSmemKS::bytes + kSmemReservedPerCta) <= kSmemPerSm, "wgmma rev, K split: two CTAs per SM");
 static_assert(WRevSmem<4, 2>::bytes <= kMaxSmem && WStateSmem<8, 2>::bytes <= kMaxSmem &&
@@ -392,7 +398,13 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
 // KS (DT_GDN_REV_KSPLIT, wg4 with one stage only): K and gamma double-buffered and loaded a step
 // ahead; Q, W, dO and dDelta_local loaded at the step's start and awaited after step 1 (WgRevSmemKS,
 // load_rev_k / load_rev_tiles without K): the first product no longer waits for the whole chunk's tiles.
-template <int NW, int Stages, bool WG = false, bool KS = false>
+// RP (DT_GDN_REV_P, WG without KS): dDelta_local^T = scale dO^T P made here, as 4 m64n64k16 with P
+// (g_P [NT, Hv, C, C], the forward's or dvl's) as MN-major B, accumulated onto step 1's product
+// after its decay (so dDelta_local is never rounded to bf16, stored or loaded): dDelta^T =
+// scale (X e^{gam_e - gam_t} / scale + dO^T P). Not warp4's bits (dvl rounds dDelta_local to bf16).
+// WG forms scale dO~ = scale e^gamma dO in the A fragments (registers) instead of in shared memory:
+// the same roundings, so the same bits.
+template <int NW, int Stages, bool WG = false, bool KS = false, bool RP = false>
 __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16* __restrict__ g_q,
                                                            const bf16* __restrict__ g_k,
                                                            const bf16* __restrict__ g_W,
@@ -401,11 +413,14 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
                                                            const bf16* __restrict__ g_dDl,
                                                            const float* __restrict__ g_dht,  // or null
                                                            bf16* __restrict__ g_dS1, bf16* __restrict__ g_dD,
-                                                           float* __restrict__ g_dh0) {      // or null
+                                                           float* __restrict__ g_dh0,        // or null
+                                                           const bf16* __restrict__ g_P) {   // RP, else null
   extern __shared__ __align__(1024) unsigned char smem[];
   static_assert(!WG || NW == 4, "rev_warp_kernel: the wgmma form is one warpgroup");
   static_assert(!KS || (WG && Stages == 1), "rev_warp_kernel: K split is a form of wg4's one-stage kernel");
-  using S = std::conditional_t<KS, WgRevSmemKS, std::conditional_t<WG, WgRevSmem<Stages>, WRevSmem<NW, Stages>>>;
+  static_assert(!RP || (WG && !KS), "rev_warp_kernel: RP is a form of wg4's kernel without K split");
+  using S = std::conditional_t<KS, WgRevSmemKS,
+                               std::conditional_t<WG, WgRevSmem<Stages, RP>, WRevSmem<NW, Stages>>>;
   constexpr int NTHR = 32 * NW, BVw = WarpTiles<NW>::BV, LDU = WarpTiles<NW>::LDU;
   const SeqCta cta = seq_cta(p);
   const int n = cta.n, h = cta.h;
@@ -427,8 +442,9 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     else return size_t(0);
   }();
   [[maybe_unused]] auto issue = [&](int c, int st) {
-    load_rev_tiles<S, BVw, NTHR, WG>(smem + st * S::stage, p, p.chunk_start[c], eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do, g_dDl,
-                                     g_gam, tid);
+    load_rev_tiles<S, BVw, NTHR, WG, true, RP>(smem + st * S::stage, p, p.chunk_start[c], eos, h, v0, nv, LDU, g_q, g_k,
+                                               g_W, g_do, g_dDl, g_gam, tid,
+                                               RP ? g_P + (int64_t(c) * p.Hv + h) * C * C : nullptr);
   };
 
   if constexpr (Stages == 2) {
@@ -468,7 +484,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     const bf16* s_k = reinterpret_cast<const bf16*>(base + S::k + kb * kKbuf);
     const bf16* s_w = reinterpret_cast<const bf16*>(base + S::w);
     bf16* s_do = reinterpret_cast<bf16*>(base + S::dO);
-    const bf16* s_ddl = reinterpret_cast<const bf16*>(base + S::ddl);
+    [[maybe_unused]] const bf16* s_ddl = reinterpret_cast<const bf16*>(base + S::ddl);
     const float* s_gam = reinterpret_cast<const float*>(base + S::gam) + kb * C;
     const int64_t bos = p.chunk_start[c];
     const int L = min(C, eos - int(bos));
@@ -493,6 +509,38 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
         wg::fence_proxy_async();
         __syncthreads();
       }
+      // WG: dO^T's A fragments (k-step jj: tokens 16 jj .. 16 jj + 15), unscaled; RP needs them now
+      [[maybe_unused]] uint32_t a_do[4][4];
+      [[maybe_unused]] auto load_a_do = [&] {
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj)
+          ldsm_x4_t(a_do[jj], s_do + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
+      };
+      if constexpr (RP) {  // 1b. X <- X e^{gam_e - gam_t} / scale (0 for t >= L) + dO^T P
+        const int tq = lane & 3;
+        const float inv_scale = 1.f / p.scale;
+        load_a_do();
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          float f[4];
+          decay_to_end(f, s_gam, gam_e, jj, tq, Lc);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            float* x = r_X[2 * jj + (q >> 1)] + 2 * (q & 1);
+            x[0] *= f[2 * (q >> 1)] * inv_scale;
+            x[1] *= f[2 * (q >> 1) + 1] * inv_scale;
+          }
+        }
+        const uint32_t pb = smem_addr(base + S::pm);
+        wg::wg_fence();
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj)
+          wg::m64n64k16_rs<1>(r_X, a_do[jj], wg::desc_sw128(pb + jj * 2048, C * 128, 1024), 1);
+        wg::wg_commit();
+        wg::wg_hold(r_X);
+        wg::wg_wait<0>();
+        wg::wg_hold(r_X);
+      }
 
       // 2. dDelta^T = dDelta_local^T + (t < L ? X e^{gam_e - gam_t} : 0) (stored, t < L); -dDelta^T as A fragments
       uint32_t a3[4][4];
@@ -500,47 +548,71 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
         const int tq = lane & 3;
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
-          uint32_t dl[4], d[4];
-          ldsm_x4_t(dl, s_ddl + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
-          float f[4];
-          decay_to_end(f, s_gam, gam_e, jj, tq, Lc);
+          uint32_t d[4];
+          if constexpr (RP) {
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const float* x = r_X[2 * jj + (q >> 1)] + 2 * (q & 1);
-            const int t = 16 * jj + 8 * (q >> 1) + 2 * tq;
-            const float f0 = f[2 * (q >> 1)], f1 = f[2 * (q >> 1) + 1];
-            // __fmul_rn: never contracted into an FMA with the add (a full chunk has no select in
-            // between), so the sum rounds as the tiled kernel's does
-            const float d0 = bf16_lo(dl[q]) + (t < Lc ? __fmul_rn(x[0], f0) : 0.f);
-            const float d1 = bf16_hi(dl[q]) + (t + 1 < Lc ? __fmul_rn(x[1], f1) : 0.f);
-            d[q] = pack_bf16(d0, d1);
-            a3[jj][q] = pack_bf16(-d0, -d1);
+            for (int q = 0; q < 4; ++q) {
+              const float* x = r_X[2 * jj + (q >> 1)] + 2 * (q & 1);
+              const int t = 16 * jj + 8 * (q >> 1) + 2 * tq;
+              const float d0 = t < Lc ? p.scale * x[0] : 0.f, d1 = t + 1 < Lc ? p.scale * x[1] : 0.f;
+              d[q] = pack_bf16(d0, d1);
+              a3[jj][q] = pack_bf16(-d0, -d1);
+            }
+          } else {
+            uint32_t dl[4];
+            ldsm_x4_t(dl, s_ddl + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
+            float f[4];
+            decay_to_end(f, s_gam, gam_e, jj, tq, Lc);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              const float* x = r_X[2 * jj + (q >> 1)] + 2 * (q & 1);
+              const int t = 16 * jj + 8 * (q >> 1) + 2 * tq;
+              const float f0 = f[2 * (q >> 1)], f1 = f[2 * (q >> 1) + 1];
+              // __fmul_rn: never contracted into an FMA with the add (a full chunk has no select in
+              // between), so the sum rounds as the tiled kernel's does
+              const float d0 = bf16_lo(dl[q]) + (t < Lc ? __fmul_rn(x[0], f0) : 0.f);
+              const float d1 = bf16_hi(dl[q]) + (t + 1 < Lc ? __fmul_rn(x[1], f1) : 0.f);
+              d[q] = pack_bf16(d0, d1);
+              a3[jj][q] = pack_bf16(-d0, -d1);
+            }
           }
           stsm_x4_t(stage_row(s_stg, jj, lane), d);
         }
       }
       stage_out(s_stg, g_dD + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, Lc, lane);
 
-      // 3. dO~ = scale e^{gam_t} dO (0 for t >= L): this warp's 16 columns, in place
-      for (int it = lane; it < 2 * C; it += 32) {
-        const int r = it >> 1, cc = wv + 8 * (it & 1);
-        const float f = r < Lc ? p.scale * expf(s_gam[r]) : 0.f;
-        uint4* pd = reinterpret_cast<uint4*>(s_do + r * LDU + cc);
-        uint4 x = *pd;
-        bf16* ex = reinterpret_cast<bf16*>(&x);
+      // 3. dO~ = scale e^{gam_t} dO (0 for t >= L): WG in a_do (the factors of the 64 tokens through
+      // the warp's staging tile, free until the next step), else this warp's 16 columns in place
+      if constexpr (WG) {
+        if constexpr (!RP) load_a_do();
+        float* s_f = reinterpret_cast<float*>(s_stg);
+        for (int r = lane; r < C; r += 32) s_f[r] = r < Lc ? p.scale * expf(s_gam[r]) : 0.f;
+        __syncwarp();
+        const int tq = lane & 3;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) ex[e] = from_f<bf16>(to_f(ex[e]) * f);
-        *pd = x;
+        for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const float2 f = *reinterpret_cast<const float2*>(s_f + 16 * jj + 8 * (q >> 1) + 2 * tq);
+            a_do[jj][q] = pack_bf16(bf16_lo(a_do[jj][q]) * f.x, bf16_hi(a_do[jj][q]) * f.y);
+          }
+      } else {
+        for (int it = lane; it < 2 * C; it += 32) {
+          const int r = it >> 1, cc = wv + 8 * (it & 1);
+          const float f = r < Lc ? p.scale * expf(s_gam[r]) : 0.f;
+          uint4* pd = reinterpret_cast<uint4*>(s_do + r * LDU + cc);
+          uint4 x = *pd;
+          bf16* ex = reinterpret_cast<bf16*>(&x);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) ex[e] = from_f<bf16>(to_f(ex[e]) * f);
+          *pd = x;
+        }
+        __syncwarp();
       }
-      __syncwarp();
 
       // 4. dS^T = e^{gam_e} dS^T + dO~^T Q - dDelta^T W (all of the Q part first, as the tiled kernel)
       scale_tiles(r_dS, expf(gam_e));
       if constexpr (WG) {  // all four token k-steps: dO~ and dDelta are 0 past L, Q's and W's rows zero
-        uint32_t a_do[4][4];
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj)
-          ldsm_x4_t(a_do[jj], s_do + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
         const uint32_t qb = smem_addr(s_q), wb = smem_addr(s_w);
         wg::wg_fence();
 #pragma unroll

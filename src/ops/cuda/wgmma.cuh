@@ -66,8 +66,9 @@ __device__ __forceinline__ void wg_hold(float (&d)[NJ][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
 }
 
-// d[64, 64] (+)= A[64, 16] B[16, 64]: A this warp's mma A fragment, B K-major (imm-trans-b 0).
-// accumulate = 0 overwrites d.
+// d[64, 64] (+)= A[64, 16] B[16, 64]: A this warp's mma A fragment, B K-major (TB = 0) or MN-major
+// (TB = 1: imm-trans-b). accumulate = 0 overwrites d.
+template <int TB = 0>
 __device__ __forceinline__ void m64n64k16_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b,
                                              int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -75,7 +76,7 @@ __device__ __forceinline__ void m64n64k16_rs(float (&d)[8][4], const uint32_t (&
       "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, %37;\n}\n"
       : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(0), "r"(accumulate));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(TB), "r"(accumulate));
 #else
   __trap();  // the host launches wgmma kernels only on sm_90a builds and devices
 #endif
