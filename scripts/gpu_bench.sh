@@ -37,7 +37,9 @@ for n in "${names[@]}"; do
       # G = 2's dq / dk sums through f32 partials and gsum, the form the cluster sums replaced (v0.10.0)
       run "gdn_kernels DT_GDN_GQA_PAIR=0" env DT_GDN_GQA_PAIR=0 "$B/$n"
       # G = 2's exchange pulled behind a fenced cluster barrier (the default until v0.18.0; now pushed)
-      run "gdn_kernels DT_GDN_GQA_PAIR=1" env DT_GDN_GQA_PAIR=1 "$B/$n" ;;
+      run "gdn_kernels DT_GDN_GQA_PAIR=1" env DT_GDN_GQA_PAIR=1 "$B/$n"
+      # dDelta_local made by dvl in bf16 (before v0.20.0; the digests of v0.16.0-v0.19.0)
+      run "gdn_kernels DT_GDN_REV_P=0" env DT_GDN_REV_P=0 "$B/$n" ;;
     gdn_elementwise | dense_elementwise | attention | optim_step) run "$n" "$B/$n" ;;
     gdn_layer)
       run "gdn_layer 1 GPU" "$B/gdn_layer"
@@ -49,6 +51,8 @@ for n in "${names[@]}"; do
       run "gdn_layer 1 GPU DT_GDN_GQA_PAIR=1" env DT_GDN_GQA_PAIR=1 "$B/gdn_layer"
       # wg4's one-stage rev kernel loading K a step ahead (off: within noise, v0.19.0)
       run "gdn_layer 1 GPU --ab DT_GDN_REV_KSPLIT" "$B/gdn_layer" --ab DT_GDN_REV_KSPLIT
+      # rev making dDelta_local from P (1, the default since v0.20.0) against dvl making it (0)
+      run "gdn_layer 1 GPU --ab DT_GDN_REV_P" "$B/gdn_layer" --ab DT_GDN_REV_P
       run "gdn_layer 1 GPU --keep-elementwise --graph" "$B/gdn_layer" --keep-elementwise --graph
       run "gdn_layer 1 GPU DT_GEMM_AUTOTUNE=1" env DT_GEMM_AUTOTUNE=1 "$B/gdn_layer"
       run "gdn_layer 1 GPU DT_GDN_OUT_NORM=0" env DT_GDN_OUT_NORM=0 "$B/gdn_layer"

@@ -16,7 +16,8 @@
 //   forward : prep (K1+K2+K3: gamma cumsum, A = KK^T masked, Tm = (I+A)^-1 in fp32, W, U)
 //             -> state (K4, serial: chunk-start states h, Delta, ht) -> out (K5: o)
 //   backward: prep (+ Tm saved) -> state (h, Delta recomputed) -> dvl (B3: dDelta_local; P from the
-//             forward's out kernel when the intermediates are saved)
+//             forward's out kernel when the intermediates are saved; with wg4's rev kernel
+//             (DT_GDN_REV_P, rev_p_knob) rev makes dDelta_local from P and dvl does not)
 //   With GdnArgs.norm / norm_bwd (unless DT_GDN_OUT_NORM=0), out ends with the gated RMSNorm of its
 //   rows and dvl begins with the norm's backward (dO made there); else they run as their own ops.
 //             -> rev (B4, serial: dS1 per chunk, full dDelta, dh0) -> dqk (B5: dq, dk part, dW,
