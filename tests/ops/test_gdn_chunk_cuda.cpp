@@ -15,7 +15,9 @@
 //   * the warp-owned serial kernels (DT_GDN_SERIAL=warp4|warp8, bf16) match the CPU recurrence
 //     and give the tiled kernels' bits (same products, same order, same roundings); the split
 //     ones (split2|split4, dk = 128) match both within a stated tolerance
-//   * the wgmma state kernel (DT_GDN_SERIAL=wg4) gives warp4's bits
+//   * the wgmma state kernel (DT_GDN_SERIAL=wg4) gives warp4's bits; its rev kernel making
+//     dDelta_local from P (DT_GDN_REV_P, the default) matches the CPU and gives the same bits from
+//     the forward's P and from dvl's
 //   * token-strided v / dv (column views, as the layer passes them) give the contiguous bits
 //   * G == 2's GQA sum in clusters of two CTAs (DT_GDN_GQA_PAIR) gives gsum's bits
 #include <gtest/gtest.h>
