@@ -889,7 +889,7 @@ __global__ __launch_bounds__(kChunkThreads, kOutMinBlocks<T>) void out_kernel(
 // ---- dvl: dDelta_local = scale P^T dO  (B3) ------------------------------------------------------
 // P from the forward (g_P, saved intermediates: only P and dO are loaded) or computed here exactly
 // as the forward's out kernel does (p_tile), so both give the same bits.
-// When wg4's rev kernel makes dDelta_local itself from P (DT_GDN_REV_P, rev_makes_ddl), g_dDl is
+// When wg4's rev kernel makes dDelta_local itself from P (DT_GDN_REV_P, rev_p_knob), g_dDl is
 // null: no product here; without a saved P, this kernel writes its P to g_Pout for rev.
 // With the gated RMSNorm's backward (GdnOutNormBwd, unless DT_GDN_OUT_NORM=0; nrm.dy set), dO is made
 // here from dy, o, z and rstd, row by row with gated_rmsnorm_bwd_kernel's lanes, order and
@@ -2425,7 +2425,7 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
     launch_prep_state<T>(p, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(), Tm.ptr<T>(), h.ptr<T>(),
                          Dl.ptr<T>(), nullptr, st);
   }
-  // The serial form, and whether wg4's rev kernel makes dDelta_local itself from P (rev_makes_ddl):
+  // The serial form, and whether wg4's rev kernel makes dDelta_local itself from P (rev_p_knob):
   // then dvl writes no dDelta_local (and, without the forward's P, writes its P for rev instead).
   const SerialForm form = p.N > 0 ? serial_form<T>(p.dk, p.dv) : SerialForm{};
   const int sg = form.split, nw = form.warps;
@@ -2434,8 +2434,8 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   const bool rev_wg = std::is_same_v<T, bf16> && form.wg && rev_wgmma_knob();
   const bool rev_ks = rev_wg && rev_ns == 1 && rev_ksplit_knob();
   const bool rev_p = rev_wg && !rev_ks && p.NT > 0 && rev_p_knob();
-  if (rev_p && !P.defined()) P = Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev);  // [NT, Hv, C, C], from dvl
-  const bool p_from_fwd = P.defined() && !(rev_p && !(saved && saved->defined()));
+  const bool p_from_fwd = P.defined();  // the forward's P (saved intermediates)
+  if (rev_p && !p_from_fwd) P = Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev);  // [NT, Hv, C, C], from dvl
   Tensor dDl = rev_p ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);  // [T, Hv, dv] dDelta_local
   Tensor dS1 = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);        // [NT, Hv, dk, dv]
   Tensor dD = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv] dDelta
