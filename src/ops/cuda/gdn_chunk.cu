@@ -275,6 +275,16 @@ __device__ __forceinline__ void scale_rows(T* s_k, T* s_v, const float* s_beta, 
   }
 }
 
+// A per-chunk kernel's [ROWS][COLS] tile (kChunkThreads threads): load_tile_full when every element
+// is valid (every chunk but a sequence's last, at dk = dv = D), else load_tile's zero-filling loop.
+// The same copies either way; the full form spends one add per copy on addresses instead of
+// load_tile's ~28 instructions (docs/perf.md v0.8.0, where the serial kernels got it).
+template <int ROWS, int COLS, class T>
+__device__ __forceinline__ void load_ctile(T* s, int lds, const T* g, int64_t gstride, int nvalid, int ncols, int tid) {
+  if (nvalid == ROWS && ncols == COLS) load_tile_full<T, ROWS, COLS, kChunkThreads>(s, lds, g, gstride, tid);
+  else load_tile(s, lds, g, gstride, ROWS, nvalid, ncols, COLS, tid, kChunkThreads);
+}
+
 // =================================================================================== kernels
 // ---- prep: gamma, A, Tm (fp32 solve), W = Tm diag(beta e^gamma) K, U = Tm diag(beta) V --------
 // V is loaded once the solve is done, over A, and the rounded Tm is written over the fp32 one, so
@@ -320,8 +330,7 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int L = ci.L;
-  load_tile(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid,
-            kChunkThreads);
+  load_ctile<C, D>(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
   cp_commit();
   if (warp == 0) chunk_gates(p, g_g, g_beta, ci.bos, ci.h, L, s_gam, s_beta, s_eg, g_gam);
   cp_wait<0>();
@@ -426,7 +435,7 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
 #endif
 
   // A is dead: V takes its place while Tm is rounded.
-  load_tile(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, C, L, p.dv, D, tid, kChunkThreads);
+  load_ctile<C, D>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
   cp_commit();
   // Tm -> T (the MMA operand, over the fp32 Tm through registers, and the backward's copy)
   {
@@ -788,9 +797,8 @@ __global__ __launch_bounds__(kChunkThreads, kOutMinBlocks<T>) void out_kernel(
   const int tid = threadIdx.x, warp = tid >> 5, L = ci.L, Lk = round16(L);
   const bool norm = nrm.z != nullptr;
   // Phase I: Q, h_c, gamma; O = diag(e^gamma) Q h_c   [C, dv], this warp's [32, 32]
-  load_tile(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
-  load_tile(s_h, LDD<T>, g_h + (int64_t(ci.c) * p.Hv + ci.h) * p.dk * p.dv, p.dv, D, p.dk, p.dv, D, tid,
-            kChunkThreads);
+  load_ctile<C, D>(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
+  load_ctile<D, D>(s_h, LDD<T>, g_h + (int64_t(ci.c) * p.Hv + ci.h) * p.dk * p.dv, p.dv, p.dk, p.dv, tid);
   load_col(s_gam, g_gam + ci.bos * p.Hv + ci.h, p.Hv, C, L, tid, kChunkThreads);
   cp_commit();
   cp_wait<0>();
@@ -807,9 +815,9 @@ __global__ __launch_bounds__(kChunkThreads, kOutMinBlocks<T>) void out_kernel(
     });
   }
   __syncthreads();  // h_c is dead: phase II loads K and Delta over it
-  load_tile(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_ctile<C, D>(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
   cp_commit();
-  load_tile(s_d, LDD<T>, g_D + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
+  load_ctile<C, D>(s_d, LDD<T>, g_D + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   cp_commit();
   cp_wait<1>();  // K: P is computed while Delta lands
   __syncthreads();
@@ -818,8 +826,8 @@ __global__ __launch_bounds__(kChunkThreads, kOutMinBlocks<T>) void out_kernel(
   __syncthreads();
   if (g_P) store_p(g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, s_p, tid);  // for dvl (saved intermediates)
   if (norm) {  // K is dead: z's tile loads over it while P Delta is computed
-    load_tile(s_k, LDD<T>, static_cast<const T*>(nrm.z) + ci.bos * nrm.sz + int64_t(ci.h) * p.dv, nrm.sz, C, L, p.dv, D,
-              tid, kChunkThreads);
+    load_ctile<C, D>(s_k, LDD<T>, static_cast<const T*>(nrm.z) + ci.bos * nrm.sz + int64_t(ci.h) * p.dv,
+        nrm.sz, L, p.dv, tid);
     cp_commit();
   }
   if (active) warp_gemm<2, 4, false, false>(r_acc, s_p, LDC<T>, s_d, LDD<T>, m0, n0, Lk);  // O += P Delta
@@ -941,24 +949,21 @@ __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(
   const int tid = threadIdx.x, warp = tid >> 5, L = ci.L, Lk = round16(L);
   constexpr bool norm = NORM;
   if constexpr (NORM) {  // dy into dO's tile (made into dO in place), o, z, rstd
-    load_tile(s_do, LDD<T>, static_cast<const T*>(nrm.dy) + ci.bos * nrm.sdy + int64_t(ci.h) * p.dv, nrm.sdy, C, L,
-              p.dv, D, tid, kChunkThreads);
-    load_tile(s_o, LDD<T>, static_cast<const T*>(nrm.o) + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, C, L,
-              p.dv, D, tid, kChunkThreads);
-    load_tile(s_z, LDD<T>, static_cast<const T*>(nrm.z) + ci.bos * nrm.sz + int64_t(ci.h) * p.dv, nrm.sz, C, L, p.dv,
-              D, tid, kChunkThreads);
+    load_ctile<C, D>(s_do, LDD<T>, static_cast<const T*>(nrm.dy) + ci.bos * nrm.sdy + int64_t(ci.h) * p.dv,
+        nrm.sdy, L, p.dv, tid);
+    load_ctile<C, D>(s_o, LDD<T>, static_cast<const T*>(nrm.o) + (ci.bos * p.Hv + ci.h) * p.dv,
+        int64_t(p.Hv) * p.dv, L, p.dv, tid);
+    load_ctile<C, D>(s_z, LDD<T>, static_cast<const T*>(nrm.z) + ci.bos * nrm.sz + int64_t(ci.h) * p.dv,
+        nrm.sz, L, p.dv, tid);
     load_col(s_rs, nrm.rstd + ci.bos * p.Hv + ci.h, p.Hv, C, L, tid, kChunkThreads);
   } else {
-    load_tile(s_do, LDD<T>, g_do + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid,
-              kChunkThreads);
+    load_ctile<C, D>(s_do, LDD<T>, g_do + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   }
   if (g_P) {
-    if (g_dDl) load_tile(s_p, LDC<T>, g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, C, C, tid, kChunkThreads);
+    if (g_dDl) load_ctile<C, C>(s_p, LDC<T>, g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, tid);
   } else {
-    load_tile(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid,
-              kChunkThreads);
-    load_tile(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid,
-              kChunkThreads);
+    load_ctile<C, D>(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
+    load_ctile<C, D>(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
     load_col(s_gam, g_gam + ci.bos * p.Hv + ci.h, p.Hv, C, L, tid, kChunkThreads);
   }
   cp_commit();
@@ -1521,12 +1526,12 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   const int row_bytes = p.dk * int(sizeof(T));
   prefetch_l2_rows<kLpr>(g_q + qrow * p.dk, int64_t(p.Hk) * row_bytes, L, row_bytes, tid);
   if constexpr (sizeof(T) == 2) prefetch_l2_rows<kLpr>(g_dS1 + sbase, int64_t(p.dv) * sizeof(T), p.dk, p.dv * 2, tid);
-  load_tile(s_x1, LDD<T>, g_do + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
-  load_tile(s_x2, LDD<T>, g_D + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
+  load_ctile<C, D>(s_x1, LDD<T>, g_do + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
+  load_ctile<C, D>(s_x2, LDD<T>, g_D + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
   cp_commit();
-  load_tile(s_x3, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
-  load_tile(s_big, LDD<T>, g_h + sbase, p.dv, D, p.dk, p.dv, D, tid, kChunkThreads);
+  load_ctile<C, D>(s_x3, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
+  load_ctile<D, D>(s_big, LDD<T>, g_h + sbase, p.dv, p.dk, p.dv, tid);
   cp_commit();
   cp_wait<1>();  // dO, Delta and gamma: ds is computed while K and S0 land
   __syncthreads();
@@ -1582,7 +1587,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     }
   }
   __syncthreads();  // dO is dead: dDelta takes its tile
-  load_tile(s_x1, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
+  load_ctile<C, D>(s_x1, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   cp_commit();
   state_dot(s_ws, s_big, g_dS1 + sbase, p.dk, p.dv, tid);  // 4. sum(S0 (.) dS1) while dDelta loads
   cp_wait<0>();
@@ -1597,8 +1602,8 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   }
   if (tid < C) s_dgq[tid] = s_red[tid] + s_red[C + tid] + s_red[2 * C + tid] + s_red[3 * C + tid];
   __syncthreads();
-  load_tile(s_big, LDD<T>, g_dS1 + sbase, p.dv, D, p.dk, p.dv, D, tid, kChunkThreads);
-  load_tile(s_x1, LDD<T>, g_q + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_ctile<D, D>(s_big, LDD<T>, g_dS1 + sbase, p.dv, p.dk, p.dv, tid);
+  load_ctile<C, D>(s_x1, LDD<T>, g_q + qrow * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
   cp_commit();
   cp_wait<0>();
   __syncthreads();
@@ -1732,9 +1737,9 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     prefetch_l2_rows<2>(g_k + qrow * p.dk, int64_t(p.Hk) * p.dk * 2, L, p.dk * 2, tid - 128);
   }
   // Phase I: dDelta, V, Tm, gamma, beta.
-  load_tile(s_dd, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, C, L, p.dv, D, tid, kChunkThreads);
-  load_tile(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, C, L, p.dv, D, tid, kChunkThreads);
-  load_tile(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, C, C, tid, kChunkThreads);
+  load_ctile<C, D>(s_dd, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
+  load_ctile<C, D>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
+  load_ctile<C, C>(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, tid);
   load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
   load_col(s_beta, g_beta + vrow, p.Hv, C, L, tid, kChunkThreads);
   cp_commit();
@@ -1766,8 +1771,8 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
   static_assert(C * (D * 4 / 128) <= kChunkThreads, "one line per thread");
   prefetch_l2_rows<D * 4 / 128>(g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk * 4, L, p.dk * 4, tid);
   prefetch_l2_rows<1>(g_dgam + vrow, int64_t(p.Hv) * 4, L, 4, tid);
-  load_tile(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
-  load_tile(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_ctile<C, D>(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, L, p.dk, tid);
+  load_ctile<C, D>(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
   cp_commit();
   cp_wait<0>();
   __syncthreads();
