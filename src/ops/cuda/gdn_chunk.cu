@@ -116,7 +116,6 @@ struct Params {
   int c0;                      // per-chunk kernels: the first chunk of this launch's slab (launch_chunk_kernel)
   float scale;
   const int32_t* cu;           // [N+1]
-  const int32_t* chunk_seq;    // [NT]
   const int32_t* chunk_start;  // [NT]
   const int32_t* chunk_off;    // [N+1]
   const int32_t* seq_order;    // [N] sequences by chunk count, longest first
@@ -174,26 +173,6 @@ __device__ __forceinline__ void frag_rowdot(float (&acc)[WM][WN][4], int m0, int
       rsum[i][h2] = quad_rowdot(acc, i, h2, x);
     }
 }
-// frag_rowdot for X read from global memory: every X(row, col) is fetched before the first
-// product, so that the loads issue back to back (one memory latency instead of one per row
-// group; xf must not branch around its load: clamp the address, select the value). Same sums.
-template <int WM, int WN, class F>
-__device__ __forceinline__ void frag_rowdot_global(float (&acc)[WM][WN][4], int m0, int n0, float (&rsum)[WM][2],
-                                                   F&& xf) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  float2 x[WM][2][WN];
-#pragma unroll
-  for (int i = 0; i < WM; ++i)
-#pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2)
-#pragma unroll
-      for (int j = 0; j < WN; ++j) x[i][h2][j] = xf(m0 + 16 * i + g + 8 * h2, n0 + 8 * j + 2 * t);
-#pragma unroll
-  for (int i = 0; i < WM; ++i)
-#pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2) rsum[i][h2] = quad_rowdot(acc, i, h2, x[i][h2]);
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
@@ -236,19 +215,23 @@ __device__ __forceinline__ void chunk_gates(const Params& p, const float* g_g, c
 }
 
 struct ChunkIdx {
-  int c, h, hk, n, L;
+  int c, h, hk, L;
   int64_t bos;
 };
 // The per-chunk grid is [Hv, chunks of the slab]: the v-heads of a chunk are adjacent in launch
 // order, so the G v-heads of a key head run together and its q / k rows come from DRAM once.
+// Chunk c ends where chunk c + 1 starts (the same sequence's next chunk, or the next non-empty
+// sequence's first, at cu[n + 1]), the last one at cu[N] = T (checked by the host): one load
+// beside chunk_start[c], where cu[chunk_seq[c] + 1] was a chain of two ahead of every tile
+// address (the same L).
 __device__ __forceinline__ ChunkIdx chunk_idx(const Params& p) {
   ChunkIdx r;
   r.c = p.c0 + blockIdx.y;
   r.h = blockIdx.x;
   r.hk = r.h / p.G;
-  r.n = p.chunk_seq[r.c];
   r.bos = p.chunk_start[r.c];
-  r.L = min(C, p.cu[r.n + 1] - int(r.bos));
+  const int end = r.c + 1 < p.NT ? p.chunk_start[r.c + 1] : int(p.T);
+  r.L = min(C, end - int(r.bos));
   return r;
 }
 
@@ -826,8 +809,8 @@ __global__ __launch_bounds__(kChunkThreads, kOutMinBlocks<T>) void out_kernel(
   __syncthreads();
   if (g_P) store_p(g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, s_p, tid);  // for dvl (saved intermediates)
   if (norm) {  // K is dead: z's tile loads over it while P Delta is computed
-    load_ctile<C, D>(s_k, LDD<T>, static_cast<const T*>(nrm.z) + ci.bos * nrm.sz + int64_t(ci.h) * p.dv,
-        nrm.sz, L, p.dv, tid);
+    load_tile(s_k, LDD<T>, static_cast<const T*>(nrm.z) + ci.bos * nrm.sz + int64_t(ci.h) * p.dv, nrm.sz, C, L, p.dv,
+              D, tid, kChunkThreads);  // (not load_ctile: spilled at 80 registers)
     cp_commit();
   }
   if (active) warp_gemm<2, 4, false, false>(r_acc, s_p, LDC<T>, s_d, LDD<T>, m0, n0, Lk);  // O += P Delta
@@ -1417,6 +1400,26 @@ template <class T>
 __device__ __forceinline__ void state_dot(float* s_ws, const T* s_s, const T* g_d1, int rows, int dv, int tid) {
   constexpr int V = kPad<T>;  // elements per 16 bytes; dv % 16 == 0, so a vector stays in its row
   float r_s = 0.f;
+  if constexpr (sizeof(T) == 2) {
+    if (rows == D && dv == D) {  // bf16 [D][D]: all eight of a thread's loads in flight at once
+      constexpr int N = D * D / (kChunkThreads * V);
+      uint4 ga[N];
+#pragma unroll
+      for (int i = 0; i < N; ++i) ga[i] = __ldg(reinterpret_cast<const uint4*>(g_d1 + (tid + i * kChunkThreads) * V));
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const int idx = (tid + i * kChunkThreads) * V, r = idx / D, c = idx % D;
+        const uint4 sa = *reinterpret_cast<const uint4*>(s_s + r * LDD<T> + c);
+        const T* es = reinterpret_cast<const T*>(&sa);
+        const T* eg = reinterpret_cast<const T*>(&ga[i]);
+#pragma unroll
+        for (int e = 0; e < V; ++e) r_s = fmaf(to_f(es[e]), to_f(eg[e]), r_s);
+      }
+      r_s = warp_sum(r_s);
+      if ((tid & 31) == 0) s_ws[tid >> 5] = r_s;
+      return;
+    }
+  }
 #pragma unroll 4  // four loads in flight before their products (dS1 comes from L2; the same sum order)
   for (int idx = tid * V; idx < rows * dv; idx += kChunkThreads * V) {
     const int r = idx / dv, c = idx - r * dv;
@@ -1542,6 +1545,25 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1), wn = warp >> 1;
   const bool active = m0 < L && n0 < p.dk;
   {  // 2. dq = scale e^gamma (dO S0^T) + ds K   [C, dk]; dgamma_i += sum_k dq q
+    // q_i for the row sums, fetched before the products so that their latency overlaps the MMAs
+    // (element pairs: 16 registers at bf16; row 0, column 0 stands in off the tile); then the
+    // same sums as frag_rowdot.
+    using Pair = std::conditional_t<sizeof(T) == 2, __nv_bfloat162, float2>;
+    const int lg = lane >> 2, lt = lane & 3;
+    const auto q_ok = [&](int i, int h2, int j) {
+      return active && m0 + 16 * i + lg + 8 * h2 < L && n0 + 8 * j + 2 * lt < p.dk;
+    };
+    Pair r_q[2][2][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const bool ok = q_ok(i, h2, j);
+          const int r = ok ? m0 + 16 * i + lg + 8 * h2 : 0, c = ok ? n0 + 8 * j + 2 * lt : 0;
+          r_q[i][h2][j] = *reinterpret_cast<const Pair*>(g_q + (qrow + int64_t(r) * p.Hk) * p.dk + c);
+        }
     float r_acc[2][4][4];
     zero(r_acc);
     if (active) {
@@ -1553,11 +1575,20 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
       warp_gemm<2, 4, false, false>(r_acc, s_ds, LDC<T>, s_x3, LDD<T>, m0, n0, Lk);
     }
     float r_rs[2][2];
-    frag_rowdot_global(r_acc, m0, n0, r_rs, [&](int r, int c) {  // q_i; row 0, column 0 stands in off the tile
-      const bool ok = active && r < L && c < p.dk;
-      const float2 v = load2(g_q + (qrow + int64_t(ok ? r : 0) * p.Hk) * p.dk + (ok ? c : 0));
-      return ok ? v : make_float2(0.f, 0.f);
-    });
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        float2 x[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float2 v;
+          if constexpr (sizeof(T) == 2) v = __bfloat1622float2(r_q[i][h2][j]);
+          else v = r_q[i][h2][j];
+          x[j] = q_ok(i, h2, j) ? v : make_float2(0.f, 0.f);
+        }
+        r_rs[i][h2] = quad_rowdot(r_acc, i, h2, x);
+      }
     if (active)
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         const float2 kk = load2(s_x3 + r * LDD<T> + c);
@@ -1771,8 +1802,9 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
   static_assert(C * (D * 4 / 128) <= kChunkThreads, "one line per thread");
   prefetch_l2_rows<D * 4 / 128>(g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk * 4, L, p.dk * 4, tid);
   prefetch_l2_rows<1>(g_dgam + vrow, int64_t(p.Hv) * 4, L, 4, tid);
-  load_ctile<C, D>(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, L, p.dk, tid);
-  load_ctile<C, D>(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
+  // (load_tile here, not load_ctile: the full form's second address set spilled at 80 registers)
+  load_tile(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_tile(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
   cp_commit();
   cp_wait<0>();
   __syncthreads();
@@ -2024,7 +2056,7 @@ Dims check_common(const TensorView& q, const TensorView& k, const TensorView& v,
            "cuda::{}: head dims dk = {}, dv = {} must be multiples of 16 in [16, {}]", op, d.dk, d.dv, D);
   DT_CHECK(d.Hk > 0 && d.Hv % d.Hk == 0, "cuda::{}: Hv = {} must be a multiple of Hk = {}", op, d.Hv, d.Hk);
   DT_CHECK(m.total == d.T, "cuda::{}: cu_seqlens ends at {} but q has {} tokens ({})", op, m.total, d.T, q.str());
-  DT_CHECK(d.N == 0 || (m.cu_dev && m.chunk_seq_dev && m.chunk_start_dev && m.chunk_offsets_dev && m.seq_order_dev),
+  DT_CHECK(d.N == 0 || (m.cu_dev && m.chunk_start_dev && m.chunk_offsets_dev && m.seq_order_dev),
            "cuda::{}: the VarlenMeta has no device arrays (build the VarlenBatch on the CUDA device)", op);
   DT_CHECK(d.T < (int64_t(1) << 31), "cuda::{}: T = {} exceeds int32 cu_seqlens", op, d.T);
   check_act(k, q.shape, q.dtype, q.device, op, "k");
@@ -2051,7 +2083,6 @@ Params make_params(const Dims& d, const GdnArgs& args, const VarlenMeta& m) {
   p.c0 = 0;
   p.scale = args.scale != 0.0f ? args.scale : float(1.0 / std::sqrt(double(d.dk)));
   p.cu = m.cu_dev;
-  p.chunk_seq = m.chunk_seq_dev;
   p.chunk_start = m.chunk_start_dev;
   p.chunk_off = m.chunk_offsets_dev;
   p.seq_order = m.seq_order_dev;
