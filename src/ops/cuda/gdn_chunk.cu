@@ -173,6 +173,26 @@ __device__ __forceinline__ void frag_rowdot(float (&acc)[WM][WN][4], int m0, int
       rsum[i][h2] = quad_rowdot(acc, i, h2, x);
     }
 }
+// frag_rowdot for X read from global memory: every X(row, col) is fetched before the first
+// product, so that the loads issue back to back (one memory latency instead of one per row
+// group; xf must not branch around its load: clamp the address, select the value). Same sums.
+template <int WM, int WN, class F>
+__device__ __forceinline__ void frag_rowdot_global(float (&acc)[WM][WN][4], int m0, int n0, float (&rsum)[WM][2],
+                                                   F&& xf) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float2 x[WM][2][WN];
+#pragma unroll
+  for (int i = 0; i < WM; ++i)
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+      for (int j = 0; j < WN; ++j) x[i][h2][j] = xf(m0 + 16 * i + g + 8 * h2, n0 + 8 * j + 2 * t);
+#pragma unroll
+  for (int i = 0; i < WM; ++i)
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) rsum[i][h2] = quad_rowdot(acc, i, h2, x[i][h2]);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
@@ -1400,26 +1420,6 @@ template <class T>
 __device__ __forceinline__ void state_dot(float* s_ws, const T* s_s, const T* g_d1, int rows, int dv, int tid) {
   constexpr int V = kPad<T>;  // elements per 16 bytes; dv % 16 == 0, so a vector stays in its row
   float r_s = 0.f;
-  if constexpr (sizeof(T) == 2) {
-    if (rows == D && dv == D) {  // bf16 [D][D]: all eight of a thread's loads in flight at once
-      constexpr int N = D * D / (kChunkThreads * V);
-      uint4 ga[N];
-#pragma unroll
-      for (int i = 0; i < N; ++i) ga[i] = __ldg(reinterpret_cast<const uint4*>(g_d1 + (tid + i * kChunkThreads) * V));
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        const int idx = (tid + i * kChunkThreads) * V, r = idx / D, c = idx % D;
-        const uint4 sa = *reinterpret_cast<const uint4*>(s_s + r * LDD<T> + c);
-        const T* es = reinterpret_cast<const T*>(&sa);
-        const T* eg = reinterpret_cast<const T*>(&ga[i]);
-#pragma unroll
-        for (int e = 0; e < V; ++e) r_s = fmaf(to_f(es[e]), to_f(eg[e]), r_s);
-      }
-      r_s = warp_sum(r_s);
-      if ((tid & 31) == 0) s_ws[tid >> 5] = r_s;
-      return;
-    }
-  }
 #pragma unroll 4  // four loads in flight before their products (dS1 comes from L2; the same sum order)
   for (int idx = tid * V; idx < rows * dv; idx += kChunkThreads * V) {
     const int r = idx / dv, c = idx - r * dv;
@@ -1545,25 +1545,6 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1), wn = warp >> 1;
   const bool active = m0 < L && n0 < p.dk;
   {  // 2. dq = scale e^gamma (dO S0^T) + ds K   [C, dk]; dgamma_i += sum_k dq q
-    // q_i for the row sums, fetched before the products so that their latency overlaps the MMAs
-    // (element pairs: 16 registers at bf16; row 0, column 0 stands in off the tile); then the
-    // same sums as frag_rowdot.
-    using Pair = std::conditional_t<sizeof(T) == 2, __nv_bfloat162, float2>;
-    const int lg = lane >> 2, lt = lane & 3;
-    const auto q_ok = [&](int i, int h2, int j) {
-      return active && m0 + 16 * i + lg + 8 * h2 < L && n0 + 8 * j + 2 * lt < p.dk;
-    };
-    Pair r_q[2][2][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const bool ok = q_ok(i, h2, j);
-          const int r = ok ? m0 + 16 * i + lg + 8 * h2 : 0, c = ok ? n0 + 8 * j + 2 * lt : 0;
-          r_q[i][h2][j] = *reinterpret_cast<const Pair*>(g_q + (qrow + int64_t(r) * p.Hk) * p.dk + c);
-        }
     float r_acc[2][4][4];
     zero(r_acc);
     if (active) {
@@ -1575,20 +1556,11 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
       warp_gemm<2, 4, false, false>(r_acc, s_ds, LDC<T>, s_x3, LDD<T>, m0, n0, Lk);
     }
     float r_rs[2][2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        float2 x[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float2 v;
-          if constexpr (sizeof(T) == 2) v = __bfloat1622float2(r_q[i][h2][j]);
-          else v = r_q[i][h2][j];
-          x[j] = q_ok(i, h2, j) ? v : make_float2(0.f, 0.f);
-        }
-        r_rs[i][h2] = quad_rowdot(r_acc, i, h2, x);
-      }
+    frag_rowdot_global(r_acc, m0, n0, r_rs, [&](int r, int c) {  // q_i; row 0, column 0 stands in off the tile
+      const bool ok = active && r < L && c < p.dk;
+      const float2 v = load2(g_q + (qrow + int64_t(ok ? r : 0) * p.Hk) * p.dk + (ok ? c : 0));
+      return ok ? v : make_float2(0.f, 0.f);
+    });
     if (active)
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         const float2 kk = load2(s_x3 + r * LDD<T> + c);
