@@ -22,10 +22,11 @@
 //   rows and dvl begins with the norm's backward (dO made there); else they run as their own ops.
 //             -> rev (B4, serial: dS1 per chunk, full dDelta, dh0) -> dqk (B5: dq, dk part, dW,
 //             dgamma part) -> wy (B6-B8: dk2, dv, dbeta, dgamma2, reverse cumsum -> dg)
-//             -> gsum (B12: dq, dk summed over the G v-heads of each key head, fixed order; with
-//             G == 1 dqk and wy store dq and dk themselves, and with G == 2 they run as clusters of
-//             the key head's two v-heads and store the sums (pair_sum_push, or pair_sum); the same
-//             bits either way)
+//             -> gsum (B12: dq, dk summed over the G v-heads of each key head, fixed order, dk as
+//             (sum of wy's parts) + (sum of dqk's parts); with G == 1 dqk and wy store dq and dk
+//             themselves, and with G == 2 they run as clusters of the key head's two v-heads: dqk
+//             stores dq and its [T, Hk, dk] f32 pair sum of dk, wy adds its own pair sum to that
+//             (pair_sum_push, or pair_sum); the same bits either way)
 // Tile loads of the serial kernels: rev uses two cp.async stages (chunk c-1's tiles load while
 // chunk c computes) when its grid fits one CTA per SM and the inputs are bf16, else one stage;
 // state always two (they cost it no occupancy). DT_GDN_REV_STAGES=1|2 and DT_GDN_STATE_STAGES=1|2
@@ -336,6 +337,10 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   load_ctile<C, D>(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
   cp_commit();
   if (warp == 0) chunk_gates(p, g_g, g_beta, ci.bos, ci.h, L, s_gam, s_beta, s_eg, g_gam);
+  // V (loaded after the solve, over A) into L2 now, two lines per row, beside K's load: its
+  // DRAM latency hides behind A and the solve.
+  if (sizeof(T) == 2 && warp >= 4)
+    prefetch_l2_rows<2>(g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv * 2, L, p.dv * 2, tid - 128);
   cp_wait<0>();
   __syncthreads();
 
@@ -371,8 +376,6 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
       }
 #pragma unroll
       for (int i = 0; i < 16; ++i) s_tm[(d0 + i) * LDT + d0 + lane] = r_x[i];
-    } else if (sizeof(T) == 2 && warp >= 4) {  // meanwhile V (loaded after the solve) into L2, 2 lines per row
-      prefetch_l2_rows<2>(g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv * 2, L, p.dv * 2, tid - 128);
     }
     for (int idx = tid; idx < C * C / 4; idx += kChunkThreads) {  // upper blocks = 0 (float4 groups)
       const int r = idx >> 4, c = (idx & 15) * 4;
@@ -1302,17 +1305,21 @@ __device__ __forceinline__ void cluster_wait() {
 // (Both were an acquire.cluster wait and an arrive-at-exchange / wait-at-exit barrier phase until
 // v0.18.0: three L1 invalidates per CTA.)
 // bars: [0] free (this CTA may write the partner's xbuf), [1] full (the partner's fragments are in
-// this CTA's xbuf). Same values added in the same order as pair_sum: the same bits.
+// this CTA's xbuf); a second exchange (dqk's dk) uses its own pair, [2] and [3], and skips the
+// cluster barrier wait (first = false: the first exchange did it). Same values added in the same
+// order as pair_sum: the same bits.
 __device__ __forceinline__ void cluster_arrive_relaxed() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
 #endif
 }
+template <int NBARS = 2>
 __device__ __forceinline__ void pair_push_init(uint64_t* bars) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bars)) : "memory");
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bars + 1)) : "memory");
+#pragma unroll
+    for (int b = 0; b < NBARS; ++b)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bars + b)) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   cluster_arrive_relaxed();  // waited for in pair_sum_push, before the first remote access
@@ -1343,7 +1350,7 @@ __device__ __forceinline__ uint32_t map_peer(uint32_t addr, unsigned rank) {
 #endif
   return r;
 }
-__device__ __forceinline__ bool pair_sum_push(float (&acc)[2][4][4], float* xbuf, uint64_t* bars) {
+__device__ __forceinline__ bool pair_sum_push(float (&acc)[2][4][4], float* xbuf, uint64_t* bars, bool first = true) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const unsigned rank = cooperative_groups::this_cluster().block_rank(), peer = rank ^ 1u;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -1351,7 +1358,7 @@ __device__ __forceinline__ bool pair_sum_push(float (&acc)[2][4][4], float* xbuf
   const bool mine = (warp >> 2) == int(rank);
   constexpr uint32_t kBytes = 4 * 32 * 8 * sizeof(float4);  // the partner's 4 warps x 32 lanes x 8 float4
   const uint32_t free_l = smem_addr(bars), full_l = smem_addr(bars + 1);
-  cluster_wait();  // the partner's barriers are initialised (pair_push_init's arrive)
+  if (first) cluster_wait();  // the partner's barriers are initialised (pair_push_init's arrive)
   if (threadIdx.x == 0) {  // after the caller's __syncthreads: this CTA's xbuf is dead
     // the bytes to expect, then let the partner push (the order is not needed: while this arrive is
     // pending an early complete_tx cannot finish the phase; it keeps the tx-count non-negative).
@@ -1477,8 +1484,8 @@ struct DqkSmem {
   static constexpr size_t red = dsd + sizeof(float) * C;           // f32 [4][C]
   static constexpr size_t red2 = red + sizeof(float) * 4 * C;      // f32 [4][C]
   static constexpr size_t ws = red2 + sizeof(float) * 4 * C;       // f32 [8]
-  static constexpr size_t bars = ws + sizeof(float) * 8;           // u64 [2]  pair_sum_push's mbarriers
-  static constexpr size_t bytes = bars + sizeof(uint64_t) * 2;
+  static constexpr size_t bars = ws + sizeof(float) * 8;           // u64 [4]  pair_sum_push's mbarriers (dq, dk)
+  static constexpr size_t bytes = bars + sizeof(uint64_t) * 4;
 };
 
 // Two CTAs per SM in bf16 by launch bound, not by luck: unbounded, one more Params field once took
@@ -1497,7 +1504,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     const T* __restrict__ g_dS1,
     float* __restrict__ g_dqh,   // [T, Hv, dk] (=), G > 1
     T* __restrict__ g_dq,        // [T, Hk, dk] (=), G == 1
-    float* __restrict__ g_dkh,   // [T, Hv, dk] (=)
+    float* __restrict__ g_dkh,   // [T, Hv, dk] (=); with p.pair [T, Hk, dk]: the key head's two v-heads summed
     T* __restrict__ g_dW,        // [T, Hv, dk] (=)
     float* __restrict__ g_dgam) {  // [T, Hv] (=)
   extern __shared__ __align__(16) unsigned char smem[];
@@ -1516,7 +1523,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   float* s_red2 = reinterpret_cast<float*>(smem + S::red2);
   float* s_ws = reinterpret_cast<float*>(smem + S::ws);
   uint64_t* s_bars = reinterpret_cast<uint64_t*>(smem + S::bars);
-  if (p.pair == kPairPush) pair_push_init(s_bars);
+  if (p.pair == kPairPush) pair_push_init<4>(s_bars);
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L, Lk = round16(L);
   const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
@@ -1610,10 +1617,11 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   cp_commit();
   cp_wait<0>();
   __syncthreads();
+  float r_acc[2][4][4];  // step 5's dk part: stored there, or with p.pair summed with the partner's below
   {  // 5. dk = eL (Delta dS1^T) + ds^T Q + diag(ds) Q   [C, dk]
     // dgamma_i -= (ds^T Q)_i . k_i  (every row)  and  -= dk_state_i . k_i  (rows i < L-1); the last
     // row's  + sum(dk_state (.) K)  then needs only rows i < L-1 (its own term cancels exactly).
-    float r_st[2][4][4], r_acc[2][4][4];
+    float r_st[2][4][4];
     zero(r_st);
     zero(r_acc);
     if (active) {
@@ -1645,14 +1653,59 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
           for (int h2 = 0; h2 < 2; ++h2) {
             const int r = m0 + 16 * i + lg + 8 * h2, c = n0 + 8 * j + 2 * lt;
             const float2 qq = load2(s_x1 + r * LDD<T> + c);
-            const float x0 = r_st[i][j][2 * h2] + fmaf(s_dsd[r], qq.x, r_acc[i][j][2 * h2]);
-            const float x1 = r_st[i][j][2 * h2 + 1] + fmaf(s_dsd[r], qq.y, r_acc[i][j][2 * h2 + 1]);
-            if (r < L && c < p.dk) store2(g_dkh + (vrow + int64_t(r) * p.Hv) * p.dk + c, x0, x1);
+            float& x0 = r_acc[i][j][2 * h2];
+            float& x1 = r_acc[i][j][2 * h2 + 1];
+            x0 = r_st[i][j][2 * h2] + fmaf(s_dsd[r], qq.x, x0);
+            x1 = r_st[i][j][2 * h2 + 1] + fmaf(s_dsd[r], qq.y, x1);
+            if (!p.pair && r < L && c < p.dk) store2(g_dkh + (vrow + int64_t(r) * p.Hv) * p.dk + c, x0, x1);
           }
     }
   }
-  __syncthreads();
+  __syncthreads();  // (also: every warp is past its reads of dS1, so s_big is dead)
+  if (p.pair) {  // 5b. dk's part of the key head = this v-head's + the partner's, through s_big; wy adds its own
+    // pair sum to it (so [T, Hk, dk] f32 is written and read once, not [T, Hv, dk] twice)
+    float* xbuf = reinterpret_cast<float*>(s_big);
+    const bool sum = p.pair == kPairPush ? pair_sum_push(r_acc, xbuf, s_bars + 2, false) : pair_sum(r_acc, xbuf);
+    if (p.pair == kPairPull) cluster_arrive();
+    if (sum && active)
+      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+        if (r < L && c < p.dk) store2(g_dkh + (qrow + int64_t(r) * p.Hk) * p.dk + c, x0, x1);
+      });
+    if (p.pair == kPairPull) cluster_wait();  // the partner has read this CTA's s_big before it exits
+  }
   dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red, s_red2, s_ws, s_eg, L, tid);
+}
+
+// wy's dk epilogue: dk[r][c] = acc + dkh[r][c] over this warp's fragments (rows < L, columns < dk),
+// dkh and dk at the same row stride (elements). A fragment row group's 8 pairs are loaded before
+// any store, so that the loads issue back to back (one after another, each behind a store it might
+// alias, they held a quarter of wy's stall samples, ncu source view, v0.17.0; all 16 at once spill
+// at wy's 80 registers). Off-tile pairs load row 0, column 0.
+template <class T>
+__device__ __forceinline__ void add_dkh_store(const float (&acc)[2][4][4], int m0, int n0, int L, int dk,
+                                              const float* g_dkh, int64_t stride, T* g_dk, int lane) {
+  const int lg = lane >> 2, lt = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float2 r_old[4][2];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int r = m0 + 16 * i + lg + 8 * h2, c = n0 + 8 * j + 2 * lt;
+        const bool ok = r < L && c < dk;
+        r_old[j][h2] = load2(g_dkh + int64_t(ok ? r : 0) * stride + (ok ? c : 0));
+      }
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int r = m0 + 16 * i + lg + 8 * h2, c = n0 + 8 * j + 2 * lt;
+        if (r < L && c < dk)
+          store2(g_dk + int64_t(r) * stride + c, r_old[j][h2].x + acc[i][j][2 * h2],
+                 r_old[j][h2].y + acc[i][j][2 * h2 + 1]);
+      }
+  }
 }
 
 // ---- wy (B6-B8): WY backward, dv, dbeta, dgamma, reverse chunk cumsum -> dg ----------------------
@@ -1682,12 +1735,12 @@ struct WySmem {
 };
 template <class T> constexpr int kWyMinBlocks = sizeof(T) == 2 ? 3 : 1;
 static_assert(3 * (WySmem<bf16>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "wy: three bf16 CTAs per SM");
-// pair_sum's buffer, [8][128] float4 (16 KB): dqk's dO tile, or wy's dTm and X tiles (adjacent),
-// 16-byte aligned, at both dtypes.
+// pair_sum's buffer, [8][128] float4 (16 KB): dqk's dO tile (dq) and S0 / dS1 tile (dk), or wy's
+// dTm and X tiles (adjacent), 16-byte aligned, at both dtypes.
 template <class T>
 constexpr bool pair_buffers_fit() {
   constexpr size_t need = 8 * 128 * sizeof(float4);
-  return sizeof(T) * C * LDD<T> >= need && DqkSmem<T>::x1 % 16 == 0 &&
+  return sizeof(T) * C * LDD<T> >= need && DqkSmem<T>::x1 % 16 == 0 && DqkSmem<T>::big % 16 == 0 &&
          WySmem<T>::x - WySmem<T>::dt == sizeof(T) * C * LDC<T> && 2 * sizeof(T) * C * LDC<T> >= need &&
          WySmem<T>::dt % 16 == 0;
 }
@@ -1706,7 +1759,8 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     const T* __restrict__ g_dW,  // [T, Hv, dk]
     const T* __restrict__ g_dD,  // [T, Hv, dv]
     const float* __restrict__ g_dgam,  // [T, Hv]
-    float* __restrict__ g_dkh,   // [T, Hv, dk] +=
+    const float* __restrict__ g_dkh,  // dqk's dk part: [T, Hv, dk]; with p.pair [T, Hk, dk], the key head's sum
+    float* __restrict__ g_dk2,   // [T, Hv, dk] (=) this kernel's dk part, G > 1 without p.pair (gsum adds them)
     T* __restrict__ g_dk,        // [T, Hk, dk] =
     T* __restrict__ g_dv,        // [T, Hv, dv] =
     float* __restrict__ g_dbeta,  // [T, Hv] =
@@ -1770,9 +1824,12 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
       });
   }
   __syncthreads();  // dDelta and V are dead: phase II loads dW and K over them
-  // Step 5's dk_h and step 7's dgamma partials are read from global in the epilogues: into L2 now.
+  // Step 5's dk_h (G == 1; with p.pair the key head's sum, read by rank r's column half r) and step
+  // 7's dgamma partials are read from global in the epilogues: into L2 now.
   static_assert(C * (D * 4 / 128) <= kChunkThreads, "one line per thread");
-  prefetch_l2_rows<D * 4 / 128>(g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk * 4, L, p.dk * 4, tid);
+  if (p.G == 1) prefetch_l2_rows<D * 4 / 128>(g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk * 4, L, p.dk * 4, tid);
+  else if (p.pair && (tid & 2) == (ci.h & 1) * 2)  // lines 2r, 2r + 1 of each 512-byte row: columns [64r, 64r + 64)
+    prefetch_l2_rows<D * 4 / 128>(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk * 4, L, p.dk * 4, tid);
   prefetch_l2_rows<1>(g_dgam + vrow, int64_t(p.Hv) * 4, L, 4, tid);
   // (load_tile here, not load_ctile: the full form's second address set spilled at 80 registers)
   load_tile(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
@@ -1857,7 +1914,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     s_db[tid] = rs;
     s_dg[tid] = s_beta[tid] * rs - cs;
   }
-  {  // 5. dk2 = diag(beta e) Tm^T dW + diag(beta) dB K + dB^T diag(beta) K; dk_h += dk2
+  {  // 5. dk2 = diag(beta e) Tm^T dW + diag(beta) dB K + dB^T diag(beta) K; dk = dk2 + dqk's part
     const bool active = m0 < L && n0 < p.dk;
     float r_acc[2][4][4];
     zero(r_acc);
@@ -1872,49 +1929,23 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
       });
       warp_gemm<2, 4, false, false>(r_acc, s_dbb, LDC<T>, s_k, LDD<T>, m0, n0, Lk);
       warp_gemm<2, 4, true, false>(r_acc, s_dbb, LDC<T>, s_k, LDD<T>, m0, n0, Lk);
-      // dk_h of a fragment row group's pairs first, so that its loads issue back to back: one after
-      // another (each behind the previous store to g_dkh it might alias), they held a quarter of
-      // the kernel's stall samples (ncu source view, v0.17.0). Two groups of 8 loads: all 16 at
-      // once spill at three CTAs' 80 registers. Off-tile pairs load row 0, column 0.
-      const int lg = lane >> 2, lt = lane & 3;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float2 r_old[4][2];
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-          for (int h2 = 0; h2 < 2; ++h2) {
-            const int r = m0 + 16 * i + lg + 8 * h2, c = n0 + 8 * j + 2 * lt;
-            const bool ok = r < L && c < p.dk;
-            r_old[j][h2] = load2(g_dkh + (vrow + int64_t(ok ? r : 0) * p.Hv) * p.dk + (ok ? c : 0));
-          }
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-          for (int h2 = 0; h2 < 2; ++h2) {
-            const int r = m0 + 16 * i + lg + 8 * h2, c = n0 + 8 * j + 2 * lt;
-            if (r >= L || c >= p.dk) continue;
-            const int64_t e = (vrow + int64_t(r) * p.Hv) * p.dk + c;
-            const float2 old = r_old[j][h2];
-            float& x0 = r_acc[i][j][2 * h2];
-            float& x1 = r_acc[i][j][2 * h2 + 1];
-            if (p.pair) x0 = old.x + x0, x1 = old.y + x1;  // summed with the partner v-head's below
-            else if (p.G == 1) store2(g_dk + e, old.x + x0, old.y + x1);  // dk itself, as gsum would round it
-            else store2(g_dkh + e, old.x + x0, old.y + x1);
-          }
+      if (p.G == 1) {  // dk itself, as gsum would round it
+        add_dkh_store(r_acc, m0, n0, L, p.dk, g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk, g_dk + vrow * p.dk, lane);
+      } else if (!p.pair) {  // gsum adds the heads' dk2, then their dqk parts
+        frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+          if (r < L && c < p.dk) store2(g_dk2 + (vrow + int64_t(r) * p.Hv) * p.dk + c, x0, x1);
+        });
       }
     }
-    // dk of the key head = this v-head's + the partner's, through s_dt and s_x, once every warp is
-    // past its reads of dbb (in s_dt)
+    // dk of the key head = (this v-head's dk2 + the partner's) + dqk's pair sum, through s_dt and
+    // s_x, once every warp is past its reads of dbb (in s_dt): gsum's order, so the same bits
     if (p.pair) {
       __syncthreads();
       float* xbuf = reinterpret_cast<float*>(smem + S::dt);
       const bool sum = p.pair == kPairPush ? pair_sum_push(r_acc, xbuf, s_bars) : pair_sum(r_acc, xbuf);
       if (p.pair == kPairPull) cluster_arrive();  // the partner's s_dt is consumed (this CTA waits for the partner at its exit)
       if (sum && active)
-        frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-          if (r < L && c < p.dk) store2(g_dk + (qrow + int64_t(r) * p.Hk) * p.dk + c, x0, x1);
-        });
+        add_dkh_store(r_acc, m0, n0, L, p.dk, g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, g_dk + qrow * p.dk, lane);
     }
   }
   __syncthreads();
@@ -1948,16 +1979,26 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
 }
 
 // ---- gsum (B12): out[t, hk, :] = sum_{j < G} in[t, hk G + j, :] in head order -------------------
+// With in2 (dk: in2 = wy's parts, in = dqk's): (sum_j in2[.., j, :]) + (sum_j in[.., j, :]), the order
+// in which the G == 2 clusters add them (dqk sums its pair, wy its pair, then adds dqk's).
+__device__ __forceinline__ float4 head_sum(const float* src, int G, int d) {
+  float4 s = __ldg(reinterpret_cast<const float4*>(src));
+  for (int j = 1; j < G; ++j) {
+    const float4 x = __ldg(reinterpret_cast<const float4*>(src + int64_t(j) * d));
+    s.x += x.x, s.y += x.y, s.z += x.z, s.w += x.w;
+  }
+  return s;
+}
 template <class T>
-__global__ void gsum_kernel(const float* __restrict__ g_in, T* __restrict__ g_out, int64_t rows, int G, int d) {
+__global__ void gsum_kernel(const float* __restrict__ g_in, const float* __restrict__ g_in2, T* __restrict__ g_out,
+                            int64_t rows, int G, int d) {
   const int64_t n4 = rows * d / 4;  // d % 16 == 0: four consecutive elements per thread
   for (int64_t i4 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i4 < n4; i4 += int64_t(gridDim.x) * blockDim.x) {
     const int64_t idx = 4 * i4, r = idx / d, c = idx - r * d;
-    const float* src = g_in + r * G * d + c;
-    float4 s = __ldg(reinterpret_cast<const float4*>(src));
-    for (int j = 1; j < G; ++j) {
-      const float4 x = __ldg(reinterpret_cast<const float4*>(src + int64_t(j) * d));
-      s.x += x.x, s.y += x.y, s.z += x.z, s.w += x.w;
+    float4 s = head_sum(g_in + r * G * d + c, G, d);
+    if (g_in2) {
+      const float4 a = head_sum(g_in2 + r * G * d + c, G, d);
+      s = make_float4(a.x + s.x, a.y + s.y, a.z + s.z, a.w + s.w);
     }
     store2(g_out + idx, s.x, s.y);
     store2(g_out + idx + 2, s.z, s.w);
@@ -2565,7 +2606,10 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   pb.pair = gqa_pair<T>(p);
   const bool direct = p.G == 1 || pb.pair;
   Tensor dqh = direct ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);  // [T, Hv, dk] f32
-  Tensor dkh = Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);                      // [T, Hv, dk] f32
+  // dqk's dk part: [T, Hv, dk] f32, or with pb.pair the key head's sum [T, Hk, dk]; wy's own part
+  // goes to dk2 only for gsum (G > 1 without clusters)
+  Tensor dkh = Tensor::empty(Shape{T1, pb.pair ? p.Hk : p.Hv, p.dk}, DType::f32, dev);
+  Tensor dk2 = direct ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);  // [T, Hv, dk] f32
   Tensor dW = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);                // [T, Hv, dk]
   Tensor dgam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);  // [T, Hv] f32
   launch_chunk_kernel(dqk_kernel<T>, pb, DqkSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k), gam.ptr<float>(),
@@ -2574,13 +2618,13 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
                       dgam.ptr<float>());
   launch_chunk_kernel(wy_kernel<T>, pb, WySmem<T>::bytes, st, tptr<T>(k), tptr<T>(v), tptr<float>(beta),
                       gam.ptr<float>(), Tm.ptr<T>(), dW.ptr<T>(), dD.ptr<T>(), dgam.ptr<float>(), dkh.ptr<float>(),
-                      tptr<T>(dk), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));
+                      direct ? nullptr : dk2.ptr<float>(), tptr<T>(dk), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));
   if (direct) return;
   const int64_t rows = p.T * p.Hk;
   const int blocks = int(std::min<int64_t>((rows * p.dk / 4 + 255) / 256, 132 * 16));
-  gsum_kernel<T><<<blocks, 256, 0, st>>>(dqh.ptr<float>(), tptr<T>(dq), rows, p.G, p.dk);
+  gsum_kernel<T><<<blocks, 256, 0, st>>>(dqh.ptr<float>(), nullptr, tptr<T>(dq), rows, p.G, p.dk);
   DT_CUDA_LAUNCH_CHECK();
-  gsum_kernel<T><<<blocks, 256, 0, st>>>(dkh.ptr<float>(), tptr<T>(dk), rows, p.G, p.dk);
+  gsum_kernel<T><<<blocks, 256, 0, st>>>(dkh.ptr<float>(), dk2.ptr<float>(), tptr<T>(dk), rows, p.G, p.dk);
   DT_CUDA_LAUNCH_CHECK();
 }
 
