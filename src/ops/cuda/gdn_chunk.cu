@@ -174,26 +174,6 @@ __device__ __forceinline__ void frag_rowdot(float (&acc)[WM][WN][4], int m0, int
       rsum[i][h2] = quad_rowdot(acc, i, h2, x);
     }
 }
-// frag_rowdot for X read from global memory: every X(row, col) is fetched before the first
-// product, so that the loads issue back to back (one memory latency instead of one per row
-// group; xf must not branch around its load: clamp the address, select the value). Same sums.
-template <int WM, int WN, class F>
-__device__ __forceinline__ void frag_rowdot_global(float (&acc)[WM][WN][4], int m0, int n0, float (&rsum)[WM][2],
-                                                   F&& xf) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  float2 x[WM][2][WN];
-#pragma unroll
-  for (int i = 0; i < WM; ++i)
-#pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2)
-#pragma unroll
-      for (int j = 0; j < WN; ++j) x[i][h2][j] = xf(m0 + 16 * i + g + 8 * h2, n0 + 8 * j + 2 * t);
-#pragma unroll
-  for (int i = 0; i < WM; ++i)
-#pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2) rsum[i][h2] = quad_rowdot(acc, i, h2, x[i][h2]);
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
@@ -1394,6 +1374,20 @@ __device__ __forceinline__ bool pair_sum_push(float (&acc)[2][4][4], float* xbuf
 }
 
 // ---- dqk's pieces (steps of dqk_kernel, and wy's row-sum stores) --------------------------------
+// This warp's [32][32] window (rows m0.., columns n0..) of a [C][LDD] tile from global memory: rows
+// < nvalid and columns < ncols copied, the rest zero-filled, so that the eight 32 x 32 warp tiles'
+// windows make the tile load_ctile<C, D> would. The warp waits for it alone (cp_wait, __syncwarp).
+template <class T>
+__device__ __forceinline__ void load_warp_window(T* s, const T* g, int64_t gstride, int m0, int n0, int nvalid,
+                                                 int ncols, int lane) {
+  constexpr int V = kPad<T>, VPR = 32 / V;  // 16-byte vectors per window row: 4 (bf16) or 8 (f32)
+#pragma unroll
+  for (int i = 0; i < VPR; ++i) {
+    const int idx = lane + 32 * i, r = m0 + idx / VPR, c = n0 + (idx % VPR) * V;
+    const bool ok = r < nvalid && c < ncols;
+    cp_async16(s + r * LDD<T> + c, ok ? g + int64_t(r) * gstride + c : g, ok);
+  }
+}
 // e^gamma and e^(gamma_last - gamma) of the chunk's rows (0 past L).
 __device__ __forceinline__ void chunk_decays(const float* s_gam, float* s_eg, float* s_el, int L, int tid) {
   if (tid < C) {
@@ -1471,8 +1465,8 @@ __device__ __forceinline__ void dgamma_rows(float* g, int64_t stride, const floa
 // ---- dqk (B5): ds, dq, dk (state + intra part), dW, dgamma (partial) ------------------------------
 template <class T>
 struct DqkSmem {
-  static constexpr size_t x1 = 0;                                  // T [C][LDD]  dO, then dDelta, then Q
-  static constexpr size_t x2 = x1 + sizeof(T) * C * LDD<T>;        // T [C][LDD]  Delta
+  static constexpr size_t x1 = 0;                                  // T [C][LDD]  dO, then dDelta, then Delta
+  static constexpr size_t x2 = x1 + sizeof(T) * C * LDD<T>;        // T [C][LDD]  Delta, then Q
   static constexpr size_t x3 = x2 + sizeof(T) * C * LDD<T>;        // T [C][LDD]  K
   static constexpr size_t big = x3 + sizeof(T) * C * LDD<T>;       // T [D][LDD]  S0, then dS1
   static constexpr size_t ds = big + sizeof(T) * D * LDD<T>;       // T [C][LDC]
@@ -1528,7 +1522,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L, Lk = round16(L);
   const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
   const int64_t sbase = (int64_t(ci.c) * p.Hv + ci.h) * p.dk * p.dv;
-  // Step 2 reads Q's rows and step 4 dS1 straight from global: into L2 now (dS1 at bf16 only, where
+  // Step 2 loads Q's rows and step 4 reads dS1 straight from global: into L2 now (dS1 at bf16 only, where
   // its [dk][dv] lines are one per thread). (Prefetching dDelta, loaded after step 2, and in out
   // the second phase's K and Delta, measured slower: dqk +62 us, out +24 us.)
   constexpr int kLpr = D * sizeof(T) / 128;  // 128-byte lines per row of D elements
@@ -1551,6 +1545,10 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   __syncthreads();
   const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1), wn = warp >> 1;
   const bool active = m0 < L && n0 < p.dk;
+  // Delta is dead until step 5 (which loads it again, from L2): Q takes its tile, each warp its own
+  // window for step 2's row sums, loading while the products run.
+  load_warp_window(s_x2, g_q + qrow * p.dk, int64_t(p.Hk) * p.dk, m0, n0, L, p.dk, lane);
+  cp_commit();
   {  // 2. dq = scale e^gamma (dO S0^T) + ds K   [C, dk]; dgamma_i += sum_k dq q
     float r_acc[2][4][4];
     zero(r_acc);
@@ -1563,11 +1561,9 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
       warp_gemm<2, 4, false, false>(r_acc, s_ds, LDC<T>, s_x3, LDD<T>, m0, n0, Lk);
     }
     float r_rs[2][2];
-    frag_rowdot_global(r_acc, m0, n0, r_rs, [&](int r, int c) {  // q_i; row 0, column 0 stands in off the tile
-      const bool ok = active && r < L && c < p.dk;
-      const float2 v = load2(g_q + (qrow + int64_t(ok ? r : 0) * p.Hk) * p.dk + (ok ? c : 0));
-      return ok ? v : make_float2(0.f, 0.f);
-    });
+    cp_wait<0>();  // this warp's window of Q
+    __syncwarp();
+    frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_x2 + r * LDD<T> + c); });  // q_i
     if (active)
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         const float2 kk = load2(s_x3 + r * LDD<T> + c);
@@ -1599,6 +1595,8 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   __syncthreads();  // dO is dead: dDelta takes its tile
   load_ctile<C, D>(s_x1, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   cp_commit();
+  if constexpr (sizeof(T) == 2)  // step 5's Delta (read at the start) kept in, or brought back to, L2
+    prefetch_l2_rows<kLpr>(g_D + vrow * p.dv, int64_t(p.Hv) * p.dv * sizeof(T), L, p.dv * 2, tid);
   state_dot(s_ws, s_big, g_dS1 + sbase, p.dk, p.dv, tid);  // 4. sum(S0 (.) dS1) while dDelta loads
   cp_wait<0>();
   __syncthreads();
@@ -1613,7 +1611,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   if (tid < C) s_dgq[tid] = s_red[tid] + s_red[C + tid] + s_red[2 * C + tid] + s_red[3 * C + tid];
   __syncthreads();
   load_ctile<D, D>(s_big, LDD<T>, g_dS1 + sbase, p.dv, p.dk, p.dv, tid);
-  load_ctile<C, D>(s_x1, LDD<T>, g_q + qrow * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
+  load_ctile<C, D>(s_x1, LDD<T>, g_D + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);  // Delta again; Q in s_x2
   cp_commit();
   cp_wait<0>();
   __syncthreads();
@@ -1625,12 +1623,12 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     zero(r_st);
     zero(r_acc);
     if (active) {
-      warp_gemm<2, 4, false, true>(r_st, s_x2, LDD<T>, s_big, LDD<T>, m0, n0, p.dv);
+      warp_gemm<2, 4, false, true>(r_st, s_x1, LDD<T>, s_big, LDD<T>, m0, n0, p.dv);
       frag_pairs(r_st, m0, n0, [&](int r, int, float& x0, float& x1) {
         const float f = s_el[r];
         x0 *= f, x1 *= f;
       });
-      warp_gemm<2, 4, true, false>(r_acc, s_ds, LDC<T>, s_x1, LDD<T>, m0, n0, Lk);
+      warp_gemm<2, 4, true, false>(r_acc, s_ds, LDC<T>, s_x2, LDD<T>, m0, n0, Lk);
     }
     float r_rs[2][2], r_rs2[2][2];
     frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_x3 + r * LDD<T> + c); });
@@ -1652,7 +1650,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
 #pragma unroll
           for (int h2 = 0; h2 < 2; ++h2) {
             const int r = m0 + 16 * i + lg + 8 * h2, c = n0 + 8 * j + 2 * lt;
-            const float2 qq = load2(s_x1 + r * LDD<T> + c);
+            const float2 qq = load2(s_x2 + r * LDD<T> + c);
             float& x0 = r_acc[i][j][2 * h2];
             float& x1 = r_acc[i][j][2 * h2 + 1];
             x0 = r_st[i][j][2 * h2] + fmaf(s_dsd[r], qq.x, x0);
