@@ -578,8 +578,9 @@ TEST(GdnChunkCuda, StridedVMatchesContiguous) {
 
 // G == 2: dqk and wy run as clusters of the key head's two v-heads and add dq and dk there
 // (DT_GDN_GQA_PAIR=2 or unset: the exchange pushed through st.async and mbarriers; 1: pulled behind
-// a cluster barrier) instead of writing per-v-head f32 partials for gsum (0). One f32 add of the
-// same two values either way, so every output has the same bits; G = 1 and 3 ignore it.
+// a cluster barrier) instead of writing per-v-head f32 partials for gsum (0). dk adds the same
+// values in the same order either way, (wy's two parts) + (dqk's two parts), so every output has
+// the same bits; G = 1 and 3 ignore it.
 TEST(GdnChunkCuda, GqaPairSumEqualsGsum) {
   const ScopedEnv pair("DT_GDN_GQA_PAIR");
   const std::vector<int32_t> mix{1, 63, 64, 65, 300, 1000};
