@@ -1373,6 +1373,17 @@ __device__ __forceinline__ bool pair_sum_push(float (&acc)[2][4][4], float* xbuf
 #endif
 }
 
+// The exchange in the launch's pair mode: pushed (pair_sum_push, with the mbarrier pair `bars`;
+// first: this CTA's first exchange) or pulled (pair_sum, then this CTA arrives at the cluster
+// barrier, the partner's xbuf being consumed: the caller waits, cluster_wait, before its own xbuf
+// is reused or the CTA exits).
+__device__ __forceinline__ bool pair_sum_mode(float (&acc)[2][4][4], float* xbuf, uint64_t* bars, int mode,
+                                              bool first = true) {
+  const bool sum = mode == kPairPush ? pair_sum_push(acc, xbuf, bars, first) : pair_sum(acc, xbuf);
+  if (mode == kPairPull) cluster_arrive();
+  return sum;
+}
+
 // ---- dqk's pieces (steps of dqk_kernel, and wy's row-sum stores) --------------------------------
 // This warp's [32][32] window (rows m0.., columns n0..) of a [C][LDD] tile from global memory: rows
 // < nvalid and columns < ncols copied, the rest zero-filled, so that the eight 32 x 32 warp tiles'
@@ -1581,8 +1592,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     if (p.pair) {  // 2b. dq of the key head = this v-head's + the partner's, through s_x1 (dO is dead)
       __syncthreads();
       float* xbuf = reinterpret_cast<float*>(s_x1);
-      const bool sum = p.pair == kPairPush ? pair_sum_push(r_acc, xbuf, s_bars) : pair_sum(r_acc, xbuf);
-      if (p.pair == kPairPull) cluster_arrive();  // the partner's s_x1 is consumed
+      const bool sum = pair_sum_mode(r_acc, xbuf, s_bars, p.pair);
       if (sum && active)
         frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
           if (r < L && c < p.dk) store2(g_dq + (qrow + int64_t(r) * p.Hk) * p.dk + c, x0, x1);
@@ -1663,8 +1673,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   if (p.pair) {  // 5b. dk's part of the key head = this v-head's + the partner's, through s_big; wy adds its own
     // pair sum to it (so [T, Hk, dk] f32 is written and read once, not [T, Hv, dk] twice)
     float* xbuf = reinterpret_cast<float*>(s_big);
-    const bool sum = p.pair == kPairPush ? pair_sum_push(r_acc, xbuf, s_bars + 2, false) : pair_sum(r_acc, xbuf);
-    if (p.pair == kPairPull) cluster_arrive();
+    const bool sum = pair_sum_mode(r_acc, xbuf, s_bars + 2, p.pair, false);
     if (sum && active)
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         if (r < L && c < p.dk) store2(g_dkh + (qrow + int64_t(r) * p.Hk) * p.dk + c, x0, x1);
@@ -1940,8 +1949,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     if (p.pair) {
       __syncthreads();
       float* xbuf = reinterpret_cast<float*>(smem + S::dt);
-      const bool sum = p.pair == kPairPush ? pair_sum_push(r_acc, xbuf, s_bars) : pair_sum(r_acc, xbuf);
-      if (p.pair == kPairPull) cluster_arrive();  // the partner's s_dt is consumed (this CTA waits for the partner at its exit)
+      const bool sum = pair_sum_mode(r_acc, xbuf, s_bars, p.pair);  // (pulled: waited for at the CTA's exit)
       if (sum && active)
         add_dkh_store(r_acc, m0, n0, L, p.dk, g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, g_dk + qrow * p.dk, lane);
     }
