@@ -1385,20 +1385,6 @@ __device__ __forceinline__ bool pair_sum_mode(float (&acc)[2][4][4], float* xbuf
 }
 
 // ---- dqk's pieces (steps of dqk_kernel, and wy's row-sum stores) --------------------------------
-// This warp's [32][32] window (rows m0.., columns n0..) of a [C][LDD] tile from global memory: rows
-// < nvalid and columns < ncols copied, the rest zero-filled, so that the eight 32 x 32 warp tiles'
-// windows make the tile load_ctile<C, D> would. The warp waits for it alone (cp_wait, __syncwarp).
-template <class T>
-__device__ __forceinline__ void load_warp_window(T* s, const T* g, int64_t gstride, int m0, int n0, int nvalid,
-                                                 int ncols, int lane) {
-  constexpr int V = kPad<T>, VPR = 32 / V;  // 16-byte vectors per window row: 4 (bf16) or 8 (f32)
-#pragma unroll
-  for (int i = 0; i < VPR; ++i) {
-    const int idx = lane + 32 * i, r = m0 + idx / VPR, c = n0 + (idx % VPR) * V;
-    const bool ok = r < nvalid && c < ncols;
-    cp_async16(s + r * LDD<T> + c, ok ? g + int64_t(r) * gstride + c : g, ok);
-  }
-}
 // e^gamma and e^(gamma_last - gamma) of the chunk's rows (0 past L).
 __device__ __forceinline__ void chunk_decays(const float* s_gam, float* s_eg, float* s_el, int L, int tid) {
   if (tid < C) {
@@ -1557,8 +1543,10 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1), wn = warp >> 1;
   const bool active = m0 < L && n0 < p.dk;
   // Delta is dead until step 5 (which loads it again, from L2): Q takes its tile, each warp its own
-  // window for step 2's row sums, loading while the products run.
-  load_warp_window(s_x2, g_q + qrow * p.dk, int64_t(p.Hk) * p.dk, m0, n0, L, p.dk, lane);
+  // [32][32] window (rows m0.., columns n0..; rows >= L and columns >= dk zero, as load_ctile
+  // would) for step 2's row sums, loading while the products run; the warp waits for it alone.
+  load_tile(s_x2 + m0 * LDD<T> + n0, LDD<T>, g_q + (qrow + int64_t(m0) * p.Hk) * p.dk + n0, int64_t(p.Hk) * p.dk, 32,
+            L - m0, p.dk - n0, 32, lane, 32);
   cp_commit();
   {  // 2. dq = scale e^gamma (dO S0^T) + ds K   [C, dk]; dgamma_i += sum_k dq q
     float r_acc[2][4][4];
