@@ -498,13 +498,34 @@ __device__ __forceinline__ void load_rows_sw128(unsigned char* s, const T* g, in
     cp_async16(s + (c >> 3) * (C * 128) + wg::sw128(r, c & 7), ok ? g + r * gstride + 8 * c : g, ok);
   }
 }
+// load_rows_sw128 with every row valid (L = C): the same copies per thread, whose rows are 8 apart,
+// so r & 7 and with it the swizzled column are the same for all of them: each copy is an add, where
+// the loop above spent ~20 instructions a copy on its index, predicate and 64-bit products (ncu:
+// ~45% of the wg4 state kernel's executed instructions were its tile loads, v0.23.0).
+template <int NTHR, class T>
+__device__ __forceinline__ void load_rows_sw128_full(unsigned char* s, const T* g, int64_t gstride, int tid) {
+  constexpr int CPR = D / 8, RSTEP = NTHR / CPR, N = C / RSTEP;
+  static_assert(sizeof(T) == 2 && NTHR % CPR == 0 && RSTEP % 8 == 0 && C % RSTEP == 0, "load_rows_sw128_full: shape");
+  const int r = tid / CPR, c = tid % CPR;
+  const uint32_t sa = smem_addr(s + (c >> 3) * (C * 128) + wg::sw128(r, c & 7));
+  const T* gp = g + r * gstride + 8 * c;
+  const int64_t gstep = RSTEP * gstride;
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa + i * RSTEP * 128), "l"(gp + i * gstep)
+                 : "memory");
+}
 // A chunk's dk-wide rows (W, K or Q) into a stage: 128-byte-swizzled atoms for the wgmma kernels
 // (SW, dk == D), else [C][LDD] rows.
 template <int NTHR, bool SW, class T>
 __device__ __forceinline__ void load_dk_rows(unsigned char* s, const T* g, int64_t gstride, bool full, int L, int dk,
                                              int tid) {
-  if constexpr (SW) load_rows_sw128<NTHR>(s, g, gstride, L, tid);
-  else load_rows<T, D, NTHR>(reinterpret_cast<T*>(s), LDD<T>, g, gstride, full, L, dk, tid);
+  if constexpr (SW) {
+    if (L == C) load_rows_sw128_full<NTHR>(s, g, gstride, tid);
+    else load_rows_sw128<NTHR>(s, g, gstride, L, tid);
+  } else {
+    load_rows<T, D, NTHR>(reinterpret_cast<T*>(s), LDD<T>, g, gstride, full, L, dk, tid);
+  }
 }
 template <class S, int BVc, int NTHR, bool SW = false, class T>
 __device__ __forceinline__ void load_state_tiles(unsigned char* base, const Params& p, int64_t bos, int eos, int h, int v0,

@@ -64,6 +64,28 @@ __device__ __forceinline__ void stage_out(const bf16* s_stg, bf16* g, int64_t gs
   }
   __syncwarp();
 }
+// stage_out of ROWS rows known at compile time (a full chunk's step): the same copies, each lane's
+// 2 ROWS / 32 vectors read in groups of G before the group's stores. In the loop above the compiler
+// gave every iteration the same four registers, so each shared-memory load waited for the previous
+// global store to release them (ncu: ~11% of the wg4 state kernel's stall samples, long scoreboard
+// on that reuse). G bounds the registers held. The state kernels use it; rev's keep the loop (there).
+template <int ROWS, int G>
+__device__ __forceinline__ void stage_out(const bf16* s_stg, bf16* g, int64_t gstride, int lane) {
+  constexpr int N = 2 * ROWS / 32;
+  static_assert(N % G == 0, "stage_out: groups of G vectors");
+  __syncwarp();
+  const bf16* s = s_stg + (lane >> 1) * LDW + 8 * (lane & 1);
+  bf16* gp = g + (lane >> 1) * gstride + 8 * (lane & 1);
+#pragma unroll
+  for (int i0 = 0; i0 < N; i0 += G) {
+    uint4 v[G];
+#pragma unroll
+    for (int i = 0; i < G; ++i) v[i] = *reinterpret_cast<const uint4*>(s + (i0 + i) * 16 * LDW);
+#pragma unroll
+    for (int i = 0; i < G; ++i) *reinterpret_cast<uint4*>(gp + (i0 + i) * 16 * gstride) = v[i];
+  }
+  __syncwarp();
+}
 // fp32 state [dk, dv] (h0, dht) <-> the warp's S^T fragments (once per CTA: plain loads / stores).
 template <class F>
 __device__ __forceinline__ void state_elems(float (&r)[16][4], int dk, int row0, F&& f) {
@@ -337,7 +359,11 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
       } else {
         state_times_rows_t(r_X, r_S, s_w, Lc, nk, g_h ? s_stg : nullptr);
       }
-      if (g_h) stage_out(s_stg, g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv, p.dv, p.dk, lane);
+      if (g_h) {
+        bf16* g = g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv;
+        if constexpr (F) stage_out<D, 8>(s_stg, g, p.dv, lane);
+        else stage_out(s_stg, g, p.dv, p.dk, lane);
+      }
 
       // 2. Delta^T = U^T - X (stored, t < L); Delta~^T = Delta^T e^{gam_e - gam_t} (0 for t >= L) as A fragments
       uint32_t a2[4][4];
@@ -361,7 +387,8 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
           stsm_x4_t(stage_row(s_stg, jj, lane), d);
         }
       }
-      stage_out(s_stg, g_D + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, Lc, lane);
+      if constexpr (F) stage_out<C, 4>(s_stg, g_D + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, lane);
+      else stage_out(s_stg, g_D + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, Lc, lane);
 
       // 3. S^T = e^{gam_e} S^T + Delta~^T K
       scale_tiles(r_S, expf(gam_e));
@@ -503,6 +530,9 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
       } else {
         state_times_rows_t(r_X, r_dS, s_k, Lc, nk, s_stg);
       }
+      // The loop form of stage_out here: the grouped one (stage_out<D, 4>, and <C, 4> for dDelta below)
+      // measured this kernel 822 -> 1357 us under ncu (v0.23.0; its SASS then waited on long
+      // scoreboard all through the step), while it took the state kernel's h store from its stalls.
       stage_out(s_stg, g_dS1 + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv, p.dv, p.dk, lane);
       if constexpr (KS) {  // now the rest of chunk c's tiles (the K group of chunk c - 1 may pend)
         cp_wait<1>();
