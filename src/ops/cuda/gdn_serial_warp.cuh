@@ -23,6 +23,19 @@
 
 constexpr int LDW = 24;  // staging tile row stride (bf16): 48-byte rows keep stmatrix conflict-free
 
+// Measurement switches for the next device session's A/B (docs/perf.md v0.23.0, "next candidates");
+// each off by default, where the code is the measured v0.23.0 form; build a variant with
+// -DCMAKE_CUDA_FLAGS=-DDT_EXP_...=1. Remove each once measured.
+#ifndef DT_EXP_STATE_U_EARLY  // state: step 2's U fragments read before the h store
+#define DT_EXP_STATE_U_EARLY 0
+#endif
+#ifndef DT_EXP_STATE_STAGE_LOOP  // state: h and Delta stored through stage_out's loop (v0.22.0's form)
+#define DT_EXP_STATE_STAGE_LOOP 0
+#endif
+#ifndef DT_EXP_REV_BOS_AHEAD  // rev, one stage: chunk_start of the next chunk loaded a step ahead
+#define DT_EXP_REV_BOS_AHEAD 0
+#endif
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // the rounding of store2
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -359,9 +372,13 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
       } else {
         state_times_rows_t(r_X, r_S, s_w, Lc, nk, g_h ? s_stg : nullptr);
       }
+      [[maybe_unused]] uint32_t r_u[4][4];
+      if constexpr (DT_EXP_STATE_U_EARLY)
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) ldsm_x4_t(r_u[jj], s_u + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
       if (g_h) {
         bf16* g = g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv;
-        if constexpr (F) stage_out<D, 8>(s_stg, g, p.dv, lane);
+        if constexpr (F && !DT_EXP_STATE_STAGE_LOOP) stage_out<D, 8>(s_stg, g, p.dv, lane);
         else stage_out(s_stg, g, p.dv, p.dk, lane);
       }
 
@@ -372,7 +389,12 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
           uint32_t u[4], d[4];
-          ldsm_x4_t(u, s_u + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
+          if constexpr (DT_EXP_STATE_U_EARLY) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) u[q] = r_u[jj][q];
+          } else {
+            ldsm_x4_t(u, s_u + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
+          }
           float f[4];
           decay_to_end(f, s_gam, gam_e, jj, tq, Lc);
 #pragma unroll
@@ -387,7 +409,8 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
           stsm_x4_t(stage_row(s_stg, jj, lane), d);
         }
       }
-      if constexpr (F) stage_out<C, 4>(s_stg, g_D + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, lane);
+      if constexpr (F && !DT_EXP_STATE_STAGE_LOOP)
+        stage_out<C, 4>(s_stg, g_D + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, lane);
       else stage_out(s_stg, g_D + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, Lc, lane);
 
       // 3. S^T = e^{gam_e} S^T + Delta~^T K
@@ -468,22 +491,25 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     if constexpr (KS) return S::kbuf;
     else return size_t(0);
   }();
-  [[maybe_unused]] auto issue = [&](int c, int st) {
-    load_rev_tiles<S, BVw, NTHR, WG, true, RP>(smem + st * S::stage, p, p.chunk_start[c], eos, h, v0, nv, LDU, g_q, g_k,
+  [[maybe_unused]] auto issue = [&](int c, int st, int64_t bos_c) {
+    load_rev_tiles<S, BVw, NTHR, WG, true, RP>(smem + st * S::stage, p, bos_c, eos, h, v0, nv, LDU, g_q, g_k,
                                                g_W, g_do, g_dDl, g_gam, tid,
                                                RP ? g_P + (int64_t(c) * p.Hv + h) * C * C : nullptr);
   };
 
   if constexpr (Stages == 2) {
-    if (c0 < c1) issue(c1 - 1, 0);
+    if (c0 < c1) issue(c1 - 1, 0, p.chunk_start[c1 - 1]);
     cp_commit();
   }
   if constexpr (KS) {  // chunk c1 - 1's K and gamma; in the loop, chunk c's K is in buffer c & 1
     if (c0 < c1) load_rev_k<S, BVw, NTHR>(smem, (c1 - 1) & 1, p, p.chunk_start[c1 - 1], eos, h, g_k, g_gam, tid);
     cp_commit();
   }
+  constexpr bool kBosAhead = DT_EXP_REV_BOS_AHEAD && Stages == 1 && !KS;
+  [[maybe_unused]] int64_t bos_next = kBosAhead && c0 < c1 ? p.chunk_start[c1 - 1] : 0;
   for (int c = c1 - 1; c >= c0; --c) {
     const int st = Stages == 2 ? (c1 - 1 - c) & 1 : 0;
+    [[maybe_unused]] const int64_t bos_c = bos_next;
     if constexpr (KS) {
       __syncthreads();  // every warp is done with chunk c + 1 (its Q, W, dO, dDelta_local and K buffer)
       load_rev_tiles<S, BVw, NTHR, true, false>(smem, p, p.chunk_start[c], eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do,
@@ -494,14 +520,19 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
       cp_wait<2>();  // chunk c's K and gamma (committed a step ahead); the two groups above may pend
     } else if constexpr (Stages == 1) {
       __syncthreads();  // every warp is done with the previous chunk's tiles
-      issue(c, 0);
+      if constexpr (kBosAhead) {
+        issue(c, 0, bos_c);
+        if (c > c0) bos_next = p.chunk_start[c - 1];  // in flight through this step
+      } else {
+        issue(c, 0, p.chunk_start[c]);
+      }
       cp_commit();
     }
     if constexpr (!KS) cp_wait<0>();
     if constexpr (WG) wg::fence_proxy_async();  // Q, K, W are read by the tensor cores' async proxy
     __syncthreads();  // stage st visible; with 2 stages also: every warp is done with chunk c + 1
     if constexpr (Stages == 2) {
-      if (c > c0) issue(c - 1, st ^ 1);
+      if (c > c0) issue(c - 1, st ^ 1, p.chunk_start[c - 1]);
       cp_commit();
     }
     if (!WG && !active) continue;  // WG: the host launches it with every warp active
@@ -513,7 +544,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     bf16* s_do = reinterpret_cast<bf16*>(base + S::dO);
     [[maybe_unused]] const bf16* s_ddl = reinterpret_cast<const bf16*>(base + S::ddl);
     const float* s_gam = reinterpret_cast<const float*>(base + S::gam) + kb * C;
-    const int64_t bos = p.chunk_start[c];
+    const int64_t bos = kBosAhead ? bos_c : p.chunk_start[c];
     const int L = min(C, eos - int(bos));
     const float gam_e = s_gam[L - 1];
 
