@@ -258,6 +258,26 @@ __device__ __forceinline__ void scale_rows(T* s_k, T* s_v, const float* s_beta, 
     *pv = xv;
   }
 }
+// One tile of scale_rows: s[r][:] *= f(r), by nthr threads from thread tid (the same roundings).
+template <class T, class F>
+__device__ __forceinline__ void scale_tile_rows(T* s, F&& f, int tid, int nthr) {
+  constexpr int V = kPad<T>, VPR = D / V;
+  for (int idx = tid; idx < C * VPR; idx += nthr) {
+    const int r = idx / VPR, c = (idx - r * VPR) * V;
+    const float fr = f(r);
+    uint4* px = reinterpret_cast<uint4*>(s + r * LDD<T> + c);
+    uint4 x = *px;
+    T* e = reinterpret_cast<T*>(&x);
+#pragma unroll
+    for (int i = 0; i < V; ++i) e[i] = from_f<T>(to_f(e[i]) * fr);
+    *px = x;
+  }
+}
+// Measurement switch (docs/perf.md v0.23.0): prep scales K by beta e^gamma on warps 4-7 while
+// warps 0-3 solve the diagonal blocks (K is dead for A by then), and only V after the solve.
+#ifndef DT_EXP_PREP_K_EARLY
+#define DT_EXP_PREP_K_EARLY 0
+#endif
 
 // A per-chunk kernel's [ROWS][COLS] tile (kChunkThreads threads): load_tile_full when every element
 // is valid (every chunk but a sequence's last, at dk = dv = D), else load_tile's zero-filling loop.
@@ -357,6 +377,8 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
 #pragma unroll
       for (int i = 0; i < 16; ++i) s_tm[(d0 + i) * LDT + d0 + lane] = r_x[i];
     }
+    if constexpr (DT_EXP_PREP_K_EARLY)  // K <- K beta e^gamma while warps 0-3 solve
+      if (warp >= 4) scale_tile_rows(s_k, [&](int r) { return s_beta[r] * s_eg[r]; }, tid - 128, 128);
     for (int idx = tid; idx < C * C / 4; idx += kChunkThreads) {  // upper blocks = 0 (float4 groups)
       const int r = idx >> 4, c = (idx & 15) * 4;
       if ((c >> 4) > (r >> 4)) *reinterpret_cast<float4*>(s_tm + r * LDT + c) = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -449,7 +471,10 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   cp_wait<0>();
   __syncthreads();
   // K <- K beta e^gamma; V <- V beta (in place)
-  scale_rows<T>(s_k, s_v, s_beta, s_eg, tid);
+  if constexpr (DT_EXP_PREP_K_EARLY && GDN_SOLVE_BLOCKED)
+    scale_tile_rows(s_v, [&](int r) { return s_beta[r]; }, tid, kChunkThreads);
+  else
+    scale_rows<T>(s_k, s_v, s_beta, s_eg, tid);
   __syncthreads();
 
   // W = Tm Kb [C, dk], U = Tm Vb [C, dv]
@@ -570,6 +595,29 @@ __device__ __forceinline__ void load_rev_tiles(unsigned char* base, const Params
     load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
 }
 
+// rev's split-phase form (SP: wg4, one stage, P; DT_EXP_REV_SPLIT_PHASE): chunk c's tiles in two
+// cp.async groups, each issued once the previous chunk's copies of them are dead. A: K, P, dO and
+// gamma (into gamma buffer gb), read by the step's first products; B: Q and W, read by its last.
+// Together, load_rev_tiles<..., RP = true>'s copies.
+template <class S, int BVc, int NTHR, class T>
+__device__ __forceinline__ void load_rev_group_a(unsigned char* base, const Params& p, int64_t bos, int eos, int h,
+                                                 int v0, int nv, int ldv, const T* g_k, const T* g_do,
+                                                 const float* g_gam, const T* g_Pc, int gb, int tid) {
+  const int L = min(C, eos - int(bos)), hk = h / p.G;
+  const bool full = L == C && p.dk == D && nv == BVc;
+  load_dk_rows<NTHR, true>(base + S::k, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, full, L, p.dk, tid);
+  load_rows<T, BVc, NTHR>(reinterpret_cast<T*>(base + S::dO), ldv, g_do + (bos * p.Hv + h) * p.dv + v0,
+                          int64_t(p.Hv) * p.dv, full, L, nv, tid);
+  load_p_sw128<NTHR>(base + S::pm, g_Pc, tid);
+  load_col(reinterpret_cast<float*>(base + S::gam) + gb * C, g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
+}
+template <class S, int NTHR, class T>
+__device__ __forceinline__ void load_rev_group_b(unsigned char* base, const Params& p, int64_t bos, int eos, int h,
+                                                 const T* g_q, const T* g_W, int tid) {
+  const int L = min(C, eos - int(bos)), hk = h / p.G;
+  load_dk_rows<NTHR, true>(base + S::q, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L == C, L, p.dk, tid);
+  load_dk_rows<NTHR, true>(base + S::w, g_W + (bos * p.Hv + h) * p.dk, int64_t(p.Hv) * p.dk, L == C, L, p.dk, tid);
+}
 // K and gamma of a chunk for wg4's rev kernel with K split off (DT_GDN_REV_KSPLIT), into K buffer
 // `buf` a step ahead (the step's first product and its decays need them); the chunk's other tiles
 // come from load_rev_tiles<..., WITH_K = false> at the step's start, awaited only after the first

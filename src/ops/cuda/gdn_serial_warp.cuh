@@ -35,6 +35,9 @@ constexpr int LDW = 24;  // staging tile row stride (bf16): 48-byte rows keep st
 #ifndef DT_EXP_REV_BOS_AHEAD  // rev, one stage: chunk_start of the next chunk loaded a step ahead
 #define DT_EXP_REV_BOS_AHEAD 0
 #endif
+#ifndef DT_EXP_REV_SPLIT_PHASE  // wg4's one-stage rev with P: its tiles in two groups, each loaded
+#define DT_EXP_REV_SPLIT_PHASE 0  // as soon as its buffers die (rev_warp_kernel's SP)
+#endif
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // the rounding of store2
@@ -239,8 +242,8 @@ struct WgRevSmem {
   static constexpr size_t pm = w + 2 * C * 128;      // RP: bf16 [C][64] atom, P[i][j] (MN-major B of dO^T P)
   static constexpr size_t dO = RP ? pm + C * 128 : pm;  // bf16 [C][LDU]
   static constexpr size_t ddl = dO + W::narrow;      // bf16 [C][LDU] (not RP)
-  static constexpr size_t gam = RP ? ddl : ddl + W::narrow;  // f32 [C]
-  static constexpr size_t stage = (gam + sizeof(float) * C + 1023) / 1024 * 1024;
+  static constexpr size_t gam = RP ? ddl : ddl + W::narrow;  // f32 [2][C] (the second for rev's SP)
+  static constexpr size_t stage = (gam + 2 * sizeof(float) * C + 1023) / 1024 * 1024;
   static constexpr size_t stg = Stages * stage;
   static constexpr size_t bytes = stg + W::staging;
   static_assert(pm % 1024 == 0 && stage % 1024 == 0, "swizzled atoms at 1 KB boundaries");
@@ -505,12 +508,31 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     if (c0 < c1) load_rev_k<S, BVw, NTHR>(smem, (c1 - 1) & 1, p, p.chunk_start[c1 - 1], eos, h, g_k, g_gam, tid);
     cp_commit();
   }
-  constexpr bool kBosAhead = DT_EXP_REV_BOS_AHEAD && Stages == 1 && !KS;
+  // SP (DT_EXP_REV_SPLIT_PHASE, wg4 with one stage and P): group A of chunk c (K, P, dO, gamma) is
+  // issued in step c + 1 once its first products have read those tiles, group B (Q, W) at step c's
+  // start, awaited only before its last product; gamma alternates between two buffers (c & 1), as
+  // step c still reads its own when group A of chunk c - 1 lands. The same copies and arithmetic.
+  constexpr bool SP = DT_EXP_REV_SPLIT_PHASE && WG && RP && Stages == 1 && !KS;
+  [[maybe_unused]] auto issue_a = [&](int c) {
+    if constexpr (SP)
+      load_rev_group_a<S, BVw, NTHR>(smem, p, p.chunk_start[c], eos, h, v0, nv, LDU, g_k, g_do, g_gam,
+                                     g_P + (int64_t(c) * p.Hv + h) * C * C, c & 1, tid);
+  };
+  if constexpr (SP) {
+    if (c0 < c1) issue_a(c1 - 1);
+    cp_commit();
+  }
+  constexpr bool kBosAhead = DT_EXP_REV_BOS_AHEAD && Stages == 1 && !KS && !SP;
   [[maybe_unused]] int64_t bos_next = kBosAhead && c0 < c1 ? p.chunk_start[c1 - 1] : 0;
   for (int c = c1 - 1; c >= c0; --c) {
     const int st = Stages == 2 ? (c1 - 1 - c) & 1 : 0;
     [[maybe_unused]] const int64_t bos_c = bos_next;
-    if constexpr (KS) {
+    if constexpr (SP) {
+      __syncthreads();  // every warp is done with chunk c + 1's Q and W (its last product)
+      load_rev_group_b<S, NTHR>(smem, p, p.chunk_start[c], eos, h, g_q, g_W, tid);
+      cp_commit();
+      cp_wait<1>();  // chunk c's group A (committed in step c + 1); group B may pend
+    } else if constexpr (KS) {
       __syncthreads();  // every warp is done with chunk c + 1 (its Q, W, dO, dDelta_local and K buffer)
       load_rev_tiles<S, BVw, NTHR, true, false>(smem, p, p.chunk_start[c], eos, h, v0, nv, LDU, g_q, g_k, g_W, g_do,
                                                 g_dDl, g_gam, tid);
@@ -528,7 +550,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
       }
       cp_commit();
     }
-    if constexpr (!KS) cp_wait<0>();
+    if constexpr (!KS && !SP) cp_wait<0>();
     if constexpr (WG) wg::fence_proxy_async();  // Q, K, W are read by the tensor cores' async proxy
     __syncthreads();  // stage st visible; with 2 stages also: every warp is done with chunk c + 1
     if constexpr (Stages == 2) {
@@ -537,7 +559,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     }
     if (!WG && !active) continue;  // WG: the host launches it with every warp active
     unsigned char* base = smem + st * S::stage;
-    const int kb = KS ? (c & 1) : 0;  // KS: chunk c's K and gamma buffer
+    const int kb = KS || SP ? (c & 1) : 0;  // KS: chunk c's K and gamma buffer; SP: its gamma buffer
     const bf16* s_q = reinterpret_cast<const bf16*>(base + S::q);
     const bf16* s_k = reinterpret_cast<const bf16*>(base + S::k + kb * kKbuf);
     const bf16* s_w = reinterpret_cast<const bf16*>(base + S::w);
@@ -601,6 +623,11 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
         wg::wg_hold(r_X);
         wg::wg_wait<0>();
         wg::wg_hold(r_X);
+        if constexpr (SP) {
+          __syncthreads();  // every warp is past chunk c's K, P and dO (dO^T's fragments are in a_do)
+          if (c > c0) issue_a(c - 1);
+          cp_commit();
+        }
       }
 
       // 2. dDelta^T = dDelta_local^T + (t < L ? X e^{gam_e - gam_t} : 0) (stored, t < L); -dDelta^T as A fragments
@@ -672,6 +699,11 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
       }
 
       // 4. dS^T = e^{gam_e} dS^T + dO~^T Q - dDelta^T W (all of the Q part first, as the tiled kernel)
+      if constexpr (SP) {
+        cp_wait<1>();  // chunk c's Q and W (group A of chunk c - 1 may pend)
+        wg::fence_proxy_async();
+        __syncthreads();
+      }
       scale_tiles(r_dS, expf(gam_e));
       if constexpr (WG) {  // all four token k-steps: dO~ and dDelta are 0 past L, Q's and W's rows zero
         const uint32_t qb = smem_addr(s_q), wb = smem_addr(s_w);
