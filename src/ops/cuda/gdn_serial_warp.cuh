@@ -35,6 +35,9 @@ constexpr int LDW = 24;  // staging tile row stride (bf16): 48-byte rows keep st
 #ifndef DT_EXP_REV_BOS_AHEAD  // rev, one stage: chunk_start of the next chunk loaded a step ahead
 #define DT_EXP_REV_BOS_AHEAD 0
 #endif
+#ifndef DT_EXP_STATE_LOAD_LEAN  // wg4 state: full chunks' tile loads from per-thread offsets made once
+#define DT_EXP_STATE_LOAD_LEAN 0
+#endif
 #ifndef DT_EXP_REV_SPLIT_PHASE  // wg4's one-stage rev with P: its tiles in two groups, each loaded
 #define DT_EXP_REV_SPLIT_PHASE 0  // as soon as its buffers die (rev_warp_kernel's SP)
 #endif
@@ -326,7 +329,55 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
   if (g_h0 && active)
     state_elems(r_S, p.dk, 0, [&](float& x, int col, int row) { x = g_h0[state_base + int64_t(col) * p.dv + row]; });
 
+  // LEAN (DT_EXP_STATE_LOAD_LEAN, wg4): a full chunk's copies from offsets computed here once, the
+  // same copies as load_state_tiles' full path. Per step that path recomputed them (the SASS view:
+  // ~240 instructions per warp and step around 21 copies, among them an integer division for the
+  // key head h / G), about a fifth of the step's instructions.
+  constexpr bool LEAN = DT_EXP_STATE_LOAD_LEAN && WG;
+  // this thread's first copy of each tile for chunk c0 (chunk c: + (c - c0) C rows), and its shared offsets
+  [[maybe_unused]] const bf16 *lw = nullptr, *lk = nullptr, *lu = nullptr;
+  [[maybe_unused]] const float* lg = nullptr;
+  [[maybe_unused]] uint32_t lo_sdk = 0, lo_su = 0, lo_s0 = 0;
+  if constexpr (LEAN) {
+    const int r = tid / 16, cc = tid % 16;                   // load_rows_sw128_full's copies of W, K
+    const int ru = tid / 8, cu = (tid % 8) * 8;              // load_tile_full<T, C, 64, 128>'s of U
+    const int64_t t0 = sp.bos0;
+    lw = g_W + ((t0 + r) * p.Hv + h) * p.dk + 8 * cc;
+    lk = g_k + ((t0 + r) * p.Hk + h / p.G) * p.dk + 8 * cc;
+    lu = g_U + ((t0 + ru) * p.Hv + h) * p.dv + v0 + cu;
+    lg = g_gam + (t0 + min(tid, C - 1)) * p.Hv + h;
+    lo_sdk = (cc >> 3) * (C * 128) + wg::sw128(r, cc & 7);
+    lo_su = (ru * LDU + cu) * sizeof(bf16);
+    lo_s0 = smem_addr(smem);
+  }
   auto issue = [&](int c, int st) {
+    if constexpr (LEAN) {
+      if (eos - sp.bos(c) >= C) {
+        const int dc = c - c0;
+        const uint32_t sb = lo_s0 + st * uint32_t(S::stage);
+        const int64_t rw = int64_t(p.Hv) * p.dk, rk = int64_t(p.Hk) * p.dk, ru = int64_t(p.Hv) * p.dv;  // row strides
+        const bf16* gw = lw + dc * (C * rw);
+        const bf16* gk = lk + dc * (C * rk);
+        const bf16* gu = lu + dc * (C * ru);
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sb + uint32_t(S::w) + lo_sdk + i * 1024),
+                       "l"(gw + i * 8 * rw) : "memory");
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sb + uint32_t(S::k) + lo_sdk + i * 1024),
+                       "l"(gk + i * 8 * rk) : "memory");
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                           sb + uint32_t(S::u) + lo_su + i * uint32_t(16 * LDU * sizeof(bf16))),
+                       "l"(gu + i * 16 * ru) : "memory");
+        if (tid < C)
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sb + uint32_t(S::gam) + 4 * tid),
+                       "l"(lg + dc * (C * p.Hv)) : "memory");
+        return;
+      }
+    }
     load_state_tiles<S, BVw, NTHR, WG>(smem + st * S::stage, p, sp.bos(c), eos, h, v0, min(BVw, p.dv - v0), LDU, g_k, g_W,
                                        g_U, g_gam, tid);
   };
