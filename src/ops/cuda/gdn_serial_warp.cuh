@@ -38,6 +38,9 @@ constexpr int LDW = 24;  // staging tile row stride (bf16): 48-byte rows keep st
 #ifndef DT_EXP_STATE_LOAD_LEAN  // wg4 state: full chunks' tile loads from per-thread offsets made once
 #define DT_EXP_STATE_LOAD_LEAN 0
 #endif
+#ifndef DT_EXP_REV_LOAD_LEAN  // wg4's one-stage rev with P: the same for its full chunks' loads
+#define DT_EXP_REV_LOAD_LEAN 0
+#endif
 #ifndef DT_EXP_REV_SPLIT_PHASE  // wg4's one-stage rev with P: its tiles in two groups, each loaded
 #define DT_EXP_REV_SPLIT_PHASE 0  // as soon as its buffers die (rev_warp_kernel's SP)
 #endif
@@ -545,7 +548,57 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     if constexpr (KS) return S::kbuf;
     else return size_t(0);
   }();
+  // LEAN (DT_EXP_REV_LOAD_LEAN; the default form only: wg4, one stage, P): a full chunk's copies
+  // from per-thread pointers made here once, as the state kernel's LEAN; the same copies.
+  constexpr bool LEAN = DT_EXP_REV_LOAD_LEAN && !DT_EXP_REV_SPLIT_PHASE && WG && RP && Stages == 1 && !KS;
+  [[maybe_unused]] const bf16 *lq = nullptr, *lk = nullptr, *lw = nullptr, *ldo = nullptr, *lp = nullptr;
+  [[maybe_unused]] const float* lg = nullptr;
+  [[maybe_unused]] uint32_t lo_sdk = 0, lo_sdo = 0, lo_sp = 0, lo_s0 = 0;
+  [[maybe_unused]] int64_t lo_t0 = 0;
+  if constexpr (LEAN) {
+    const int r = tid / 16, cc = tid % 16, ru = tid / 8, cu = (tid % 8) * 8, hk = h / p.G;
+    lo_t0 = p.cu[n];  // chunk c0's first token; chunk c starts (c - c0) C later
+    lq = g_q + ((lo_t0 + r) * p.Hk + hk) * p.dk + 8 * cc;   // load_rows_sw128_full's copies of Q, K, W
+    lk = g_k + ((lo_t0 + r) * p.Hk + hk) * p.dk + 8 * cc;
+    lw = g_W + ((lo_t0 + r) * p.Hv + h) * p.dk + 8 * cc;
+    ldo = g_do + ((lo_t0 + ru) * p.Hv + h) * p.dv + v0 + cu;  // load_tile_full<T, C, 64, 128>'s of dO
+    lp = g_P + (int64_t(c0) * p.Hv + h) * C * C + 8 * tid;    // load_p_sw128's of P (copy i: + 1024 i)
+    lg = g_gam + (lo_t0 + min(tid, C - 1)) * p.Hv + h;
+    lo_sdk = (cc >> 3) * (C * 128) + wg::sw128(r, cc & 7);
+    lo_sdo = (ru * LDU + cu) * sizeof(bf16);
+    lo_sp = wg::sw128(tid >> 3, tid & 7);  // copy i: row + 16 i, the same swizzled column
+    lo_s0 = smem_addr(smem);
+  }
   [[maybe_unused]] auto issue = [&](int c, int st, int64_t bos_c) {
+    if constexpr (LEAN) {
+      const int dc = c - c0;
+      if (eos - (lo_t0 + int64_t(dc) * C) >= C) {
+        const int64_t rq = int64_t(p.Hk) * p.dk, rw = int64_t(p.Hv) * p.dk, ro = int64_t(p.Hv) * p.dv;  // row strides
+        const bf16* gq = lq + dc * (C * rq);
+        const bf16* gk = lk + dc * (C * rq);
+        const bf16* gw = lw + dc * (C * rw);
+        const bf16* gd = ldo + dc * (C * ro);
+        const bf16* gp = lp + dc * (int64_t(p.Hv) * C * C);
+        auto cp16 = [](uint32_t sa, const void* g) {
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g) : "memory");
+        };
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cp16(lo_s0 + uint32_t(S::q) + lo_sdk + i * 1024, gq + i * 8 * rq);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cp16(lo_s0 + uint32_t(S::k) + lo_sdk + i * 1024, gk + i * 8 * rq);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cp16(lo_s0 + uint32_t(S::w) + lo_sdk + i * 1024, gw + i * 8 * rw);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          cp16(lo_s0 + uint32_t(S::dO) + lo_sdo + i * uint32_t(16 * LDU * sizeof(bf16)), gd + i * 16 * ro);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) cp16(lo_s0 + uint32_t(S::pm) + lo_sp + i * 2048, gp + i * 1024);
+        if (tid < C)
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(lo_s0 + uint32_t(S::gam) + 4 * tid),
+                       "l"(lg + dc * (C * p.Hv)) : "memory");
+        return;
+      }
+    }
     load_rev_tiles<S, BVw, NTHR, WG, true, RP>(smem + st * S::stage, p, bos_c, eos, h, v0, nv, LDU, g_q, g_k,
                                                g_W, g_do, g_dDl, g_gam, tid,
                                                RP ? g_P + (int64_t(c) * p.Hv + h) * C * C : nullptr);
