@@ -42,13 +42,15 @@ for v in "${VARS[@]}"; do
   [ -f "${src[$n]}/CMakeLists.txt" ] || { echo "gpu_ab: no tree for '$n' at ${src[$n]} (run --prepare-base here first)"; exit 1; }
 done
 last=${names[-1]}
-tgts="gdn_kernels gdn_layer"
-[ -n "${TEST:-}" ] && tgts="$tgts ${TEST//|/ }"
+tv=${TEST_VARIANT:-$last}
 jobs=$(($(nproc) / ${#names[@]}))
 [ "$jobs" -lt 2 ] && jobs=2
 for n in "${names[@]}"; do
   (cmake -S "${src[$n]}" -B ".ab/build-$n" -DCMAKE_BUILD_TYPE=Release -DDELTATRON_CUDA=ON \
      "-DCMAKE_CUDA_FLAGS=${defs[$n]}" > "$L/cfg_$n.log" 2>&1 &&
+     tgts="gdn_kernels gdn_layer"
+     # the tests only where they run (TEST: target names, as a ctest regex of alternatives)
+     [ -n "${TEST:-}" ] && [ "$n" = "$tv" ] && tgts="$tgts ${TEST//|/ }"
      cmake --build ".ab/build-$n" -j "$jobs" --target $tgts > "$L/build_$n.log" 2>&1
    echo "build $n: rc $?") &
 done
@@ -112,7 +114,6 @@ if [ "${LAYER:-0}" = 1 ]; then
   t layer
 fi
 if [ -n "${TEST:-}" ]; then
-  tv=${TEST_VARIANT:-$last}
   (cd ".ab/build-$tv" && ctest -R "$TEST" --output-on-failure > "$L/test_$tv.log" 2>&1)
   echo "== tests '$TEST' on $tv: rc $? ($(grep -E 'tests passed' "$L/test_$tv.log"))"
   grep -E 'Failure|FAILED|DT_TEST_SEED' "$L/test_$tv.log" | head -20
