@@ -12,7 +12,7 @@
 # Per variant: the four `gdn_kernels` digests (a change that keeps every sum order keeps them) and
 # times; ncu's per-kernel times of one `gdn_layer` fwd+bwd, ROUNDS rounds with the variants
 # alternating (default 2); LAYER=1: the eager `gdn_layer` fwd+bwd, two rounds alternating;
-# TEST=<ctest regex>: those tests on TEST_VARIANT (default: the last variant); SRC=<ncu -k filter>:
+# TEST=<ctest regex>: those tests on TEST_VARIANT (names, default: the last variant); SRC=<ncu -k filter>:
 # ncu's per-SASS-instruction stall samples of those kernels on SRC_VARIANT (default: the last), for
 # scripts/ncu_stalls.py --source. Everything lands in one tarball, $OUT/ab.tgz (the device tool
 # returns at most 8 files), and a summary is printed.
@@ -42,7 +42,7 @@ for v in "${VARS[@]}"; do
   [ -f "${src[$n]}/CMakeLists.txt" ] || { echo "gpu_ab: no tree for '$n' at ${src[$n]} (run --prepare-base here first)"; exit 1; }
 done
 last=${names[-1]}
-tv=${TEST_VARIANT:-$last}
+read -r -a tvs <<< "${TEST_VARIANT:-$last}"
 jobs=$(($(nproc) / ${#names[@]}))
 [ "$jobs" -lt 2 ] && jobs=2
 for n in "${names[@]}"; do
@@ -50,7 +50,7 @@ for n in "${names[@]}"; do
      "-DCMAKE_CUDA_FLAGS=${defs[$n]}" > "$L/cfg_$n.log" 2>&1 &&
      tgts="gdn_kernels gdn_layer"
      # the tests only where they run (TEST: target names, as a ctest regex of alternatives)
-     [ -n "${TEST:-}" ] && [ "$n" = "$tv" ] && tgts="$tgts ${TEST//|/ }"
+     [ -n "${TEST:-}" ] && [[ " ${tvs[*]} " == *" $n "* ]] && tgts="$tgts ${TEST//|/ }"
      cmake --build ".ab/build-$n" -j "$jobs" --target $tgts > "$L/build_$n.log" 2>&1
    echo "build $n: rc $?") &
 done
@@ -114,10 +114,12 @@ if [ "${LAYER:-0}" = 1 ]; then
   t layer
 fi
 if [ -n "${TEST:-}" ]; then
-  (cd ".ab/build-$tv" && ctest -R "$TEST" --output-on-failure > "$L/test_$tv.log" 2>&1)
-  echo "== tests '$TEST' on $tv: rc $? ($(grep -E 'tests passed' "$L/test_$tv.log"))"
-  grep -E 'Failure|FAILED|DT_TEST_SEED' "$L/test_$tv.log" | head -20
-  t tests
+  for tv in "${tvs[@]}"; do
+    (cd ".ab/build-$tv" && ctest -R "$TEST" --output-on-failure > "$L/test_$tv.log" 2>&1)
+    echo "== tests '$TEST' on $tv: rc $? ($(grep -E 'tests passed' "$L/test_$tv.log"))"
+    grep -E 'Failure|FAILED|DT_TEST_SEED' "$L/test_$tv.log" | head -20
+    t tests
+  done
 fi
 if [ -n "${SRC:-}" ]; then
   sv=${SRC_VARIANT:-$last}

@@ -101,6 +101,22 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef GDN_SOLVE_BLOCKED
 #define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
 #endif
+// The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
+// inside the causal triangle: gdn-math.md 10.3). Measurement switch DT_EXP_FAST_EXP (docs/perf.md
+// v0.23.0): ex2.approx of x log2(e) as Triton's exp (FLA) computes it, 2 instructions instead of
+// expf's ~10, relative error ~1e-6 at |x| <= 20, but not expf's bits.
+#ifndef DT_EXP_FAST_EXP
+#define DT_EXP_FAST_EXP 0
+#endif
+__device__ __forceinline__ float gexp(float x) {
+#if DT_EXP_FAST_EXP
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+#else
+  return expf(x);
+#endif
+}
 constexpr int LDA = C + 4;  // fp32 [C][C] matrices
 // fp32 Tm during the solve: 68 keeps the blocked merges' row reads conflict-free and prep at four
 // CTAs per SM (PrepSmem); the column-parallel substitution walks columns, conflict-free at 72.
@@ -206,8 +222,8 @@ __device__ __forceinline__ void chunk_gates(const Params& p, const float* g_g, c
     s_beta[i1] = i1 < L ? g_beta[(bos + i1) * p.Hv + h] : 0.f;
   }
   if (s_eg) {
-    s_eg[i0] = i0 < L ? expf(ga0) : 0.f;
-    s_eg[i1] = i1 < L ? expf(ga1) : 0.f;
+    s_eg[i0] = i0 < L ? gexp(ga0) : 0.f;
+    s_eg[i1] = i1 < L ? gexp(ga1) : 0.f;
   }
   if (g_gam) {
     if (i0 < L) g_gam[(bos + i0) * p.Hv + h] = ga0;
@@ -352,8 +368,8 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
     if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_k, LDD<T>, s_k, LDD<T>, m0, n0, p.dk);
     frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
       const bool rv = r < L;
-      s_a[r * LDA + c] = (rv && c < r) ? x0 * s_beta[r] * expf(s_gam[r] - s_gam[c]) : 0.f;
-      s_a[r * LDA + c + 1] = (rv && c + 1 < r) ? x1 * s_beta[r] * expf(s_gam[r] - s_gam[c + 1]) : 0.f;
+      s_a[r * LDA + c] = (rv && c < r) ? x0 * s_beta[r] * gexp(s_gam[r] - s_gam[c]) : 0.f;
+      s_a[r * LDA + c + 1] = (rv && c + 1 < r) ? x1 * s_beta[r] * gexp(s_gam[r] - s_gam[c + 1]) : 0.f;
     });
   }
   __syncthreads();
@@ -739,7 +755,7 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Pa
         const float2 u = load2(s_u + r * LDV<T> + cc);
         const float d0 = u.x - x0, d1 = u.y - x1;
         if (r < L && cc < nv) store2(g_D + ((bos + r) * p.Hv + h) * p.dv + v0 + cc, d0, d1);
-        const float f = r < L ? expf(gam_e - s_gam[r]) : 0.f;
+        const float f = r < L ? gexp(gam_e - s_gam[r]) : 0.f;
         store2(s_d + r * LDV<T> + cc, r < L ? d0 * f : 0.f, r < L ? d1 * f : 0.f);
       });
     }
@@ -747,7 +763,7 @@ __global__ __launch_bounds__(kSeqThreads, kSeqMinBlocks<T>) void state_kernel(Pa
 
     // 3. S = e^{gam_e} S + K^T Delta~
     {
-      const float de = expf(gam_e);
+      const float de = gexp(gam_e);
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -774,8 +790,8 @@ __device__ __forceinline__ void p_tile(T* s_p, const T* s_q, const T* s_k, const
   if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_q, LDD<T>, s_k, LDD<T>, m0, n0, dk);
   frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
     const bool rv = r < L;
-    store2(s_p + r * LDC<T> + c, (rv && c <= r) ? x0 * expf(s_gam[r] - s_gam[c]) : 0.f,
-           (rv && c + 1 <= r) ? x1 * expf(s_gam[r] - s_gam[c + 1]) : 0.f);
+    store2(s_p + r * LDC<T> + c, (rv && c <= r) ? x0 * gexp(s_gam[r] - s_gam[c]) : 0.f,
+           (rv && c + 1 <= r) ? x1 * gexp(s_gam[r] - s_gam[c + 1]) : 0.f);
   });
 }
 // The whole [C][C] tile to global (16-byte vectors); the forward hands it to dvl.
@@ -865,7 +881,7 @@ __global__ __launch_bounds__(kChunkThreads, kOutMinBlocks<T>) void out_kernel(
   if (active) {
     warp_gemm<2, 4, false, false>(r_acc, s_q, LDD<T>, s_h, LDD<T>, m0, n0, p.dk);
     frag_pairs(r_acc, m0, n0, [&](int r, int, float& x0, float& x1) {
-      const float e = r < L ? expf(s_gam[r]) : 0.f;
+      const float e = r < L ? gexp(s_gam[r]) : 0.f;
       x0 *= e, x1 *= e;
     });
   }
@@ -1226,7 +1242,7 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
       constexpr int V = kPad<T>, VPR = BV / V;  // 16-byte vectors
       for (int idx = tid; idx < C * VPR; idx += kSeqThreads) {
         const int r = idx / VPR, cc = (idx - r * VPR) * V;
-        const float f = r < L ? p.scale * expf(s_gam[r]) : 0.f;
+        const float f = r < L ? p.scale * gexp(s_gam[r]) : 0.f;
         uint4* pd = reinterpret_cast<uint4*>(s_do + r * LDV<T> + cc);
         uint4 x = *pd;
         T* ex = reinterpret_cast<T*>(&x);
@@ -1242,7 +1258,7 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
       if (m0 < L && sn0 < nv) warp_gemm<1, 4, false, false>(r_acc, s_k, LDD<T>, s_s, LDV<T>, m0, sn0, p.dk);
       frag_pairs(r_acc, m0, sn0, [&](int r, int cc, float& x0, float& x1) {
         const float2 dl = load2(s_ddl + r * LDV<T> + cc);
-        const float f = r < L ? expf(gam_e - s_gam[r]) : 0.f;
+        const float f = r < L ? gexp(gam_e - s_gam[r]) : 0.f;
         const float d0 = dl.x + (r < L ? __fmul_rn(x0, f) : 0.f), d1 = dl.y + (r < L ? __fmul_rn(x1, f) : 0.f);
         if (r < L && cc < nv) store2(g_dD + ((bos + r) * p.Hv + h) * p.dv + v0 + cc, d0, d1);
         store2(s_x + r * LDV<T> + cc, -d0, -d1);
@@ -1250,7 +1266,7 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
     }
     __syncthreads();
     {  // dS = e^{gam_e} dS + Q^T dO~ - W^T dDelta
-      const float de = expf(gam_e);
+      const float de = gexp(gam_e);
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -1458,8 +1474,8 @@ __device__ __forceinline__ bool pair_sum_mode(float (&acc)[2][4][4], float* xbuf
 __device__ __forceinline__ void chunk_decays(const float* s_gam, float* s_eg, float* s_el, int L, int tid) {
   if (tid < C) {
     const float ge = s_gam[L - 1];
-    s_eg[tid] = tid < L ? expf(s_gam[tid]) : 0.f;
-    s_el[tid] = tid < L ? expf(ge - s_gam[tid]) : 0.f;
+    s_eg[tid] = tid < L ? gexp(s_gam[tid]) : 0.f;
+    s_el[tid] = tid < L ? gexp(ge - s_gam[tid]) : 0.f;
   }
 }
 // Step 1: ds = scale (dO Delta^T) (.) Gamma, j < i < L (strict) -> s_ds; diagonal -> s_dsd (fp32).
@@ -1475,8 +1491,8 @@ __device__ __forceinline__ void ds_tile(T* s_ds, float* s_dsd, const T* s_do, co
   if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_do, LDD<T>, s_D, LDD<T>, m0, n0, dv);
   frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
     const bool rv = r < L;
-    store2(s_ds + r * LDC<T> + c, (rv && c < r) ? scale * x0 * expf(s_gam[r] - s_gam[c]) : 0.f,
-           (rv && c + 1 < r) ? scale * x1 * expf(s_gam[r] - s_gam[c + 1]) : 0.f);
+    store2(s_ds + r * LDC<T> + c, (rv && c < r) ? scale * x0 * gexp(s_gam[r] - s_gam[c]) : 0.f,
+           (rv && c + 1 < r) ? scale * x1 * gexp(s_gam[r] - s_gam[c + 1]) : 0.f);
     if (c == r) s_dsd[r] = rv ? scale * x0 : 0.f;
     if (c + 1 == r) s_dsd[r] = rv ? scale * x1 : 0.f;
   });
@@ -1866,7 +1882,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
   cp_commit();
   cp_wait<0>();
   __syncthreads();
-  if (tid < C) s_eg[tid] = tid < L ? expf(s_gam[tid]) : 0.f;
+  if (tid < C) s_eg[tid] = tid < L ? gexp(s_gam[tid]) : 0.f;
   const int tm0 = 16 * (warp & 3), tn0 = 32 * (warp >> 2);  // [C, C] tiling
   const bool tri = tm0 < L && tn0 < tm0 + 16;
   float r_a2[1][4][4];  // dDelta V^T, held for step 1 (phase II)
@@ -1945,8 +1961,8 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
       for (int h2 = 0; h2 < 2; ++h2) {
         const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
         const bool rv = r < L;
-        const float b0 = (rv && c < r) ? -r_acc[0][j][2 * h2] * expf(s_gam[r] - s_gam[c]) : 0.f;
-        const float b1 = (rv && c + 1 < r) ? -r_acc[0][j][2 * h2 + 1] * expf(s_gam[r] - s_gam[c + 1]) : 0.f;
+        const float b0 = (rv && c < r) ? -r_acc[0][j][2 * h2] * gexp(s_gam[r] - s_gam[c]) : 0.f;
+        const float b1 = (rv && c + 1 < r) ? -r_acc[0][j][2 * h2 + 1] * gexp(s_gam[r] - s_gam[c + 1]) : 0.f;
         const float m0v = b0 * r_kk[0][j][2 * h2], m1v = b1 * r_kk[0][j][2 * h2 + 1];
         r_row[h2] += m0v + m1v;
         r_col[j][0] = fmaf(s_beta[r], m0v, r_col[j][0]);

@@ -242,7 +242,7 @@ __global__ __launch_bounds__(SplitTiles<G>::NTHR) void state_split_kernel(Params
       // 3. S^T_g = e^{gam_e} S^T_g + Delta~^T K_g
       uint32_t a2[4][4];
       gather_frags(a2, s_ab, Lc);
-      scale_tiles(r_S, expf(gam_e));
+      scale_tiles(r_S, gexp(gam_e));
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
         if (16 * jj >= Lc) break;
@@ -363,7 +363,7 @@ __global__ __launch_bounds__(SplitTiles<G>::NTHR) void rev_split_kernel(Params p
       // 3. dO~ = scale e^{gam_t} dO (0 for t >= L): the owned token rows of the group's 16 columns, in place
       for (int it = lane; it < 2 * 16 * JT; it += 32) {
         const int r = t0 + (it >> 1), cc = wv + 8 * (it & 1);
-        const float fo = r < Lc ? p.scale * expf(s_gam[r]) : 0.f;
+        const float fo = r < Lc ? p.scale * gexp(s_gam[r]) : 0.f;
         uint4* pd = reinterpret_cast<uint4*>(s_do + r * LDU + cc);
         uint4 x = *pd;
         bf16* ex = reinterpret_cast<bf16*>(&x);
@@ -376,7 +376,7 @@ __global__ __launch_bounds__(SplitTiles<G>::NTHR) void rev_split_kernel(Params p
       // 4. dS^T_g = e^{gam_e} dS^T_g + dO~^T Q_g - dDelta^T W_g (all of the Q part first, as the other forms)
       uint32_t a3[4][4];
       gather_frags(a3, s_ab, Lc);
-      scale_tiles(r_dS, expf(gam_e));
+      scale_tiles(r_dS, gexp(gam_e));
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
         if (16 * jj >= Lc) break;

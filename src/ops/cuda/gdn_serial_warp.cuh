@@ -192,14 +192,14 @@ __device__ __forceinline__ void decay_to_end(float (&f)[4], const float* s_gam, 
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int t = 16 * jj + 2 * tq + (i & 1) + 8 * (i >> 1);
-    f[i] = t < L ? expf(gam_e - s_gam[t]) : 0.f;
+    f[i] = t < L ? gexp(gam_e - s_gam[t]) : 0.f;
   }
 }
 // decay_to_end's factors of all C tokens, made once per warp into s_fd (64 floats of the warp's
 // staging tile that the step does not use then) and read back per fragment: two expf per lane and
 // step instead of sixteen (~10 instructions each, ~20% of a wg4 state step's). The same values.
 __device__ __forceinline__ void decay_factors(float* s_fd, const float* s_gam, float gam_e, int L, int lane) {
-  for (int t = lane; t < C; t += 32) s_fd[t] = t < L ? expf(gam_e - s_gam[t]) : 0.f;
+  for (int t = lane; t < C; t += 32) s_fd[t] = t < L ? gexp(gam_e - s_gam[t]) : 0.f;
   __syncwarp();
 }
 __device__ __forceinline__ void decay_read(float (&f)[4], const float* s_fd, int jj, int tq) {
@@ -489,7 +489,7 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
       else stage_out(s_stg, g_D + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, Lc, lane);
 
       // 3. S^T = e^{gam_e} S^T + Delta~^T K
-      scale_tiles(r_S, expf(gam_e));
+      scale_tiles(r_S, gexp(gam_e));
       if constexpr (WG) {  // all four token k-steps: a2 is 0 past L and K's rows >= L are zero (+= 0 exactly)
         const uint32_t kb = smem_addr(s_k);
         wg::wg_fence();
@@ -799,7 +799,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
       if constexpr (WG) {
         if constexpr (!RP) load_a_do();
         float* s_f = reinterpret_cast<float*>(s_stg);
-        for (int r = lane; r < C; r += 32) s_f[r] = r < Lc ? p.scale * expf(s_gam[r]) : 0.f;
+        for (int r = lane; r < C; r += 32) s_f[r] = r < Lc ? p.scale * gexp(s_gam[r]) : 0.f;
         __syncwarp();
         const int tq = lane & 3;
 #pragma unroll
@@ -812,7 +812,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
       } else {
         for (int it = lane; it < 2 * C; it += 32) {
           const int r = it >> 1, cc = wv + 8 * (it & 1);
-          const float f = r < Lc ? p.scale * expf(s_gam[r]) : 0.f;
+          const float f = r < Lc ? p.scale * gexp(s_gam[r]) : 0.f;
           uint4* pd = reinterpret_cast<uint4*>(s_do + r * LDU + cc);
           uint4 x = *pd;
           bf16* ex = reinterpret_cast<bf16*>(&x);
@@ -829,7 +829,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
         wg::fence_proxy_async();
         __syncthreads();
       }
-      scale_tiles(r_dS, expf(gam_e));
+      scale_tiles(r_dS, gexp(gam_e));
       if constexpr (WG) {  // all four token k-steps: dO~ and dDelta are 0 past L, Q's and W's rows zero
         const uint32_t qb = smem_addr(s_q), wb = smem_addr(s_w);
         wg::wg_fence();
