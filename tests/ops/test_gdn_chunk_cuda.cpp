@@ -524,6 +524,14 @@ TEST(GdnChunkCuda, WgmmaStateMatchesWarp4) {
         for (int i = 0; i < 8; ++i) EXPECT_TRUE(bitwise_eq(rv[i], vp[i])) << "warp4 runs: DT_GDN_REV_P changes nothing " << kNames[i];
       }
     }
+}
+// (Death tests in their own small TESTs: gtest's threadsafe style re-runs a test's body up to
+// each death statement in a child process, so one at the end of a long body cost a whole re-run.)
+TEST(GdnChunkCuda, WgmmaSerialEnvErrors) {
+  const ScopedEnv serial("DT_GDN_SERIAL"), stages("DT_GDN_STATE_STAGES"), rev_stages("DT_GDN_REV_STAGES"),
+      rev_wg("DT_GDN_REV_WGMMA"), ksplit("DT_GDN_REV_KSPLIT"), rev_p("DT_GDN_REV_P");
+  stages.set("1");
+  rev_stages.set("1");  // K split and P are read for wg4's one-stage rev kernel only
   const Case t{"tiny d128", {65, 3}, 1, 2, 128, 128, false, false};
   serial.set("wg4");
   rev_wg.set("yes");
@@ -568,6 +576,10 @@ TEST(GdnChunkCuda, StridedVMatchesContiguous) {
       EXPECT_EQ(touched, 0) << "dv's buffer written outside the view";
     }
   }
+}
+TEST(GdnChunkCuda, StridedVEnvErrors) {
+  const ScopedEnv strided("DT_GDN_STRIDED_V");
+  const Case c{"strided v", {65, 1, 200, 64, 0, 130}, 2, 4, 32, 64, true, true};
   strided.set("2");
   EXPECT_DEATH(run(c, make_inputs(c, true, 320), Device::cuda(), DType::bf16, true, false, 8),
                "DT_GDN_STRIDED_V='2' is not one of: 0 ");
@@ -612,6 +624,9 @@ TEST(GdnChunkCuda, GqaPairSumEqualsGsum) {
         }
       }
     }
+}
+TEST(GdnChunkCuda, GqaPairEnvErrors) {
+  const ScopedEnv pair("DT_GDN_GQA_PAIR");
   const Case t{"tiny G2", {65, 3}, 1, 2, 32, 32, false, false};
   pair.set("yes");
   EXPECT_DEATH(run(t, make_inputs(t, true, 520), Device::cuda(), DType::bf16),
@@ -651,6 +666,9 @@ TEST(GdnChunkCuda, ChunkSlabsSameBits) {
           }
         }
       }
+}
+TEST(GdnChunkCuda, ChunkSlabEnvErrors) {
+  const ScopedEnv slab("DT_GDN_CHUNK_SLAB"), pair("DT_GDN_GQA_PAIR");
   const Case t{"tiny G2", {65, 3}, 1, 2, 32, 32, false, false};
   pair.set(nullptr);
   slab.set("0");
@@ -817,6 +835,9 @@ TEST(GdnChunkCuda, SplitSerialKernelsMatchCpu) {
       }
     }
   }
+}
+TEST(GdnChunkCuda, SplitSerialEnvErrors) {
+  const ScopedEnv serial("DT_GDN_SERIAL"), rev("DT_GDN_REV_STAGES"), state("DT_GDN_STATE_STAGES");
   const Case t{"tiny d128", {65, 3}, 1, 2, 128, 128, false, false};
   serial.set("split4");
   rev.set("2");
