@@ -108,6 +108,9 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef DT_EXP_FAST_EXP
 #define DT_EXP_FAST_EXP 0
 #endif
+#ifndef DT_EXP_WY_CTILE  // measurement switch: wy's phase II tiles through load_ctile (see there)
+#define DT_EXP_WY_CTILE 0
+#endif
 __device__ __forceinline__ float gexp(float x) {
 #if DT_EXP_FAST_EXP
   float y;
@@ -1911,9 +1914,16 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
   else if (p.pair && (tid & 2) == (ci.h & 1) * 2)  // lines 2r, 2r + 1 of each 512-byte row: columns [64r, 64r + 64)
     prefetch_l2_rows<D * 4 / 128>(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk * 4, L, p.dk * 4, tid);
   prefetch_l2_rows<1>(g_dgam + vrow, int64_t(p.Hv) * 4, L, 4, tid);
-  // (load_tile here, not load_ctile: the full form's second address set spilled at 80 registers)
-  load_tile(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
-  load_tile(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  // (load_tile here, not load_ctile: the full form's second address set spilled at 80 registers;
+  // measurement switch DT_EXP_WY_CTILE=1: load_ctile, which no longer spills since v0.22.0 but
+  // measured 895 us against 878-884 on other machines, docs/perf.md v0.22.0 and v0.23.0)
+  if constexpr (DT_EXP_WY_CTILE) {
+    load_ctile<C, D>(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, L, p.dk, tid);
+    load_ctile<C, D>(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
+  } else {
+    load_tile(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+    load_tile(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  }
   cp_commit();
   cp_wait<0>();
   __syncthreads();
