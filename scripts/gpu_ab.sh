@@ -12,7 +12,9 @@
 # Per variant: the four `gdn_kernels` digests (a change that keeps every sum order keeps them) and
 # times; ncu's per-kernel times of one `gdn_layer` fwd+bwd, ROUNDS rounds with the variants
 # alternating (default 2); LAYER=1: the eager `gdn_layer` fwd+bwd, two rounds alternating;
-# TEST=<ctest regex>: those tests on TEST_VARIANT (names, default: the last variant); SRC=<ncu -k filter>:
+# TEST=<ctest regex>: those tests on TEST_VARIANT (names, default: the last variant), TEST_REPEAT
+#   times until one fails (default 1; its log keeps the failing run and its DT_TEST_SEED); with
+#   TEST_FILTER=<gtest filter>, TEST names one test binary, run directly; SRC=<ncu -k filter>:
 # ncu's per-SASS-instruction stall samples of those kernels on SRC_VARIANT (default: the last), for
 # scripts/ncu_stalls.py --source. Everything lands in one tarball, $OUT/ab.tgz (the device tool
 # returns at most 8 files), and a summary is printed.
@@ -115,8 +117,17 @@ if [ "${LAYER:-0}" = 1 ]; then
 fi
 if [ -n "${TEST:-}" ]; then
   for tv in "${tvs[@]}"; do
-    (cd ".ab/build-$tv" && ctest -R "$TEST" --output-on-failure > "$L/test_$tv.log" 2>&1)
-    echo "== tests '$TEST' on $tv: rc $? ($(grep -E 'tests passed' "$L/test_$tv.log"))"
+    if [ -n "${TEST_FILTER:-}" ]; then  # one binary, a gtest filter, a fresh process (and seed) per run
+      rc=0
+      for i in $(seq "${TEST_REPEAT:-1}"); do
+        ".ab/build-$tv/tests/$TEST" --gtest_filter="$TEST_FILTER" > "$L/test_$tv.log" 2>&1 || { rc=$?; break; }
+      done
+      echo "== $TEST --gtest_filter=$TEST_FILTER on $tv, up to ${TEST_REPEAT:-1} runs: rc $rc (run $i)"
+    else
+      (cd ".ab/build-$tv" && ctest -R "$TEST" --repeat "until-fail:${TEST_REPEAT:-1}" --output-on-failure \
+        > "$L/test_$tv.log" 2>&1)
+      echo "== tests '$TEST' on $tv: rc $? ($(grep -E 'tests passed' "$L/test_$tv.log"))"
+    fi
     grep -E 'Failure|FAILED|DT_TEST_SEED' "$L/test_$tv.log" | head -20
     t tests
   done
