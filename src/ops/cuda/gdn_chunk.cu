@@ -555,9 +555,7 @@ __device__ __forceinline__ void load_rows_sw128_full(unsigned char* s, const T* 
   const T* gp = g + r * gstride + 8 * c;
   const int64_t gstep = RSTEP * gstride;
 #pragma unroll
-  for (int i = 0; i < N; ++i)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa + i * RSTEP * 128), "l"(gp + i * gstep)
-                 : "memory");
+  for (int i = 0; i < N; ++i) cp_async16_sa(sa + i * RSTEP * 128, gp + i * gstep);
 }
 // A chunk's dk-wide rows (W, K or Q) into a stage: 128-byte-swizzled atoms for the wgmma kernels
 // (SW, dk == D), else [C][LDD] rows.

@@ -347,8 +347,8 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
   if (g_h0 && active)
     state_elems(r_S, p.dk, 0, [&](float& x, int col, int row) { x = g_h0[state_base + int64_t(col) * p.dv + row]; });
 
-  // LEAN (DT_EXP_STATE_LOAD_LEAN, wg4): a full chunk's copies from offsets computed here once, the
-  // same copies as load_state_tiles' full path. Per step that path recomputed them (the SASS view:
+  // LEAN (DT_EXP_STATE_LOAD_LEAN, wg4): a full chunk's copies from per-thread pointers made here
+  // once, the same copies as load_state_tiles' full path. Per step that path recomputed them (the SASS view:
   // ~240 instructions per warp and step around 21 copies, among them an integer division for the
   // key head h / G), about a fifth of the step's instructions.
   constexpr bool LEAN = DT_EXP_STATE_LOAD_LEAN && WG;
@@ -378,18 +378,12 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
         const bf16* gk = lk + dc * (C * rk);
         const bf16* gu = lu + dc * (C * ru);
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sb + uint32_t(S::w) + lo_sdk + i * 1024),
-                       "l"(gw + i * 8 * rw) : "memory");
+        for (int i = 0; i < 8; ++i) cp_async16_sa(sb + uint32_t(S::w) + lo_sdk + i * 1024, gw + i * 8 * rw);
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sb + uint32_t(S::k) + lo_sdk + i * 1024),
-                       "l"(gk + i * 8 * rk) : "memory");
+        for (int i = 0; i < 8; ++i) cp_async16_sa(sb + uint32_t(S::k) + lo_sdk + i * 1024, gk + i * 8 * rk);
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                           sb + uint32_t(S::u) + lo_su + i * uint32_t(16 * LDU * sizeof(bf16))),
-                       "l"(gu + i * 16 * ru) : "memory");
+          cp_async16_sa(sb + uint32_t(S::u) + lo_su + i * uint32_t(16 * LDU * sizeof(bf16)), gu + i * 16 * ru);
         if (tid < C)
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sb + uint32_t(S::gam) + 4 * tid),
                        "l"(lg + dc * (C * p.Hv)) : "memory");
@@ -597,20 +591,17 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
         const bf16* gw = lw + dc * (C * rw);
         const bf16* gd = ldo + dc * (C * ro);
         const bf16* gp = lp + dc * (int64_t(p.Hv) * C * C);
-        auto cp16 = [](uint32_t sa, const void* g) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g) : "memory");
-        };
 #pragma unroll
-        for (int i = 0; i < 8; ++i) cp16(lo_s0 + uint32_t(S::q) + lo_sdk + i * 1024, gq + i * 8 * rq);
+        for (int i = 0; i < 8; ++i) cp_async16_sa(lo_s0 + uint32_t(S::q) + lo_sdk + i * 1024, gq + i * 8 * rq);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) cp16(lo_s0 + uint32_t(S::k) + lo_sdk + i * 1024, gk + i * 8 * rq);
+        for (int i = 0; i < 8; ++i) cp_async16_sa(lo_s0 + uint32_t(S::k) + lo_sdk + i * 1024, gk + i * 8 * rq);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) cp16(lo_s0 + uint32_t(S::w) + lo_sdk + i * 1024, gw + i * 8 * rw);
+        for (int i = 0; i < 8; ++i) cp_async16_sa(lo_s0 + uint32_t(S::w) + lo_sdk + i * 1024, gw + i * 8 * rw);
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          cp16(lo_s0 + uint32_t(S::dO) + lo_sdo + i * uint32_t(16 * LDU * sizeof(bf16)), gd + i * 16 * ro);
+          cp_async16_sa(lo_s0 + uint32_t(S::dO) + lo_sdo + i * uint32_t(16 * LDU * sizeof(bf16)), gd + i * 16 * ro);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) cp16(lo_s0 + uint32_t(S::pm) + lo_sp + i * 2048, gp + i * 1024);
+        for (int i = 0; i < 4; ++i) cp_async16_sa(lo_s0 + uint32_t(S::pm) + lo_sp + i * 2048, gp + i * 1024);
         if (tid < C)
           asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(lo_s0 + uint32_t(S::gam) + 4 * tid),
                        "l"(lg + dc * (C * p.Hv)) : "memory");
