@@ -101,16 +101,44 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef GDN_SOLVE_BLOCKED
 #define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
 #endif
+// Measurement switches (docs/perf.md v0.23.0, "next candidates"): candidate kernel forms waiting
+// for a same-machine A/B (scripts/gpu_ab.sh), each off by default, where the code is the measured
+// form (the same SASS); build a variant with -DCMAKE_CUDA_FLAGS=-DDT_EXP_...=1. Each is removed
+// once measured: made the default or dropped.
+#ifndef DT_EXP_STATE_U_EARLY     // state: step 2's U fragments read before the h store
+#define DT_EXP_STATE_U_EARLY 0
+#endif
+#ifndef DT_EXP_STATE_STAGE_LOOP  // state: h and Delta stored through stage_out's loop (v0.22.0's form)
+#define DT_EXP_STATE_STAGE_LOOP 0
+#endif
+#ifndef DT_EXP_STATE_LOAD_LEAN   // wg4 state: full chunks' copies from per-thread pointers made once
+#define DT_EXP_STATE_LOAD_LEAN 0
+#endif
+#ifndef DT_EXP_DECAY_SMEM        // state, rev (P): e^(gam_e - gam_t) once per warp and token (decay_factors)
+#define DT_EXP_DECAY_SMEM 0
+#endif
+#ifndef DT_EXP_REV_BOS_AHEAD     // rev, one stage: chunk_start of the next chunk loaded a step ahead
+#define DT_EXP_REV_BOS_AHEAD 0
+#endif
+#ifndef DT_EXP_REV_LOAD_LEAN     // wg4's one-stage rev with P: its full chunks' copies as state's LEAN
+#define DT_EXP_REV_LOAD_LEAN 0
+#endif
+#ifndef DT_EXP_REV_SPLIT_PHASE   // wg4's one-stage rev with P: its tiles in two groups, each issued as
+#define DT_EXP_REV_SPLIT_PHASE 0  // soon as its buffers die (rev_warp_kernel's SP)
+#endif
+#ifndef DT_EXP_PREP_K_EARLY      // prep: K scaled on warps 4-7 while warps 0-3 solve the diagonal blocks
+#define DT_EXP_PREP_K_EARLY 0
+#endif
+#ifndef DT_EXP_WY_CTILE          // wy: phase II's dW and K through load_ctile
+#define DT_EXP_WY_CTILE 0
+#endif
+#ifndef DT_EXP_FAST_EXP          // every chunk kernel: gexp as ex2.approx (not expf's bits)
+#define DT_EXP_FAST_EXP 0
+#endif
 // The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
 // inside the causal triangle: gdn-math.md 10.3). Measurement switch DT_EXP_FAST_EXP (docs/perf.md
 // v0.23.0): ex2.approx of x log2(e) as Triton's exp (FLA) computes it, 2 instructions instead of
 // expf's ~10, relative error ~1e-6 at |x| <= 20, but not expf's bits.
-#ifndef DT_EXP_FAST_EXP
-#define DT_EXP_FAST_EXP 0
-#endif
-#ifndef DT_EXP_WY_CTILE  // measurement switch: wy's phase II tiles through load_ctile (see there)
-#define DT_EXP_WY_CTILE 0
-#endif
 __device__ __forceinline__ float gexp(float x) {
 #if DT_EXP_FAST_EXP
   float y;
@@ -292,11 +320,6 @@ __device__ __forceinline__ void scale_tile_rows(T* s, F&& f, int tid, int nthr) 
     *px = x;
   }
 }
-// Measurement switch (docs/perf.md v0.23.0): prep scales K by beta e^gamma on warps 4-7 while
-// warps 0-3 solve the diagonal blocks (K is dead for A by then), and only V after the solve.
-#ifndef DT_EXP_PREP_K_EARLY
-#define DT_EXP_PREP_K_EARLY 0
-#endif
 
 // A per-chunk kernel's [ROWS][COLS] tile (kChunkThreads threads): load_tile_full when every element
 // is valid (every chunk but a sequence's last, at dk = dv = D), else load_tile's zero-filling loop.

@@ -23,31 +23,6 @@
 
 constexpr int LDW = 24;  // staging tile row stride (bf16): 48-byte rows keep stmatrix conflict-free
 
-// Measurement switches for the next device session's A/B (docs/perf.md v0.23.0, "next candidates");
-// each off by default, where the code is the measured v0.23.0 form; build a variant with
-// -DCMAKE_CUDA_FLAGS=-DDT_EXP_...=1. Remove each once measured.
-#ifndef DT_EXP_STATE_U_EARLY  // state: step 2's U fragments read before the h store
-#define DT_EXP_STATE_U_EARLY 0
-#endif
-#ifndef DT_EXP_STATE_STAGE_LOOP  // state: h and Delta stored through stage_out's loop (v0.22.0's form)
-#define DT_EXP_STATE_STAGE_LOOP 0
-#endif
-#ifndef DT_EXP_REV_BOS_AHEAD  // rev, one stage: chunk_start of the next chunk loaded a step ahead
-#define DT_EXP_REV_BOS_AHEAD 0
-#endif
-#ifndef DT_EXP_STATE_LOAD_LEAN  // wg4 state: full chunks' tile loads from per-thread offsets made once
-#define DT_EXP_STATE_LOAD_LEAN 0
-#endif
-#ifndef DT_EXP_DECAY_SMEM  // state, rev (P): e^(gam_e - gam_t) once per warp and token (decay_factors)
-#define DT_EXP_DECAY_SMEM 0
-#endif
-#ifndef DT_EXP_REV_LOAD_LEAN  // wg4's one-stage rev with P: the same for its full chunks' loads
-#define DT_EXP_REV_LOAD_LEAN 0
-#endif
-#ifndef DT_EXP_REV_SPLIT_PHASE  // wg4's one-stage rev with P: its tiles in two groups, each loaded
-#define DT_EXP_REV_SPLIT_PHASE 0  // as soon as its buffers die (rev_warp_kernel's SP)
-#endif
-
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // the rounding of store2
   return *reinterpret_cast<const uint32_t*>(&v);
