@@ -198,6 +198,20 @@ struct WarpTiles {
   static constexpr size_t narrow = sizeof(bf16) * C * LDU;     // one [C][LDU] tile
   static constexpr size_t staging = sizeof(bf16) * NW * D * LDW;
 };
+// LEAN's copies of one thread for a full chunk from its first copy (sa, g; rows rstride elements
+// apart in global memory): a [C][D] pair of 128-byte-swizzled atoms (8 copies, rows 8 apart), a
+// [C][LDU] tile of 64 columns (4 copies, rows 16 apart), one float of gamma.
+__device__ __forceinline__ void cp_sw_rows(uint32_t sa, const bf16* g, int64_t rstride) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) cp_async16_sa(sa + i * 1024, g + i * 8 * rstride);
+}
+__device__ __forceinline__ void cp_narrow_rows(uint32_t sa, const bf16* g, int64_t rstride) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) cp_async16_sa(sa + i * uint32_t(16 * WarpTiles<4>::LDU * sizeof(bf16)), g + i * 16 * rstride);
+}
+__device__ __forceinline__ void cp_gamma(uint32_t sa, const float* g) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sa), "l"(g) : "memory");
+}
 
 template <int NW, int Stages>
 struct WStateSmem {
@@ -352,16 +366,10 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
         const bf16* gw = lw + dc * (C * rw);
         const bf16* gk = lk + dc * (C * rk);
         const bf16* gu = lu + dc * (C * ru);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) cp_async16_sa(sb + uint32_t(S::w) + lo_sdk + i * 1024, gw + i * 8 * rw);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) cp_async16_sa(sb + uint32_t(S::k) + lo_sdk + i * 1024, gk + i * 8 * rk);
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          cp_async16_sa(sb + uint32_t(S::u) + lo_su + i * uint32_t(16 * LDU * sizeof(bf16)), gu + i * 16 * ru);
-        if (tid < C)
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sb + uint32_t(S::gam) + 4 * tid),
-                       "l"(lg + dc * (C * p.Hv)) : "memory");
+        cp_sw_rows(sb + uint32_t(S::w) + lo_sdk, gw, rw);
+        cp_sw_rows(sb + uint32_t(S::k) + lo_sdk, gk, rk);
+        cp_narrow_rows(sb + uint32_t(S::u) + lo_su, gu, ru);
+        if (tid < C) cp_gamma(sb + uint32_t(S::gam) + 4 * tid, lg + dc * (C * p.Hv));
         return;
       }
     }
@@ -566,20 +574,13 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
         const bf16* gw = lw + dc * (C * rw);
         const bf16* gd = ldo + dc * (C * ro);
         const bf16* gp = lp + dc * (int64_t(p.Hv) * C * C);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) cp_async16_sa(lo_s0 + uint32_t(S::q) + lo_sdk + i * 1024, gq + i * 8 * rq);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) cp_async16_sa(lo_s0 + uint32_t(S::k) + lo_sdk + i * 1024, gk + i * 8 * rq);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) cp_async16_sa(lo_s0 + uint32_t(S::w) + lo_sdk + i * 1024, gw + i * 8 * rw);
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          cp_async16_sa(lo_s0 + uint32_t(S::dO) + lo_sdo + i * uint32_t(16 * LDU * sizeof(bf16)), gd + i * 16 * ro);
+        cp_sw_rows(lo_s0 + uint32_t(S::q) + lo_sdk, gq, rq);
+        cp_sw_rows(lo_s0 + uint32_t(S::k) + lo_sdk, gk, rq);
+        cp_sw_rows(lo_s0 + uint32_t(S::w) + lo_sdk, gw, rw);
+        cp_narrow_rows(lo_s0 + uint32_t(S::dO) + lo_sdo, gd, ro);
 #pragma unroll
         for (int i = 0; i < 4; ++i) cp_async16_sa(lo_s0 + uint32_t(S::pm) + lo_sp + i * 2048, gp + i * 1024);
-        if (tid < C)
-          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(lo_s0 + uint32_t(S::gam) + 4 * tid),
-                       "l"(lg + dc * (C * p.Hv)) : "memory");
+        if (tid < C) cp_gamma(lo_s0 + uint32_t(S::gam) + 4 * tid, lg + dc * (C * p.Hv));
         return;
       }
     }
