@@ -569,16 +569,20 @@ __device__ __forceinline__ void load_rows_sw128(unsigned char* s, const T* g, in
 // so r & 7 and with it the swizzled column are the same for all of them: each copy is an add, where
 // the loop above spent ~20 instructions a copy on its index, predicate and 64-bit products (ncu:
 // ~45% of the wg4 state kernel's executed instructions were its tile loads, v0.23.0).
+// Its copies of one thread from the first (shared address sa, global gp): rows RSTEP apart.
 template <int NTHR, class T>
-__device__ __forceinline__ void load_rows_sw128_full(unsigned char* s, const T* g, int64_t gstride, int tid) {
+__device__ __forceinline__ void cp_sw128_rows(uint32_t sa, const T* gp, int64_t gstride) {
   constexpr int CPR = D / 8, RSTEP = NTHR / CPR, N = C / RSTEP;
-  static_assert(sizeof(T) == 2 && NTHR % CPR == 0 && RSTEP % 8 == 0 && C % RSTEP == 0, "load_rows_sw128_full: shape");
-  const int r = tid / CPR, c = tid % CPR;
-  const uint32_t sa = smem_addr(s + (c >> 3) * (C * 128) + wg::sw128(r, c & 7));
-  const T* gp = g + r * gstride + 8 * c;
+  static_assert(sizeof(T) == 2 && NTHR % CPR == 0 && RSTEP % 8 == 0 && C % RSTEP == 0, "cp_sw128_rows: shape");
   const int64_t gstep = RSTEP * gstride;
 #pragma unroll
   for (int i = 0; i < N; ++i) cp_async16_sa(sa + i * RSTEP * 128, gp + i * gstep);
+}
+template <int NTHR, class T>
+__device__ __forceinline__ void load_rows_sw128_full(unsigned char* s, const T* g, int64_t gstride, int tid) {
+  constexpr int CPR = D / 8;
+  const int r = tid / CPR, c = tid % CPR;
+  cp_sw128_rows<NTHR>(smem_addr(s + (c >> 3) * (C * 128) + wg::sw128(r, c & 7)), g + r * gstride + 8 * c, gstride);
 }
 // A chunk's dk-wide rows (W, K or Q) into a stage: 128-byte-swizzled atoms for the wgmma kernels
 // (SW, dk == D), else [C][LDD] rows.

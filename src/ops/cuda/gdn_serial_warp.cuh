@@ -198,19 +198,12 @@ struct WarpTiles {
   static constexpr size_t narrow = sizeof(bf16) * C * LDU;     // one [C][LDU] tile
   static constexpr size_t staging = sizeof(bf16) * NW * D * LDW;
 };
-// LEAN's copies of one thread for a full chunk from its first copy (sa, g; rows rstride elements
-// apart in global memory): a [C][D] pair of 128-byte-swizzled atoms (8 copies, rows 8 apart), a
-// [C][LDU] tile of 64 columns (4 copies, rows 16 apart), one float of gamma.
-__device__ __forceinline__ void cp_sw_rows(uint32_t sa, const bf16* g, int64_t rstride) {
-#pragma unroll
-  for (int i = 0; i < 8; ++i) cp_async16_sa(sa + i * 1024, g + i * 8 * rstride);
-}
+// LEAN's copies of one thread for a full chunk's [C][LDU] tile of 64 columns (U, dO) from its first
+// copy (sa, g; rows rstride elements apart): load_tile_full<T, C, 64, 128>'s 4 copies, rows 16 apart.
+// (The swizzled [C][D] atoms go through cp_sw128_rows<128>, gamma through cp_async4_sa.)
 __device__ __forceinline__ void cp_narrow_rows(uint32_t sa, const bf16* g, int64_t rstride) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) cp_async16_sa(sa + i * uint32_t(16 * WarpTiles<4>::LDU * sizeof(bf16)), g + i * 16 * rstride);
-}
-__device__ __forceinline__ void cp_gamma(uint32_t sa, const float* g) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sa), "l"(g) : "memory");
 }
 
 template <int NW, int Stages>
@@ -366,10 +359,10 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
         const bf16* gw = lw + dc * (C * rw);
         const bf16* gk = lk + dc * (C * rk);
         const bf16* gu = lu + dc * (C * ru);
-        cp_sw_rows(sb + uint32_t(S::w) + lo_sdk, gw, rw);
-        cp_sw_rows(sb + uint32_t(S::k) + lo_sdk, gk, rk);
+        cp_sw128_rows<NTHR>(sb + uint32_t(S::w) + lo_sdk, gw, rw);
+        cp_sw128_rows<NTHR>(sb + uint32_t(S::k) + lo_sdk, gk, rk);
         cp_narrow_rows(sb + uint32_t(S::u) + lo_su, gu, ru);
-        if (tid < C) cp_gamma(sb + uint32_t(S::gam) + 4 * tid, lg + dc * (C * p.Hv));
+        if (tid < C) cp_async4_sa(sb + uint32_t(S::gam) + 4 * tid, lg + dc * (C * p.Hv));
         return;
       }
     }
@@ -574,13 +567,13 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
         const bf16* gw = lw + dc * (C * rw);
         const bf16* gd = ldo + dc * (C * ro);
         const bf16* gp = lp + dc * (int64_t(p.Hv) * C * C);
-        cp_sw_rows(lo_s0 + uint32_t(S::q) + lo_sdk, gq, rq);
-        cp_sw_rows(lo_s0 + uint32_t(S::k) + lo_sdk, gk, rq);
-        cp_sw_rows(lo_s0 + uint32_t(S::w) + lo_sdk, gw, rw);
+        cp_sw128_rows<NTHR>(lo_s0 + uint32_t(S::q) + lo_sdk, gq, rq);
+        cp_sw128_rows<NTHR>(lo_s0 + uint32_t(S::k) + lo_sdk, gk, rq);
+        cp_sw128_rows<NTHR>(lo_s0 + uint32_t(S::w) + lo_sdk, gw, rw);
         cp_narrow_rows(lo_s0 + uint32_t(S::dO) + lo_sdo, gd, ro);
 #pragma unroll
         for (int i = 0; i < 4; ++i) cp_async16_sa(lo_s0 + uint32_t(S::pm) + lo_sp + i * 2048, gp + i * 1024);
-        if (tid < C) cp_gamma(lo_s0 + uint32_t(S::gam) + 4 * tid, lg + dc * (C * p.Hv));
+        if (tid < C) cp_async4_sa(lo_s0 + uint32_t(S::gam) + 4 * tid, lg + dc * (C * p.Hv));
         return;
       }
     }

@@ -48,6 +48,9 @@ __device__ __forceinline__ void cp_async16(void* s, const void* g, bool ok) {
 __device__ __forceinline__ void cp_async16_sa(uint32_t sa, const void* g) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g) : "memory");
 }
+__device__ __forceinline__ void cp_async4_sa(uint32_t sa, const void* g) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sa), "l"(g) : "memory");
+}
 __device__ __forceinline__ void cp_async4(void* s, const void* g, bool ok) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(s)), "l"(g), "r"(ok ? 4 : 0)
                : "memory");
