@@ -31,6 +31,8 @@ T0=$(date +%s)
 t() { echo "[$(($(date +%s) - T0)) s] $*"; }
 L=/tmp/ab_logs
 rm -rf "$L" && mkdir -p "$L"
+# the logs go back also when a build or a step fails part way
+trap '[ -n "${OUT:-}" ] && tar czf "$OUT/ab.tgz" -C /tmp ab_logs && echo "logs: \$OUT/ab.tgz"' EXIT
 read -r -a VARS <<< "${VARIANTS:-base new}"
 names=()
 declare -A src defs
@@ -141,5 +143,4 @@ if [ -n "${SRC:-}" ]; then
   rm -f /tmp/ab_src.ncu-rep
   t "source view of '$SRC' on $sv: src_$sv.csv.gz"
 fi
-if [ -n "${OUT:-}" ]; then tar czf "$OUT/ab.tgz" -C /tmp ab_logs && echo "logs: \$OUT/ab.tgz"; fi
 t "done"
