@@ -7,17 +7,19 @@
 # On the GPU machine (the device tool: carry .ab), e.g.
 #   VARIANTS="base new u_early:-DDT_EXP_STATE_U_EARLY=1" ROUNDS=2 LAYER=1 TEST=test_gdn_chunk_cuda \
 #     SRC='regex:state_warp_kernel|rev_warp_kernel' bash scripts/gpu_ab.sh
-# VARIANTS: names, each "name" or "name:nvcc defines" (defines separated by commas); "base" builds
-#   .ab/base, every other name the working tree with its defines.
+# VARIANTS: names, each "name" or "name:nvcc defines" (defines separated by commas). "new" is the
+#   working tree, "base" .ab/base (both full builds); a name with defines is the working tree with
+#   gdn_chunk.cu alone recompiled with them (the DT_EXP_* switches live there) and relinked.
 # Per variant: the four `gdn_kernels` digests (a change that keeps every sum order keeps them) and
 # times; ncu's per-kernel times of one `gdn_layer` fwd+bwd, ROUNDS rounds with the variants
 # alternating (default 2); LAYER=1: the eager `gdn_layer` fwd+bwd, two rounds alternating;
-# TEST=<ctest regex>: those tests on TEST_VARIANT (names, default: the last variant), TEST_REPEAT
-#   times until one fails (default 1; its log keeps the failing run and its DT_TEST_SEED); with
-#   TEST_FILTER=<gtest filter>, TEST names one test binary, run directly; SRC=<ncu -k filter>:
-# ncu's per-SASS-instruction stall samples of those kernels on SRC_VARIANT (default: the last), for
-# scripts/ncu_stalls.py --source. Everything lands in one tarball, $OUT/ab.tgz (the device tool
-# returns at most 8 files), and a summary is printed.
+# TEST=<one test binary, e.g. test_gdn_chunk_cuda>: run on TEST_VARIANT (names, default: the last
+#   variant) [with --gtest_filter=TEST_FILTER], a fresh process (and DT_TEST_SEED) per run, up to
+#   TEST_REPEAT runs until one fails (its log keeps the failing run); SRC=<ncu -k filter>: ncu's
+#   per-SASS-instruction stall samples of those kernels on SRC_VARIANT (default: the last), for
+#   scripts/ncu_stalls.py --source. BUDGET (s, default 520): steps that would start later are
+#   skipped, so that the logs come back within one 600 s device call. Everything lands in one
+#   tarball, $OUT/ab.tgz (the device tool returns at most 8 files), and a summary is printed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 if [ "${1:-}" = "--prepare-base" ]; then
@@ -34,32 +36,67 @@ rm -rf "$L" && mkdir -p "$L"
 # the logs go back also when a build or a step fails part way
 trap '[ -n "${OUT:-}" ] && tar czf "$OUT/ab.tgz" -C /tmp ab_logs && echo "logs: \$OUT/ab.tgz"' EXIT
 read -r -a VARS <<< "${VARIANTS:-base new}"
+BUDGET=${BUDGET:-520}   # seconds: later steps are skipped past it, so the logs come back inside one call
+left() { [ $(($(date +%s) - T0)) -lt "$BUDGET" ] || { t "budget of $BUDGET s spent: skipping $*"; return 1; }; }
 names=()
-declare -A src defs
+declare -A defs
 for v in "${VARS[@]}"; do
   n=${v%%:*}
   d=""
   [[ $v == *:* ]] && d=${v#*:}
   names+=("$n")
   defs[$n]=${d//,/ }
-  if [ "$n" = base ]; then src[$n]=.ab/base; else src[$n]=.; fi
-  [ -f "${src[$n]}/CMakeLists.txt" ] || { echo "gpu_ab: no tree for '$n' at ${src[$n]} (run --prepare-base here first)"; exit 1; }
+  [ "$n" = new ] && [ -n "$d" ] && { echo "gpu_ab: 'new' is the working tree without defines"; exit 1; }
 done
+[ " ${names[*]} " == *" base "* ] && [ ! -f .ab/base/CMakeLists.txt ] && { echo "gpu_ab: no .ab/base (run --prepare-base here first)"; exit 1; }
 last=${names[-1]}
 read -r -a tvs <<< "${TEST_VARIANT:-$last}"
-jobs=$(($(nproc) / ${#names[@]}))
-[ "$jobs" -lt 2 ] && jobs=2
-for n in "${names[@]}"; do
-  (cmake -S "${src[$n]}" -B ".ab/build-$n" -DCMAKE_BUILD_TYPE=Release -DDELTATRON_CUDA=ON \
-     "-DCMAKE_CUDA_FLAGS=${defs[$n]}" > "$L/cfg_$n.log" 2>&1 &&
-     tgts="gdn_kernels gdn_layer"
-     # the tests only where they run (TEST: target names, as a ctest regex of alternatives)
-     [ -n "${TEST:-}" ] && [[ " ${tvs[*]} " == *" $n "* ]] && tgts="$tgts ${TEST//|/ }"
-     cmake --build ".ab/build-$n" -j "$jobs" --target $tgts > "$L/build_$n.log" 2>&1
+[ -n "${TEST:-}" ] && [[ $TEST == *[\|\ ]* ]] && { echo "gpu_ab: TEST names one test binary"; exit 1; }
+# Full trees: the working tree ("new", always: the variants with defines start from its objects)
+# and .ab/base. A variant with defines differs only in gdn_chunk.cu, the translation unit the
+# switches live in: that one file is compiled again with the defines (from new's compile command),
+# swapped into a copy of new's libdeltatron.a, and the programs relinked (link.txt of the Makefile
+# generator). Four full trees side by side took more than one device call (600 s).
+trees=(new)
+[[ " ${names[*]} " == *" base "* ]] && trees+=(base)
+tgts="gdn_kernels gdn_layer ${TEST:-}"
+jobs=$(($(nproc) / ${#trees[@]}))
+for n in "${trees[@]}"; do
+  s=.; [ "$n" = base ] && s=.ab/base
+  (cmake -S "$s" -B ".ab/build-$n" -G "Unix Makefiles" -DCMAKE_BUILD_TYPE=Release -DDELTATRON_CUDA=ON \
+     -DCMAKE_EXPORT_COMPILE_COMMANDS=ON > "$L/cfg_$n.log" 2>&1 &&
+   cmake --build ".ab/build-$n" -j "$jobs" --target $tgts > "$L/build_$n.log" 2>&1
    echo "build $n: rc $?") &
+done
+# the variants' gdn_chunk.cu objects, alongside the trees' builds
+while [ ! -f .ab/build-new/compile_commands.json ]; do sleep 1; done
+for n in "${names[@]}"; do
+  [ -z "${defs[$n]}" ] && continue
+  mkdir -p ".ab/build-$n/bench" ".ab/build-$n/tests"
+  cmd=$(python3 -c '
+import json, sys
+for e in json.load(open(".ab/build-new/compile_commands.json")):
+    if e["file"].endswith("src/ops/cuda/gdn_chunk.cu"):
+        print(e["command"]); break')
+  obj="$PWD/.ab/build-$n/gdn_chunk.cu.o"
+  # shellcheck disable=SC2086
+  (cd .ab/build-new && eval "${cmd% -o *} -o $obj ${defs[$n]}" > "$L/build_$n.log" 2>&1
+   echo "compile $n: rc $?") &
 done
 wait
 t built
+for n in "${names[@]}"; do
+  [ -z "${defs[$n]}" ] && continue
+  b=".ab/build-$n"
+  cp .ab/build-new/libdeltatron.a "$b/libdeltatron.a" && ar r "$b/libdeltatron.a" "$b/gdn_chunk.cu.o" || exit 1
+  for tg in $tgts; do
+    dir=bench; [ "$tg" = "${TEST:-}" ] && dir=tests
+    link=$(sed -e "s#\.\./libdeltatron\.a#$PWD/$b/libdeltatron.a#" -e "s# -o $tg # -o $PWD/$b/$dir/$tg #" \
+      ".ab/build-new/$dir/CMakeFiles/$tg.dir/link.txt")
+    (cd ".ab/build-new/$dir" && eval "$link") >> "$L/build_$n.log" 2>&1 || { echo "link $n/$tg failed"; exit 1; }
+  done
+done
+t linked
 for n in "${names[@]}"; do
   [ -x ".ab/build-$n/bench/gdn_kernels" ] || { grep -E ' error' -A3 "$L/build_$n.log" | head -20; exit 1; }
 done
@@ -74,6 +111,7 @@ t digests
 
 M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum
 for r in $(seq "${ROUNDS:-2}"); do
+  left "ncu round $r" || break
   for n in "${names[@]}"; do
     ncu --clock-control none --profile-from-start off --metrics $M --csv --page raw \
       ".ab/build-$n/bench/gdn_layer" --profile > "$L/ncu_${n}_$r.csv" 2> "$L/ncu_${n}_$r.err"
@@ -110,6 +148,7 @@ EOF
 if [ "${LAYER:-0}" = 1 ]; then
   echo "== gdn_layer eager (two rounds alternating)"
   for r in 1 2; do
+    left "layer round $r" || break
     for n in "${names[@]}"; do
       ".ab/build-$n/bench/gdn_layer" > "$L/layer_${n}_$r.log" 2>&1
       echo "$n: $(grep -h '  fwd ' "$L/layer_${n}_$r.log")"
@@ -118,23 +157,19 @@ if [ "${LAYER:-0}" = 1 ]; then
   t layer
 fi
 if [ -n "${TEST:-}" ]; then
+  # the test binary itself, a fresh process (and DT_TEST_SEED) per run, until one fails
   for tv in "${tvs[@]}"; do
-    if [ -n "${TEST_FILTER:-}" ]; then  # one binary, a gtest filter, a fresh process (and seed) per run
-      rc=0
-      for i in $(seq "${TEST_REPEAT:-1}"); do
-        ".ab/build-$tv/tests/$TEST" --gtest_filter="$TEST_FILTER" > "$L/test_$tv.log" 2>&1 || { rc=$?; break; }
-      done
-      echo "== $TEST --gtest_filter=$TEST_FILTER on $tv, up to ${TEST_REPEAT:-1} runs: rc $rc (run $i)"
-    else
-      (cd ".ab/build-$tv" && ctest -R "$TEST" --repeat "until-fail:${TEST_REPEAT:-1}" --output-on-failure \
-        > "$L/test_$tv.log" 2>&1)
-      echo "== tests '$TEST' on $tv: rc $? ($(grep -E 'tests passed' "$L/test_$tv.log"))"
-    fi
-    grep -E 'Failure|FAILED|DT_TEST_SEED' "$L/test_$tv.log" | head -20
+    rc=0 i=0
+    for i in $(seq "${TEST_REPEAT:-1}"); do
+      left "$TEST runs $i.. on $tv" || break
+      ".ab/build-$tv/tests/$TEST" ${TEST_FILTER:+--gtest_filter="$TEST_FILTER"} > "$L/test_$tv.log" 2>&1 || { rc=$?; break; }
+    done
+    echo "== $TEST ${TEST_FILTER:+--gtest_filter=$TEST_FILTER }on $tv, up to ${TEST_REPEAT:-1} runs: rc $rc (run $i)"
+    grep -E 'Failure|FAILED|DT_TEST_SEED|PASSED' "$L/test_$tv.log" | head -20
     t tests
   done
 fi
-if [ -n "${SRC:-}" ]; then
+if [ -n "${SRC:-}" ] && left "source view"; then
   sv=${SRC_VARIANT:-$last}
   ncu --clock-control none --profile-from-start off --section SourceCounters --section WarpStateStats \
     -k "$SRC" -o /tmp/ab_src ".ab/build-$sv/bench/gdn_layer" --profile > "$L/src_$sv.log" 2>&1
