@@ -13,7 +13,7 @@
 # Per variant: the four `gdn_kernels` digests (a change that keeps every sum order keeps them) and
 # times; ncu's per-kernel times of one `gdn_layer` fwd+bwd, ROUNDS rounds with the variants
 # alternating (default 2); LAYER=1: the eager `gdn_layer` fwd+bwd, two rounds alternating;
-# TEST=<one test binary, e.g. test_gdn_chunk_cuda>: run on TEST_VARIANT (names, default: the last
+# TEST=<test binaries, e.g. test_gdn_chunk_cuda>, right after the digests: run on TEST_VARIANT (names, default: the last
 #   variant) [with --gtest_filter=TEST_FILTER], a fresh process (and DT_TEST_SEED) per run, up to
 #   TEST_REPEAT runs until one fails (its log keeps the failing run); SRC=<ncu -k filter>: ncu's
 #   per-SASS-instruction stall samples of those kernels on SRC_VARIANT (default: the last), for
@@ -51,7 +51,7 @@ done
 [ " ${names[*]} " == *" base "* ] && [ ! -f .ab/base/CMakeLists.txt ] && { echo "gpu_ab: no .ab/base (run --prepare-base here first)"; exit 1; }
 last=${names[-1]}
 read -r -a tvs <<< "${TEST_VARIANT:-$last}"
-[ -n "${TEST:-}" ] && [[ $TEST == *[\|\ ]* ]] && { echo "gpu_ab: TEST names one test binary"; exit 1; }
+read -r -a tests <<< "${TEST:-}"
 # Full trees: the working tree ("new", always: the variants with defines start from its objects)
 # and .ab/base. A variant with defines differs only in gdn_chunk.cu, the translation unit the
 # switches live in: that one file is compiled again with the defines (from new's compile command),
@@ -90,7 +90,7 @@ for n in "${names[@]}"; do
   b=".ab/build-$n"
   cp .ab/build-new/libdeltatron.a "$b/libdeltatron.a" && ar r "$b/libdeltatron.a" "$b/gdn_chunk.cu.o" || exit 1
   for tg in $tgts; do
-    dir=bench; [ "$tg" = "${TEST:-}" ] && dir=tests
+    dir=bench; [[ " ${tests[*]} " == *" $tg "* ]] && dir=tests
     link=$(sed -e "s#\.\./libdeltatron\.a#$PWD/$b/libdeltatron.a#" -e "s# -o $tg # -o $PWD/$b/$dir/$tg #" \
       ".ab/build-new/$dir/CMakeFiles/$tg.dir/link.txt")
     (cd ".ab/build-new/$dir" && eval "$link") >> "$L/build_$n.log" 2>&1 || { echo "link $n/$tg failed"; exit 1; }
@@ -108,6 +108,22 @@ for n in "${names[@]}"; do
     sed -E 's/saved intermediates ([0-9.]+) ms, outputs. sha256 ([0-9a-f]+)/\1 \2/' | tr '\n' ' ')"
 done
 t digests
+
+if [ -n "${TEST:-}" ]; then
+  # the test binary itself, a fresh process (and DT_TEST_SEED) per run, until one fails
+  for tv in "${tvs[@]}"; do
+    for tb in "${tests[@]}"; do
+      rc=0 i=0
+      for i in $(seq "${TEST_REPEAT:-1}"); do
+        left "$tb runs $i.. on $tv" || break
+        ".ab/build-$tv/tests/$tb" ${TEST_FILTER:+--gtest_filter="$TEST_FILTER"} > "$L/test_${tv}_$tb.log" 2>&1 || { rc=$?; break; }
+      done
+      echo "== $tb ${TEST_FILTER:+--gtest_filter=$TEST_FILTER }on $tv, up to ${TEST_REPEAT:-1} runs: rc $rc (run $i)"
+      grep -E 'Failure|FAILED|DT_TEST_SEED|PASSED' "$L/test_${tv}_$tb.log" | head -20
+      t tests
+    done
+  done
+fi
 
 M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum
 for r in $(seq "${ROUNDS:-2}"); do
@@ -155,19 +171,6 @@ if [ "${LAYER:-0}" = 1 ]; then
     done
   done
   t layer
-fi
-if [ -n "${TEST:-}" ]; then
-  # the test binary itself, a fresh process (and DT_TEST_SEED) per run, until one fails
-  for tv in "${tvs[@]}"; do
-    rc=0 i=0
-    for i in $(seq "${TEST_REPEAT:-1}"); do
-      left "$TEST runs $i.. on $tv" || break
-      ".ab/build-$tv/tests/$TEST" ${TEST_FILTER:+--gtest_filter="$TEST_FILTER"} > "$L/test_$tv.log" 2>&1 || { rc=$?; break; }
-    done
-    echo "== $TEST ${TEST_FILTER:+--gtest_filter=$TEST_FILTER }on $tv, up to ${TEST_REPEAT:-1} runs: rc $rc (run $i)"
-    grep -E 'Failure|FAILED|DT_TEST_SEED|PASSED' "$L/test_$tv.log" | head -20
-    t tests
-  done
 fi
 if [ -n "${SRC:-}" ] && left "source view"; then
   sv=${SRC_VARIANT:-$last}
