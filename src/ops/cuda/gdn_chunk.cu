@@ -106,13 +106,13 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 // form (the same SASS); build a variant with -DCMAKE_CUDA_FLAGS=-DDT_EXP_...=1. Each is removed
 // once measured: made the default or dropped.
 #ifndef DT_EXP_STATE_U_EARLY     // state: step 2's U fragments read before the h store
-#define DT_EXP_STATE_U_EARLY 0
+#define DT_EXP_STATE_U_EARLY 1
 #endif
 #ifndef DT_EXP_STATE_STAGE_LOOP  // state: h and Delta stored through stage_out's loop (v0.22.0's form)
 #define DT_EXP_STATE_STAGE_LOOP 0
 #endif
 #ifndef DT_EXP_STATE_LOAD_LEAN   // wg4 state: full chunks' copies from per-thread pointers made once
-#define DT_EXP_STATE_LOAD_LEAN 0
+#define DT_EXP_STATE_LOAD_LEAN 1
 #endif
 #ifndef DT_EXP_DECAY_SMEM        // state, rev (P): e^(gam_e - gam_t) once per warp and token (decay_factors)
 #define DT_EXP_DECAY_SMEM 0
@@ -124,7 +124,7 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #define DT_EXP_REV_LOAD_LEAN 0
 #endif
 #ifndef DT_EXP_REV_SPLIT_PHASE   // wg4's one-stage rev with P: its tiles in two groups, each issued as
-#define DT_EXP_REV_SPLIT_PHASE 0  // soon as its buffers die (rev_warp_kernel's SP)
+#define DT_EXP_REV_SPLIT_PHASE 1  // soon as its buffers die (rev_warp_kernel's SP)
 #endif
 #ifndef DT_EXP_PREP_K_EARLY      // prep: K scaled on warps 4-7 while warps 0-3 solve the diagonal blocks
 #define DT_EXP_PREP_K_EARLY 0
@@ -133,7 +133,7 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #define DT_EXP_WY_CTILE 0
 #endif
 #ifndef DT_EXP_FAST_EXP          // every chunk kernel: gexp as ex2.approx (not expf's bits)
-#define DT_EXP_FAST_EXP 0
+#define DT_EXP_FAST_EXP 1
 #endif
 // The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
 // inside the causal triangle: gdn-math.md 10.3). Measurement switch DT_EXP_FAST_EXP (docs/perf.md
