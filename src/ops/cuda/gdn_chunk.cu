@@ -101,52 +101,14 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef GDN_SOLVE_BLOCKED
 #define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
 #endif
-// Measurement switches (docs/perf.md v0.23.0, "next candidates"): candidate kernel forms waiting
-// for a same-machine A/B (scripts/gpu_ab.sh), each off by default, where the code is the measured
-// form (the same SASS); build a variant with -DCMAKE_CUDA_FLAGS=-DDT_EXP_...=1. Each is removed
-// once measured: made the default or dropped.
-#ifndef DT_EXP_STATE_U_EARLY     // state: step 2's U fragments read before the h store
-#define DT_EXP_STATE_U_EARLY 1
-#endif
-#ifndef DT_EXP_STATE_STAGE_LOOP  // state: h and Delta stored through stage_out's loop (v0.22.0's form)
-#define DT_EXP_STATE_STAGE_LOOP 0
-#endif
-#ifndef DT_EXP_STATE_LOAD_LEAN   // wg4 state: full chunks' copies from per-thread pointers made once
-#define DT_EXP_STATE_LOAD_LEAN 1
-#endif
-#ifndef DT_EXP_DECAY_SMEM        // state, rev (P): e^(gam_e - gam_t) once per warp and token (decay_factors)
-#define DT_EXP_DECAY_SMEM 0
-#endif
-#ifndef DT_EXP_REV_BOS_AHEAD     // rev, one stage: chunk_start of the next chunk loaded a step ahead
-#define DT_EXP_REV_BOS_AHEAD 0
-#endif
-#ifndef DT_EXP_REV_LOAD_LEAN     // wg4's one-stage rev with P: its full chunks' copies as state's LEAN
-#define DT_EXP_REV_LOAD_LEAN 0
-#endif
-#ifndef DT_EXP_REV_SPLIT_PHASE   // wg4's one-stage rev with P: its tiles in two groups, each issued as
-#define DT_EXP_REV_SPLIT_PHASE 1  // soon as its buffers die (rev_warp_kernel's SP)
-#endif
-#ifndef DT_EXP_PREP_K_EARLY      // prep: K scaled on warps 4-7 while warps 0-3 solve the diagonal blocks
-#define DT_EXP_PREP_K_EARLY 0
-#endif
-#ifndef DT_EXP_WY_CTILE          // wy: phase II's dW and K through load_ctile
-#define DT_EXP_WY_CTILE 0
-#endif
-#ifndef DT_EXP_FAST_EXP          // every chunk kernel: gexp as ex2.approx (not expf's bits)
-#define DT_EXP_FAST_EXP 1
-#endif
 // The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
-// inside the causal triangle: gdn-math.md 10.3). Measurement switch DT_EXP_FAST_EXP (docs/perf.md
-// v0.23.0): ex2.approx of x log2(e) as Triton's exp (FLA) computes it, 2 instructions instead of
-// expf's ~10, relative error ~1e-6 at |x| <= 20, but not expf's bits.
+// inside the causal triangle: gdn-math.md 10.3): ex2.approx of x log2(e), as Triton's exp (FLA)
+// computes it, 2 instructions instead of expf's ~10, relative error ~1e-6 at |x| <= 20 (measured
+// in docs/perf.md v0.24.0: out 620 -> 562 us; every test's tolerance holds).
 __device__ __forceinline__ float gexp(float x) {
-#if DT_EXP_FAST_EXP
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
   return y;
-#else
-  return expf(x);
-#endif
 }
 constexpr int LDA = C + 4;  // fp32 [C][C] matrices
 // fp32 Tm during the solve: 68 keeps the blocked merges' row reads conflict-free and prep at four
@@ -305,22 +267,6 @@ __device__ __forceinline__ void scale_rows(T* s_k, T* s_v, const float* s_beta, 
     *pv = xv;
   }
 }
-// One tile of scale_rows: s[r][:] *= f(r), by nthr threads from thread tid (the same roundings).
-template <class T, class F>
-__device__ __forceinline__ void scale_tile_rows(T* s, F&& f, int tid, int nthr) {
-  constexpr int V = kPad<T>, VPR = D / V;
-  for (int idx = tid; idx < C * VPR; idx += nthr) {
-    const int r = idx / VPR, c = (idx - r * VPR) * V;
-    const float fr = f(r);
-    uint4* px = reinterpret_cast<uint4*>(s + r * LDD<T> + c);
-    uint4 x = *px;
-    T* e = reinterpret_cast<T*>(&x);
-#pragma unroll
-    for (int i = 0; i < V; ++i) e[i] = from_f<T>(to_f(e[i]) * fr);
-    *px = x;
-  }
-}
-
 // A per-chunk kernel's [ROWS][COLS] tile (kChunkThreads threads): load_tile_full when every element
 // is valid (every chunk but a sequence's last, at dk = dv = D), else load_tile's zero-filling loop.
 // The same copies either way; the full form spends one add per copy on addresses instead of
@@ -419,8 +365,6 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
 #pragma unroll
       for (int i = 0; i < 16; ++i) s_tm[(d0 + i) * LDT + d0 + lane] = r_x[i];
     }
-    if constexpr (DT_EXP_PREP_K_EARLY)  // K <- K beta e^gamma while warps 0-3 solve
-      if (warp >= 4) scale_tile_rows(s_k, [&](int r) { return s_beta[r] * s_eg[r]; }, tid - 128, 128);
     for (int idx = tid; idx < C * C / 4; idx += kChunkThreads) {  // upper blocks = 0 (float4 groups)
       const int r = idx >> 4, c = (idx & 15) * 4;
       if ((c >> 4) > (r >> 4)) *reinterpret_cast<float4*>(s_tm + r * LDT + c) = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -513,10 +457,7 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   cp_wait<0>();
   __syncthreads();
   // K <- K beta e^gamma; V <- V beta (in place)
-  if constexpr (DT_EXP_PREP_K_EARLY && GDN_SOLVE_BLOCKED)
-    scale_tile_rows(s_v, [&](int r) { return s_beta[r]; }, tid, kChunkThreads);
-  else
-    scale_rows<T>(s_k, s_v, s_beta, s_eg, tid);
+  scale_rows<T>(s_k, s_v, s_beta, s_eg, tid);
   __syncthreads();
 
   // W = Tm Kb [C, dk], U = Tm Vb [C, dv]
@@ -639,7 +580,7 @@ __device__ __forceinline__ void load_rev_tiles(unsigned char* base, const Params
     load_col(reinterpret_cast<float*>(base + S::gam), g_gam + bos * p.Hv + h, p.Hv, C, L, tid, NTHR);
 }
 
-// rev's split-phase form (SP: wg4, one stage, P; DT_EXP_REV_SPLIT_PHASE): chunk c's tiles in two
+// rev's split-phase form (SP: wg4, one stage, P): chunk c's tiles in two
 // cp.async groups, each issued once the previous chunk's copies of them are dead. A: K, P, dO and
 // gamma (into gamma buffer gb), read by the step's first products; B: Q and W, read by its last.
 // Together, load_rev_tiles<..., RP = true>'s copies.
@@ -1940,15 +1881,9 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     prefetch_l2_rows<D * 4 / 128>(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk * 4, L, p.dk * 4, tid);
   prefetch_l2_rows<1>(g_dgam + vrow, int64_t(p.Hv) * 4, L, 4, tid);
   // (load_tile here, not load_ctile: the full form's second address set spilled at 80 registers;
-  // measurement switch DT_EXP_WY_CTILE=1: load_ctile, which no longer spills since v0.22.0 but
-  // measured 895 us against 878-884 on other machines, docs/perf.md v0.22.0 and v0.23.0)
-  if constexpr (DT_EXP_WY_CTILE) {
-    load_ctile<C, D>(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, L, p.dk, tid);
-    load_ctile<C, D>(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
-  } else {
-    load_tile(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
-    load_tile(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
-  }
+  // load_ctile no longer spills since v0.22.0 but measured 890-895 us against 873-885, v0.24.0)
+  load_tile(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_tile(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
   cp_commit();
   cp_wait<0>();
   __syncthreads();

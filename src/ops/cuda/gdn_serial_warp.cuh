@@ -170,18 +170,6 @@ __device__ __forceinline__ void decay_to_end(float (&f)[4], const float* s_gam, 
     f[i] = t < L ? gexp(gam_e - s_gam[t]) : 0.f;
   }
 }
-// decay_to_end's factors of all C tokens, made once per warp into s_fd (64 floats of the warp's
-// staging tile that the step does not use then) and read back per fragment: two expf per lane and
-// step instead of sixteen (~10 instructions each, ~20% of a wg4 state step's). The same values.
-__device__ __forceinline__ void decay_factors(float* s_fd, const float* s_gam, float gam_e, int L, int lane) {
-  for (int t = lane; t < C; t += 32) s_fd[t] = t < L ? gexp(gam_e - s_gam[t]) : 0.f;
-  __syncwarp();
-}
-__device__ __forceinline__ void decay_read(float (&f)[4], const float* s_fd, int jj, int tq) {
-  const float2 a = *reinterpret_cast<const float2*>(s_fd + 16 * jj + 2 * tq);
-  const float2 b = *reinterpret_cast<const float2*>(s_fd + 16 * jj + 8 + 2 * tq);
-  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
-}
 template <int NJ>
 __device__ __forceinline__ void scale_tiles(float (&S)[NJ][4], float f) {
 #pragma unroll
@@ -198,7 +186,7 @@ struct WarpTiles {
   static constexpr size_t narrow = sizeof(bf16) * C * LDU;     // one [C][LDU] tile
   static constexpr size_t staging = sizeof(bf16) * NW * D * LDW;
 };
-// LEAN's copies of one thread for a full chunk's [C][LDU] tile of 64 columns (U, dO) from its first
+// The state kernel's LEAN copies of one thread for a full chunk's [C][LDU] tile of 64 columns (U, dO) from its first
 // copy (sa, g; rows rstride elements apart): load_tile_full<T, C, 64, 128>'s 4 copies, rows 16 apart.
 // (The swizzled [C][D] atoms go through cp_sw128_rows<128>, gamma through cp_async4_sa.)
 __device__ __forceinline__ void cp_narrow_rows(uint32_t sa, const bf16* g, int64_t rstride) {
@@ -329,11 +317,11 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
   if (g_h0 && active)
     state_elems(r_S, p.dk, 0, [&](float& x, int col, int row) { x = g_h0[state_base + int64_t(col) * p.dv + row]; });
 
-  // LEAN (DT_EXP_STATE_LOAD_LEAN, wg4): a full chunk's copies from per-thread pointers made here
+  // LEAN (wg4): a full chunk's copies from per-thread pointers made here
   // once, the same copies as load_state_tiles' full path. Per step that path recomputed them (the SASS view:
   // ~240 instructions per warp and step around 21 copies, among them an integer division for the
   // key head h / G), about a fifth of the step's instructions.
-  constexpr bool LEAN = DT_EXP_STATE_LOAD_LEAN && WG;
+  constexpr bool LEAN = WG;
   // this thread's first copy of each tile for chunk c0 (chunk c: + (c - c0) C rows), and its shared offsets
   [[maybe_unused]] const bf16 *lw = nullptr, *lk = nullptr, *lu = nullptr;
   [[maybe_unused]] const float* lg = nullptr;
@@ -414,13 +402,12 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
       } else {
         state_times_rows_t(r_X, r_S, s_w, Lc, nk, g_h ? s_stg : nullptr);
       }
-      [[maybe_unused]] uint32_t r_u[4][4];
-      if constexpr (DT_EXP_STATE_U_EARLY)
+      uint32_t r_u[4][4];  // step 2's U fragments, read before the h store (its smem reads wait behind them)
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) ldsm_x4_t(r_u[jj], s_u + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
       if (g_h) {
         bf16* g = g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv + v0 + wv;
-        if constexpr (F && !DT_EXP_STATE_STAGE_LOOP) stage_out<D, 8>(s_stg, g, p.dv, lane);
+        if constexpr (F) stage_out<D, 8>(s_stg, g, p.dv, lane);
         else stage_out(s_stg, g, p.dv, p.dk, lane);
       }
 
@@ -428,20 +415,12 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
       uint32_t a2[4][4];
       {
         const int tq = lane & 3;
-        [[maybe_unused]] float* s_fd = reinterpret_cast<float*>(s_stg + C * LDW);  // rows C.. (Delta's staging takes < C)
-        if constexpr (DT_EXP_DECAY_SMEM) decay_factors(s_fd, s_gam, gam_e, Lc, lane);
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
-          uint32_t u[4], d[4];
-          if constexpr (DT_EXP_STATE_U_EARLY) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) u[q] = r_u[jj][q];
-          } else {
-            ldsm_x4_t(u, s_u + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
-          }
+          const uint32_t* u = r_u[jj];
+          uint32_t d[4];
           float f[4];
-          if constexpr (DT_EXP_DECAY_SMEM) decay_read(f, s_fd, jj, tq);
-          else decay_to_end(f, s_gam, gam_e, jj, tq, Lc);
+          decay_to_end(f, s_gam, gam_e, jj, tq, Lc);
 #pragma unroll
           for (int q = 0; q < 4; ++q) {  // q: n-tile 2 jj + (q >> 1), row half q & 1
             const float* x = r_X[2 * jj + (q >> 1)] + 2 * (q & 1);
@@ -454,7 +433,7 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
           stsm_x4_t(stage_row(s_stg, jj, lane), d);
         }
       }
-      if constexpr (F && !DT_EXP_STATE_STAGE_LOOP)
+      if constexpr (F)
         stage_out<C, 4>(s_stg, g_D + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, lane);
       else stage_out(s_stg, g_D + (bos * p.Hv + h) * p.dv + v0 + wv, int64_t(p.Hv) * p.dv, Lc, lane);
 
@@ -536,65 +515,25 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     if constexpr (KS) return S::kbuf;
     else return size_t(0);
   }();
-  // LEAN (DT_EXP_REV_LOAD_LEAN; the default form only: wg4, one stage, P): a full chunk's copies
-  // from per-thread pointers made here once, as the state kernel's LEAN; the same copies.
-  constexpr bool LEAN = DT_EXP_REV_LOAD_LEAN && !DT_EXP_REV_SPLIT_PHASE && WG && RP && Stages == 1 && !KS;
-  [[maybe_unused]] const bf16 *lq = nullptr, *lk = nullptr, *lw = nullptr, *ldo = nullptr, *lp = nullptr;
-  [[maybe_unused]] const float* lg = nullptr;
-  [[maybe_unused]] uint32_t lo_sdk = 0, lo_sdo = 0, lo_sp = 0, lo_s0 = 0;
-  [[maybe_unused]] int64_t lo_t0 = 0;
-  if constexpr (LEAN) {
-    const int r = tid / 16, cc = tid % 16, ru = tid / 8, cu = (tid % 8) * 8, hk = h / p.G;
-    lo_t0 = p.cu[n];  // chunk c0's first token; chunk c starts (c - c0) C later
-    lq = g_q + ((lo_t0 + r) * p.Hk + hk) * p.dk + 8 * cc;   // load_rows_sw128_full's copies of Q, K, W
-    lk = g_k + ((lo_t0 + r) * p.Hk + hk) * p.dk + 8 * cc;
-    lw = g_W + ((lo_t0 + r) * p.Hv + h) * p.dk + 8 * cc;
-    ldo = g_do + ((lo_t0 + ru) * p.Hv + h) * p.dv + v0 + cu;  // load_tile_full<T, C, 64, 128>'s of dO
-    lp = g_P + (int64_t(c0) * p.Hv + h) * C * C + 8 * tid;    // load_p_sw128's of P (copy i: + 1024 i)
-    lg = g_gam + (lo_t0 + min(tid, C - 1)) * p.Hv + h;
-    lo_sdk = (cc >> 3) * (C * 128) + wg::sw128(r, cc & 7);
-    lo_sdo = (ru * LDU + cu) * sizeof(bf16);
-    lo_sp = wg::sw128(tid >> 3, tid & 7);  // copy i: row + 16 i, the same swizzled column
-    lo_s0 = smem_addr(smem);
-  }
-  [[maybe_unused]] auto issue = [&](int c, int st, int64_t bos_c) {
-    if constexpr (LEAN) {
-      const int dc = c - c0;
-      if (eos - (lo_t0 + int64_t(dc) * C) >= C) {
-        const int64_t rq = int64_t(p.Hk) * p.dk, rw = int64_t(p.Hv) * p.dk, ro = int64_t(p.Hv) * p.dv;  // row strides
-        const bf16* gq = lq + dc * (C * rq);
-        const bf16* gk = lk + dc * (C * rq);
-        const bf16* gw = lw + dc * (C * rw);
-        const bf16* gd = ldo + dc * (C * ro);
-        const bf16* gp = lp + dc * (int64_t(p.Hv) * C * C);
-        cp_sw128_rows<NTHR>(lo_s0 + uint32_t(S::q) + lo_sdk, gq, rq);
-        cp_sw128_rows<NTHR>(lo_s0 + uint32_t(S::k) + lo_sdk, gk, rq);
-        cp_sw128_rows<NTHR>(lo_s0 + uint32_t(S::w) + lo_sdk, gw, rw);
-        cp_narrow_rows(lo_s0 + uint32_t(S::dO) + lo_sdo, gd, ro);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) cp_async16_sa(lo_s0 + uint32_t(S::pm) + lo_sp + i * 2048, gp + i * 1024);
-        if (tid < C) cp_async4_sa(lo_s0 + uint32_t(S::gam) + 4 * tid, lg + dc * (C * p.Hv));
-        return;
-      }
-    }
-    load_rev_tiles<S, BVw, NTHR, WG, true, RP>(smem + st * S::stage, p, bos_c, eos, h, v0, nv, LDU, g_q, g_k,
-                                               g_W, g_do, g_dDl, g_gam, tid,
+  [[maybe_unused]] auto issue = [&](int c, int st) {  // SP issues its own two groups
+    load_rev_tiles<S, BVw, NTHR, WG, true, RP>(smem + st * S::stage, p, p.chunk_start[c], eos, h, v0, nv, LDU, g_q,
+                                               g_k, g_W, g_do, g_dDl, g_gam, tid,
                                                RP ? g_P + (int64_t(c) * p.Hv + h) * C * C : nullptr);
   };
 
   if constexpr (Stages == 2) {
-    if (c0 < c1) issue(c1 - 1, 0, p.chunk_start[c1 - 1]);
+    if (c0 < c1) issue(c1 - 1, 0);
     cp_commit();
   }
   if constexpr (KS) {  // chunk c1 - 1's K and gamma; in the loop, chunk c's K is in buffer c & 1
     if (c0 < c1) load_rev_k<S, BVw, NTHR>(smem, (c1 - 1) & 1, p, p.chunk_start[c1 - 1], eos, h, g_k, g_gam, tid);
     cp_commit();
   }
-  // SP (DT_EXP_REV_SPLIT_PHASE, wg4 with one stage and P): group A of chunk c (K, P, dO, gamma) is
-  // issued in step c + 1 once its first products have read those tiles, group B (Q, W) at step c's
-  // start, awaited only before its last product; gamma alternates between two buffers (c & 1), as
-  // step c still reads its own when group A of chunk c - 1 lands. The same copies and arithmetic.
-  constexpr bool SP = DT_EXP_REV_SPLIT_PHASE && WG && RP && Stages == 1 && !KS;
+  // SP (wg4 with one stage and P): group A of chunk c (K, P, dO, gamma) is issued in step c + 1 once
+  // its first products have read those tiles, group B (Q, W) at step c's start, awaited only before
+  // its last product; gamma alternates between two buffers (c & 1), as step c still reads its own
+  // when group A of chunk c - 1 lands. The same copies and arithmetic as one load_rev_tiles.
+  constexpr bool SP = WG && RP && Stages == 1 && !KS;
   [[maybe_unused]] auto issue_a = [&](int c) {
     if constexpr (SP)
       load_rev_group_a<S, BVw, NTHR>(smem, p, p.chunk_start[c], eos, h, v0, nv, LDU, g_k, g_do, g_gam,
@@ -604,11 +543,8 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     if (c0 < c1) issue_a(c1 - 1);
     cp_commit();
   }
-  constexpr bool kBosAhead = DT_EXP_REV_BOS_AHEAD && Stages == 1 && !KS && !SP;
-  [[maybe_unused]] int64_t bos_next = kBosAhead && c0 < c1 ? p.chunk_start[c1 - 1] : 0;
   for (int c = c1 - 1; c >= c0; --c) {
     const int st = Stages == 2 ? (c1 - 1 - c) & 1 : 0;
-    [[maybe_unused]] const int64_t bos_c = bos_next;
     if constexpr (SP) {
       __syncthreads();  // every warp is done with chunk c + 1's Q and W (its last product)
       load_rev_group_b<S, NTHR>(smem, p, p.chunk_start[c], eos, h, g_q, g_W, tid);
@@ -624,19 +560,14 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
       cp_wait<2>();  // chunk c's K and gamma (committed a step ahead); the two groups above may pend
     } else if constexpr (Stages == 1) {
       __syncthreads();  // every warp is done with the previous chunk's tiles
-      if constexpr (kBosAhead) {
-        issue(c, 0, bos_c);
-        if (c > c0) bos_next = p.chunk_start[c - 1];  // in flight through this step
-      } else {
-        issue(c, 0, p.chunk_start[c]);
-      }
+      issue(c, 0);
       cp_commit();
     }
     if constexpr (!KS && !SP) cp_wait<0>();
     if constexpr (WG) wg::fence_proxy_async();  // Q, K, W are read by the tensor cores' async proxy
     __syncthreads();  // stage st visible; with 2 stages also: every warp is done with chunk c + 1
     if constexpr (Stages == 2) {
-      if (c > c0) issue(c - 1, st ^ 1, p.chunk_start[c - 1]);
+      if (c > c0) issue(c - 1, st ^ 1);
       cp_commit();
     }
     if (!WG && !active) continue;  // WG: the host launches it with every warp active
@@ -648,7 +579,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     bf16* s_do = reinterpret_cast<bf16*>(base + S::dO);
     [[maybe_unused]] const bf16* s_ddl = reinterpret_cast<const bf16*>(base + S::ddl);
     const float* s_gam = reinterpret_cast<const float*>(base + S::gam) + kb * C;
-    const int64_t bos = kBosAhead ? bos_c : p.chunk_start[c];
+    const int64_t bos = p.chunk_start[c];
     const int L = min(C, eos - int(bos));
     const float gam_e = s_gam[L - 1];
 
@@ -685,13 +616,10 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
         const int tq = lane & 3;
         const float inv_scale = 1.f / p.scale;
         load_a_do();
-        [[maybe_unused]] float* s_fd = reinterpret_cast<float*>(s_stg + C * LDW);  // dS1's staging is stored; dDelta's takes < C
-        if constexpr (DT_EXP_DECAY_SMEM) decay_factors(s_fd, s_gam, gam_e, Lc, lane);
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
           float f[4];
-          if constexpr (DT_EXP_DECAY_SMEM) decay_read(f, s_fd, jj, tq);
-          else decay_to_end(f, s_gam, gam_e, jj, tq, Lc);
+          decay_to_end(f, s_gam, gam_e, jj, tq, Lc);
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             float* x = r_X[2 * jj + (q >> 1)] + 2 * (q & 1);
