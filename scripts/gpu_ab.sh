@@ -5,11 +5,11 @@
 # Here, where git works (prepares the base tree, the commit to compare against, into .ab/base):
 #   bash scripts/gpu_ab.sh --prepare-base [REV]          # REV: default HEAD
 # On the GPU machine (the device tool: carry .ab), e.g.
-#   VARIANTS="base new u_early:-DDT_EXP_STATE_U_EARLY=1" ROUNDS=2 LAYER=1 TEST=test_gdn_chunk_cuda \
+#   VARIANTS="base new lean:-DDT_EXP_REV_SP_LEAN=1" ROUNDS=2 LAYER=1 TEST=test_gdn_chunk_cuda \
 #     SRC='regex:state_warp_kernel|rev_warp_kernel' bash scripts/gpu_ab.sh
 # VARIANTS: names, each "name" or "name:nvcc defines" (defines separated by commas). "new" is the
 #   working tree, "base" .ab/base (both full builds); a name with defines is the working tree with
-#   gdn_chunk.cu alone recompiled with them (the DT_EXP_* switches live there) and relinked.
+#   gdn_chunk.cu alone recompiled with them (DT_EXP_* switches go there, or in the headers it includes) and relinked.
 # Per variant: the four `gdn_kernels` digests (a change that keeps every sum order keeps them) and
 # times; ncu's per-kernel times of one `gdn_layer` fwd+bwd, ROUNDS rounds with the variants
 # alternating (default 2); LAYER=1: the eager `gdn_layer` fwd+bwd, two rounds alternating;
