@@ -98,6 +98,12 @@ constexpr size_t kSmemReservedPerCta = 1024;      // taken by the system per res
 template <class T> constexpr int LDD = D + kPad<T>;
 template <class T> constexpr int LDC = C + kPad<T>;
 template <class T> constexpr int LDV = BV + kPad<T>;
+// Measurement switches: candidate kernel forms waiting for a same-machine A/B (scripts/gpu_ab.sh),
+// each off by default, where the code is the measured form (the same SASS); a variant is built
+// with -DDT_EXP_...=1. Each is removed once measured: made the default or dropped.
+#ifndef DT_EXP_REV_SP_LEAN  // rev's split-phase form: full chunks' copies from per-thread pointers
+#define DT_EXP_REV_SP_LEAN 0
+#endif
 #ifndef GDN_SOLVE_BLOCKED
 #define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
 #endif
