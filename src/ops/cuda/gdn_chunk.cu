@@ -104,6 +104,9 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef DT_EXP_REV_SP_LEAN  // rev's split-phase form: full chunks' copies from per-thread pointers
 #define DT_EXP_REV_SP_LEAN 0
 #endif
+#ifndef DT_EXP_PREP_SOLVE_EARLY  // prep: each diagonal block solved by the warp that made it, no barrier between
+#define DT_EXP_PREP_SOLVE_EARLY 0
+#endif
 #ifndef GDN_SOLVE_BLOCKED
 #define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
 #endif
@@ -303,6 +306,28 @@ struct PrepSmem {
   static_assert(tm % 16 == 0 && y % 16 == 0, "float4 access");
   static_assert(sizeof(T) * C * LDC<T> <= sizeof(float) * C * LDT, "rounded Tm over the fp32 one");
 };
+#if DT_EXP_PREP_SOLVE_EARLY && GDN_SOLVE_BLOCKED
+// SOLVE_EARLY (measurement switch; preprocessor, so that off the kernel's text and SASS are
+// unchanged): the warp whose A tile holds diagonal block d (warps 0, 1, 6, 7) solves it right
+// after its own tile, while the others finish theirs, so the solve needs no barrier of its own.
+// The same arithmetic as the solve by warp d below, so the same bits.
+__device__ __forceinline__ void solve_diag(float* s_tm, const float* s_a, int d, int lane) {
+  const int d0 = 16 * d;
+  float r_x[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    float r_s = (i == lane) ? 1.f : 0.f;
+#pragma unroll
+    for (int m = 0; m < i; ++m) r_s = fmaf(-s_a[(d0 + i) * LDA + d0 + m], r_x[m], r_s);
+    r_x[i] = r_s;
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) s_tm[(d0 + i) * LDT + d0 + lane] = r_x[i];
+}
+#define DT_PREP_SOLVE_EARLY 1
+#else
+#define DT_PREP_SOLVE_EARLY 0
+#endif
 template <class T> constexpr int kPrepMinBlocks = sizeof(T) == 2 && GDN_SOLVE_BLOCKED ? 4 : 1;
 static_assert(!GDN_SOLVE_BLOCKED || 4 * (PrepSmem<bf16>::bytes + kSmemReservedPerCta) <= kSmemPerSm,
               "bf16 prep_kernel: four CTAs per SM");
@@ -349,8 +374,14 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
       s_a[r * LDA + c] = (rv && c < r) ? x0 * s_beta[r] * gexp(s_gam[r] - s_gam[c]) : 0.f;
       s_a[r * LDA + c + 1] = (rv && c + 1 < r) ? x1 * s_beta[r] * gexp(s_gam[r] - s_gam[c + 1]) : 0.f;
     });
+#if DT_PREP_SOLVE_EARLY
+    __syncwarp();  // the tile's A elements, written by the warp's other lanes
+    if (m0 >= n0 && m0 < n0 + 32 && lane < 16) solve_diag(s_tm, s_a, m0 / 16, lane);
+#endif
   }
+#if !DT_PREP_SOLVE_EARLY
   __syncthreads();
+#endif
 
 #if GDN_SOLVE_BLOCKED
   // Tm = (I + A)^-1 in fp32 (gdn-math.md 3.3 K2, reference block_inverse): the four 16x16 diagonal
@@ -358,6 +389,7 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   // merge Tm_ij = -Tm_ii sum_{j<=m<i} A_im Tm_mj by distance from the diagonal (plain FFMA).
   {
     float* s_y = reinterpret_cast<float*>(smem + S::y);
+#if !DT_PREP_SOLVE_EARLY
     if (warp < 4 && lane < 16) {
       const int d0 = 16 * warp;
       float r_x[16];
@@ -371,6 +403,7 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
 #pragma unroll
       for (int i = 0; i < 16; ++i) s_tm[(d0 + i) * LDT + d0 + lane] = r_x[i];
     }
+#endif
     for (int idx = tid; idx < C * C / 4; idx += kChunkThreads) {  // upper blocks = 0 (float4 groups)
       const int r = idx >> 4, c = (idx & 15) * 4;
       if ((c >> 4) > (r >> 4)) *reinterpret_cast<float4*>(s_tm + r * LDT + c) = make_float4(0.f, 0.f, 0.f, 0.f);
