@@ -104,6 +104,9 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef DT_EXP_REV_SP_LEAN  // rev's split-phase form: full chunks' copies from per-thread pointers
 #define DT_EXP_REV_SP_LEAN 0
 #endif
+#ifndef DT_EXP_DQK_DSQ_EARLY  // dqk: step 5's ds^T Q while dS1 and Delta land
+#define DT_EXP_DQK_DSQ_EARLY 0
+#endif
 #ifndef DT_EXP_PREP_SOLVE_EARLY  // prep: each diagonal block solved by the warp that made it, no barrier between
 #define DT_EXP_PREP_SOLVE_EARLY 0
 #endif
@@ -1704,22 +1707,37 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   load_ctile<D, D>(s_big, LDD<T>, g_dS1 + sbase, p.dv, p.dk, p.dv, tid);
   load_ctile<C, D>(s_x1, LDD<T>, g_D + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);  // Delta again; Q in s_x2
   cp_commit();
+#if DT_EXP_DQK_DSQ_EARLY
+  // DSQ_EARLY (measurement switch; preprocessor, so that off the kernel's text and SASS are
+  // unchanged): step 5's ds^T Q needs neither dS1 nor Delta, so it runs while they land instead of
+  // after the wait (every Q window is visible since the barriers after step 2). The same
+  // products, so the same bits.
+  float r_acc[2][4][4];  // step 5's dk part: stored there, or with p.pair summed with the partner's below
+  zero(r_acc);
+  if (active) warp_gemm<2, 4, true, false>(r_acc, s_ds, LDC<T>, s_x2, LDD<T>, m0, n0, Lk);
+#endif
   cp_wait<0>();
   __syncthreads();
+#if !DT_EXP_DQK_DSQ_EARLY
   float r_acc[2][4][4];  // step 5's dk part: stored there, or with p.pair summed with the partner's below
+#endif
   {  // 5. dk = eL (Delta dS1^T) + ds^T Q + diag(ds) Q   [C, dk]
     // dgamma_i -= (ds^T Q)_i . k_i  (every row)  and  -= dk_state_i . k_i  (rows i < L-1); the last
     // row's  + sum(dk_state (.) K)  then needs only rows i < L-1 (its own term cancels exactly).
     float r_st[2][4][4];
     zero(r_st);
+#if !DT_EXP_DQK_DSQ_EARLY
     zero(r_acc);
+#endif
     if (active) {
       warp_gemm<2, 4, false, true>(r_st, s_x1, LDD<T>, s_big, LDD<T>, m0, n0, p.dv);
       frag_pairs(r_st, m0, n0, [&](int r, int, float& x0, float& x1) {
         const float f = s_el[r];
         x0 *= f, x1 *= f;
       });
+#if !DT_EXP_DQK_DSQ_EARLY
       warp_gemm<2, 4, true, false>(r_acc, s_ds, LDC<T>, s_x2, LDD<T>, m0, n0, Lk);
+#endif
     }
     float r_rs[2][2], r_rs2[2][2];
     frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_x3 + r * LDD<T> + c); });
