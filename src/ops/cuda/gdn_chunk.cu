@@ -101,7 +101,7 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 // Measurement switches: candidate kernel forms waiting for a same-machine A/B (scripts/gpu_ab.sh),
 // each off by default, where the code is the measured form (the same SASS); a variant is built
 // with -DDT_EXP_...=1. Each is removed once measured: made the default or dropped.
-#ifndef DT_EXP_REV_SP_LEAN  // rev's split-phase form: full chunks' copies from per-thread pointers
+#ifndef DT_EXP_REV_SP_LEAN  // rev's split-phase form: full chunks' copies from per-thread offsets
 #define DT_EXP_REV_SP_LEAN 0
 #endif
 #ifndef DT_EXP_DQK_DSQ_EARLY  // dqk: step 5's ds^T Q while dS1 and Delta land
@@ -309,11 +309,8 @@ struct PrepSmem {
   static_assert(tm % 16 == 0 && y % 16 == 0, "float4 access");
   static_assert(sizeof(T) * C * LDC<T> <= sizeof(float) * C * LDT, "rounded Tm over the fp32 one");
 };
-#if DT_EXP_PREP_SOLVE_EARLY && GDN_SOLVE_BLOCKED
-// SOLVE_EARLY (measurement switch; preprocessor, so that off the kernel's text and SASS are
-// unchanged): the warp whose A tile holds diagonal block d (warps 0, 1, 6, 7) solves it right
-// after its own tile, while the others finish theirs, so the solve needs no barrier of its own.
-// The same arithmetic as the solve by warp d below, so the same bits.
+// Tm's diagonal block d = (I + A_dd)^-1 by forward substitution (gdn-math.md 3.3 K2, reference
+// block_inverse): lanes 0-15 of one warp, one column each, in registers.
 __device__ __forceinline__ void solve_diag(float* s_tm, const float* s_a, int d, int lane) {
   const int d0 = 16 * d;
   float r_x[16];
@@ -327,10 +324,10 @@ __device__ __forceinline__ void solve_diag(float* s_tm, const float* s_a, int d,
 #pragma unroll
   for (int i = 0; i < 16; ++i) s_tm[(d0 + i) * LDT + d0 + lane] = r_x[i];
 }
-#define DT_PREP_SOLVE_EARLY 1
-#else
-#define DT_PREP_SOLVE_EARLY 0
-#endif
+// SOLVE_EARLY (measurement switch): the warp whose A tile holds diagonal block d (warps 0, 1, 6,
+// 7) solves it right after its own tile, while the others finish theirs, so the solve needs no
+// barrier of its own. The same arithmetic, so the same bits.
+constexpr bool kPrepSolveEarly = DT_EXP_PREP_SOLVE_EARLY && GDN_SOLVE_BLOCKED;
 template <class T> constexpr int kPrepMinBlocks = sizeof(T) == 2 && GDN_SOLVE_BLOCKED ? 4 : 1;
 static_assert(!GDN_SOLVE_BLOCKED || 4 * (PrepSmem<bf16>::bytes + kSmemReservedPerCta) <= kSmemPerSm,
               "bf16 prep_kernel: four CTAs per SM");
@@ -377,36 +374,20 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
       s_a[r * LDA + c] = (rv && c < r) ? x0 * s_beta[r] * gexp(s_gam[r] - s_gam[c]) : 0.f;
       s_a[r * LDA + c + 1] = (rv && c + 1 < r) ? x1 * s_beta[r] * gexp(s_gam[r] - s_gam[c + 1]) : 0.f;
     });
-#if DT_PREP_SOLVE_EARLY
-    __syncwarp();  // the tile's A elements, written by the warp's other lanes
-    if (m0 >= n0 && m0 < n0 + 32 && lane < 16) solve_diag(s_tm, s_a, m0 / 16, lane);
-#endif
+    if constexpr (kPrepSolveEarly) {
+      __syncwarp();  // the tile's A elements, written by the warp's other lanes
+      if (m0 >= n0 && m0 < n0 + 32 && lane < 16) solve_diag(s_tm, s_a, m0 / 16, lane);
+    }
   }
-#if !DT_PREP_SOLVE_EARLY
-  __syncthreads();
-#endif
+  if constexpr (!kPrepSolveEarly) __syncthreads();
 
 #if GDN_SOLVE_BLOCKED
-  // Tm = (I + A)^-1 in fp32 (gdn-math.md 3.3 K2, reference block_inverse): the four 16x16 diagonal
-  // blocks by forward substitution (warp d, one lane per column, registers only), then the exact
-  // merge Tm_ij = -Tm_ii sum_{j<=m<i} A_im Tm_mj by distance from the diagonal (plain FFMA).
+  // Tm = (I + A)^-1 in fp32: the four 16x16 diagonal blocks (solve_diag by warp d, or each by the
+  // warp that made it, above), then the exact merge Tm_ij = -Tm_ii sum_{j<=m<i} A_im Tm_mj by
+  // distance from the diagonal (plain FFMA).
   {
     float* s_y = reinterpret_cast<float*>(smem + S::y);
-#if !DT_PREP_SOLVE_EARLY
-    if (warp < 4 && lane < 16) {
-      const int d0 = 16 * warp;
-      float r_x[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        float r_s = (i == lane) ? 1.f : 0.f;
-#pragma unroll
-        for (int m = 0; m < i; ++m) r_s = fmaf(-s_a[(d0 + i) * LDA + d0 + m], r_x[m], r_s);
-        r_x[i] = r_s;
-      }
-#pragma unroll
-      for (int i = 0; i < 16; ++i) s_tm[(d0 + i) * LDT + d0 + lane] = r_x[i];
-    }
-#endif
+    if (!kPrepSolveEarly && warp < 4 && lane < 16) solve_diag(s_tm, s_a, warp, lane);
     for (int idx = tid; idx < C * C / 4; idx += kChunkThreads) {  // upper blocks = 0 (float4 groups)
       const int r = idx >> 4, c = (idx & 15) * 4;
       if ((c >> 4) > (r >> 4)) *reinterpret_cast<float4*>(s_tm + r * LDT + c) = make_float4(0.f, 0.f, 0.f, 0.f);

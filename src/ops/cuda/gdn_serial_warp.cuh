@@ -186,8 +186,9 @@ struct WarpTiles {
   static constexpr size_t narrow = sizeof(bf16) * C * LDU;     // one [C][LDU] tile
   static constexpr size_t staging = sizeof(bf16) * NW * D * LDW;
 };
-// The state kernel's LEAN copies of one thread for a full chunk's [C][LDU] tile of 64 columns (U, dO) from its first
-// copy (sa, g; rows rstride elements apart): load_tile_full<T, C, 64, 128>'s 4 copies, rows 16 apart.
+// The LEAN copies (state's, rev's SPL) of one thread for a full chunk's [C][LDU] tile of 64 columns
+// (U, dO) from its first copy (sa, g; rows rstride elements apart): load_tile_full<T, C, 64, 128>'s
+// 4 copies, rows 16 apart.
 // (The swizzled [C][D] atoms go through cp_sw128_rows<128>, gamma through cp_async4_sa.)
 __device__ __forceinline__ void cp_narrow_rows(uint32_t sa, const bf16* g, int64_t rstride) {
 #pragma unroll
@@ -317,10 +318,10 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
   if (g_h0 && active)
     state_elems(r_S, p.dk, 0, [&](float& x, int col, int row) { x = g_h0[state_base + int64_t(col) * p.dv + row]; });
 
-  // LEAN (wg4): a full chunk's copies from per-thread pointers made here
-  // once, the same copies as load_state_tiles' full path. Per step that path recomputed them (the SASS view:
-  // ~240 instructions per warp and step around 21 copies, among them an integer division for the
-  // key head h / G), about a fifth of the step's instructions.
+  // LEAN (wg4): a full chunk's copies from per-thread pointers made here once, the same copies as
+  // load_state_tiles' full path. Per step that path recomputed them (the SASS view: ~240
+  // instructions per warp and step around 21 copies, among them an integer division for the key
+  // head h / G), about a fifth of the step's instructions.
   constexpr bool LEAN = WG;
   // this thread's first copy of each tile for chunk c0 (chunk c: + (c - c0) C rows), and its shared offsets
   [[maybe_unused]] const bf16 *lw = nullptr, *lk = nullptr, *lu = nullptr;
@@ -534,7 +535,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
   // its last product; gamma alternates between two buffers (c & 1), as step c still reads its own
   // when group A of chunk c - 1 lands. The same copies and arithmetic as one load_rev_tiles.
   constexpr bool SP = WG && RP && Stages == 1 && !KS;
-  // SPL (measurement switch DT_EXP_REV_SP_LEAN): SP's full-chunk copies from per-thread pointers
+  // SPL (measurement switch DT_EXP_REV_SP_LEAN): SP's full-chunk copies from per-thread offsets
   // made here once, as the state kernel's LEAN (state -21 us; rev's LEAN before SP -29 us, v0.24.0),
   // where load_rev_group_a/b recompute every address per copy. The same copies.
   constexpr bool SPL = SP && DT_EXP_REV_SP_LEAN;
