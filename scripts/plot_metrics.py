@@ -10,7 +10,11 @@ python3-matplotlib); nothing is installed at import time.
 import argparse
 import json
 import os
+import re
 import sys
+
+# Files written before non-finite values became null held a bare nan / inf, which is not JSON.
+_NONFINITE = re.compile(r":\s*-?(nan|inf)\b")
 
 
 def load(path):
@@ -21,9 +25,12 @@ def load(path):
             if not line:
                 continue
             try:
-                rows.append(json.loads(line))
+                r = json.loads(_NONFINITE.sub(": null", line))
             except json.JSONDecodeError as e:
                 sys.exit(f"{path}:{n}: not a JSON object ({e})")
+            if isinstance(r.get("peak_mem_bytes"), (int, float)):
+                r["peak_mem_gib"] = r["peak_mem_bytes"] / 2**30
+            rows.append(r)
     if not rows:
         sys.exit(f"{path}: no records")
     return rows
@@ -43,11 +50,11 @@ def main():
 
     runs = [(os.path.basename(p), load(p)) for p in args.runs]
     panels = [("loss", "loss"), ("grad_norm", "grad norm"), ("tokens_per_s", "tokens/s"), ("peak_mem_gib", "peak memory (GiB)")]
-    panels = [p for p in panels if any(p[0] in r for _, rows in runs for r in rows)]
+    panels = [p for p in panels if any(r.get(p[0]) is not None for _, rows in runs for r in rows)]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
     for ax, (key, title) in zip(axes[0], panels):
         for name, rows in runs:
-            pts = [(r["step"], r[key]) for r in rows if key in r and "step" in r]
+            pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None and "step" in r]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name, linewidth=1.2)
         ax.set_title(title)

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <algorithm>
+#include <cmath>
 #include <sys/resource.h>
 
 #include "deltatron/core/allocator.h"
@@ -30,14 +31,20 @@ std::string format_step_line(const StepMetrics& m) {
       double(m.peak_mem_bytes) / double(int64_t(1) << 30), m.skipped, m.eta_s);
 }
 
+// JSON has no NaN or Infinity: a non-finite value (a skipped step's loss or grad norm) is null,
+// so every line stays valid JSON for json.loads, jq and plot_metrics.py.
+static std::string json_num(double x, const char* spec) {
+  return std::isfinite(x) ? fmt::format(fmt::runtime(spec), x) : std::string("null");
+}
+
 std::string format_step_json(const StepMetrics& m) {
-  std::string mfu = m.has_mfu() ? fmt::format("{:.5f}", m.mfu()) : "null";
+  std::string mfu = m.has_mfu() ? json_num(m.mfu(), "{:.5f}") : "null";
   return fmt::format(
-      "{{\"step\": {}, \"loss\": {:.6f}, \"grad_norm\": {:.6f}, \"lr\": {:.6e}, \"step_ms\": {:.3f}, "
-      "\"tokens\": {}, \"tokens_per_s\": {:.1f}, \"tflops_per_gpu\": {:.6g}, \"mfu\": {}, \"peak_mem_bytes\": {}, "
+      "{{\"step\": {}, \"loss\": {}, \"grad_norm\": {}, \"lr\": {}, \"step_ms\": {:.3f}, "
+      "\"tokens\": {}, \"tokens_per_s\": {:.1f}, \"tflops_per_gpu\": {}, \"mfu\": {}, \"peak_mem_bytes\": {}, "
       "\"skipped\": {}, \"eta_s\": {:.1f}}}",
-      m.step, m.loss, m.grad_norm, m.lr, m.step_ms, m.tokens, m.tokens_per_s(), m.tflops_per_gpu(), mfu,
-      m.peak_mem_bytes, m.skipped, m.eta_s);
+      m.step, json_num(m.loss, "{:.6f}"), json_num(m.grad_norm, "{:.6f}"), json_num(m.lr, "{:.6e}"), m.step_ms,
+      m.tokens, m.tokens_per_s(), json_num(m.tflops_per_gpu(), "{:.6g}"), mfu, m.peak_mem_bytes, m.skipped, m.eta_s);
 }
 
 int64_t peak_memory_bytes(Device dev) {

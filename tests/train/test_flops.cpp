@@ -4,6 +4,8 @@
 // MFU) and their JSON record. Exact up to double rounding (rel. 1e-12) unless stated.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <cmath>
+#include <limits>
 
 #include <vector>
 
@@ -133,4 +135,12 @@ TEST(StepMetrics, DerivedFieldsAndJson) {
   m.peak_tflops = 0;  // the CPU: TFLOP/s only
   EXPECT_TRUE(nlohmann::json::parse(train::format_step_json(m))["mfu"].is_null());
   EXPECT_EQ(train::format_step_line(m).find("MFU"), std::string::npos);
+
+  // A skipped step's non-finite loss and grad norm: the line stays JSON (null, not nan).
+  m.loss = std::nan("");
+  m.grad_norm = std::numeric_limits<double>::infinity();
+  j = nlohmann::json::parse(train::format_step_json(m));
+  EXPECT_TRUE(j["loss"].is_null());
+  EXPECT_TRUE(j["grad_norm"].is_null());
+  EXPECT_DOUBLE_EQ(j["lr"].get<double>(), 1e-3);
 }
