@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <type_traits>
 
@@ -422,6 +423,11 @@ std::string IndexedDatasetWriter::open(const std::string& prefix, TokenDType dty
   if (!token_dtype_valid(uint8_t(dtype))) return fmt::format("indexed dataset writer: unknown dtype code {}", int(dtype));
   prefix_ = prefix;
   dtype_ = dtype;
+  // The prefix's directory is made as needed (mkdir -p), as the checkpoint and metrics writers do.
+  const std::filesystem::path dir = std::filesystem::path(prefix).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  if (ec) return fmt::format("indexed dataset writer: cannot create directory {}: {}", dir.string(), ec.message());
   bin_ = std::fopen((prefix + ".bin").c_str(), "wb");
   if (!bin_) return fmt::format("indexed dataset writer: cannot create {}.bin: {}", prefix, std::strerror(errno));
   bytes_ = 0;
