@@ -160,6 +160,10 @@ int run_eval(const EvalOptions& o) {
   if (std::string e = io::load_config(o.config, sets, &cfg); !e.empty()) user_error(e);
   if (o.hf_model.empty() == o.checkpoint.empty())
     user_error("eval: give exactly one of --hf-model DIR and --checkpoint PATH (the model to evaluate)");
+  if (std::string ov = io::model_override(sets); !ov.empty())
+    user_error(fmt::format("eval: --set {}: the model section comes from {}, so a model.* override would be ignored "
+                           "---> hint: drop it",
+                           ov, o.checkpoint.empty() ? o.hf_model + "/config.json" : "the checkpoint " + o.checkpoint));
   train::CheckpointInfo ck;
   if (!o.checkpoint.empty()) {
     ck = read_checkpoint_or_die(o.checkpoint);

@@ -98,6 +98,10 @@ int main(int argc, char** argv) {
     dt::io::Config cfg;
     if (std::string e = dt::io::load_config(train_config, train_sets, &cfg); !e.empty()) dt::user_error(e);
     if (!cfg.checkpoint.init_from_hf.empty()) {  // the HF directory's architecture replaces the model section
+      if (std::string o = dt::io::model_override(train_sets); !o.empty())
+        dt::user_error(fmt::format("--set {}: the model section comes from {}/config.json (checkpoint.init_from_hf), "
+                                   "so a model.* override would be ignored ---> hint: drop it, or edit config.json",
+                                   o, cfg.checkpoint.init_from_hf));
       if (std::string e = dt::model::read_hf_config(cfg.checkpoint.init_from_hf, &cfg.model); !e.empty())
         dt::user_error(e);
       if (dt::dist::world_rank() == 0)

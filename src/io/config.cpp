@@ -1,5 +1,7 @@
 #include "deltatron/io/config.h"
 
+#include "deltatron/dist/parallel.h"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -180,6 +182,12 @@ std::string shown_value(const YAML::Node& v) {
 
 }  // namespace
 
+std::string model_override(const std::vector<std::string>& overrides) {
+  for (const std::string& o : overrides)
+    if (o.rfind("model.", 0) == 0) return o;
+  return "";
+}
+
 std::string load_config(const std::string& path, const std::vector<std::string>& overrides, Config* out) {
   Config c;
   if (!path.empty()) {
@@ -258,13 +266,9 @@ std::string validate_config(const Config& c, int world_size) {
   if (p.tp < 1 || p.cp < 1 || (p.dp != -1 && p.dp < 1))
     return fmt::format("config: parallel.tp={}, parallel.cp={}, parallel.dp={}: sizes must be >= 1 (dp may be -1)", p.tp,
                        p.cp, p.dp);
-  if (world_size > 0) {
-    if (p.dp == -1 && world_size % (p.tp * p.cp))
-      return fmt::format("parallel: tp {} x cp {} = {} does not divide the world size {}", p.tp, p.cp, p.tp * p.cp,
-                         world_size);
-    if (p.dp != -1 && p.tp * p.cp * p.dp != world_size)
-      return fmt::format("parallel: tp {} x cp {} x dp {} = {}, but the world size is {}", p.tp, p.cp, p.dp,
-                         p.tp * p.cp * p.dp, world_size);
+  if (world_size > 0) {  // the same message as the trainer's ParallelDims::resolve (docs/parallelism.md)
+    dist::ParallelDims dims{int(p.tp), int(p.cp), int(p.dp)};
+    if (std::string e = dims.resolve(world_size); !e.empty()) return e;
   }
   const int64_t tpcp = p.tp * p.cp;
   if (m.linear_num_value_heads % m.linear_num_key_heads)
@@ -305,6 +309,10 @@ std::string validate_config(const Config& c, int world_size) {
   if (c.optimizer.clip_grad < 0) return fmt::format("config: optimizer.clip_grad={} must be >= 0 (0 = off)", c.optimizer.clip_grad);
   if (c.train.steps < 0) return fmt::format("config: train.steps={} must be >= 0", c.train.steps);
   if (c.train.grad_accum < 1) return fmt::format("config: train.grad_accum={} must be >= 1", c.train.grad_accum);
+  if (c.train.max_nonfinite_in_a_row < 1)
+    return fmt::format("config: train.max_nonfinite_in_a_row={} must be >= 1", c.train.max_nonfinite_in_a_row);
+  if (c.checkpoint.interval < 0)
+    return fmt::format("config: checkpoint.interval={} must be >= 0 (0 = only at the end)", c.checkpoint.interval);
   if (c.checkpoint.keep_last < 1) return fmt::format("config: checkpoint.keep_last={} must be >= 1", c.checkpoint.keep_last);
   return "";
 }

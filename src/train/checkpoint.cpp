@@ -382,13 +382,24 @@ std::string resume_loader_position(const CheckpointInfo& ck, const TrainState& s
   std::vector<int64_t> lengths(size_t(st.ds->num_documents()));
   for (int64_t d = 0; d < st.ds->num_documents(); ++d) lengths[size_t(d)] = st.ds->document_length(d);
   const auto plan_old = data::plan_epoch(lengths, old, saved.epoch), plan_new = data::plan_epoch(lengths, st.packer, saved.epoch);
-  if (plan_old != plan_new)
+  if (plan_old != plan_new) {
+    // Hint the saved pad multiple only where this layout accepts it and it packs the same.
+    data::PackerConfig same = st.packer;
+    same.pad_multiple = data::packer_pad_multiple(old);
+    const bool works =
+        data::validate_packer_config(same).empty() && data::plan_epoch(lengths, same, saved.epoch) == plan_old;
+    const std::string hint =
+        works ? fmt::format("--set data.pad_multiple={}", same.pad_multiple)
+              : fmt::format("this layout does not accept the saved data.pad_multiple {} or packs differently "
+                            "with it; save with a data.pad_multiple that every layout to load under accepts (a "
+                            "multiple of 2*parallel.cp and of the pack alignment, e.g. 8 for cp <= 4 without SP)",
+                            same.pad_multiple);
     return fmt::format(
         "checkpoint {}: epoch {} packs into other micro-batches under this layout (data.pad_multiple {} and "
-        "alignment {} when saved, {} and {} now), so the saved data position has no equivalent "
-        "---> hint: --set data.pad_multiple={} (or a multiple of it valid for this layout)",
+        "alignment {} when saved, {} and {} now), so the saved data position has no equivalent ---> hint: {}",
         ck.dir, saved.epoch, data::packer_pad_multiple(old), data::packer_alignment(old),
-        data::packer_pad_multiple(st.packer), data::packer_alignment(st.packer), data::packer_pad_multiple(old));
+        data::packer_pad_multiple(st.packer), data::packer_alignment(st.packer), hint);
+  }
   const int64_t consumed = saved.step * ck.dp;  // global micro-batches of the epoch already trained on
   if (consumed >= int64_t(plan_old.size())) {
     *out = {saved.epoch + 1, 0, fp};

@@ -4,7 +4,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -60,10 +63,30 @@ Device resolve_device(const std::string& want, std::string* note) {
 // appended to when the run resumes).
 class StepLog {
  public:
+  // Collective: rank 0 opens logging.metrics_jsonl (making its directory), and every rank stops
+  // with the error if it cannot, before the first step rather than after a run without metrics.
   explicit StepLog(const Trainer& t) : t_(t), rank0_(dist::world_rank() == 0), first_(t.next_step()) {
-    const io::Config& c = t.config();
-    if (rank0_ && !c.logging.metrics_jsonl.empty())
-      jsonl_.open(c.logging.metrics_jsonl, first_ > 0 ? std::ios::app : std::ios::trunc);
+    const std::string& path = t.config().logging.metrics_jsonl;
+    if (path.empty()) return;
+    std::string err;
+    if (rank0_) {
+      std::error_code ec;
+      const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+      if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+      if (ec) {
+        err = fmt::format("logging.metrics_jsonl = '{}': cannot create directory {} ({})", path, dir.string(),
+                          ec.message());
+      } else {
+        jsonl_.open(path, first_ > 0 ? std::ios::app : std::ios::trunc);
+        if (!jsonl_) err = fmt::format("logging.metrics_jsonl = '{}': cannot open for writing ({})", path,
+                                       std::strerror(errno));
+      }
+    }
+    std::unique_ptr<dist::Communicator> world = dist::make_world(dist::Backend::mpi);
+    Tensor failed = Tensor::empty(Shape{1}, DType::i64);
+    *failed.ptr<int64_t>() = err.empty() ? 0 : 1;
+    world->all_reduce(failed, dist::ReduceOp::max);
+    if (*failed.ptr<int64_t>()) user_error(err);  // printed by rank 0, the rank that has it
   }
 
   void record(const StepResult& r) {
@@ -104,6 +127,10 @@ class StepLog {
 Trainer::Trainer(const io::Config& cfg) : cfg_(cfg), guard_(cfg.train.max_nonfinite_in_a_row) {
   const int world = dist::world_size();
   if (std::string e = io::validate_config(cfg_, world); !e.empty()) user_error(e);
+  // The optimizer's and schedule's own rules, as config errors before any work (their
+  // constructors check them again, as a program error).
+  if (std::string e = Optimizer::validate(cfg_.optimizer); !e.empty()) user_error("config: " + e);
+  if (std::string e = LrSchedule::validate(cfg_.schedule, 0); !e.empty()) user_error("config: " + e);
   dims_ = {int(cfg_.parallel.tp), int(cfg_.parallel.cp), int(cfg_.parallel.dp)};
   if (std::string e = dims_.resolve(world); !e.empty()) user_error(e);
   if (cfg_.data.prefix.empty())
@@ -306,7 +333,7 @@ StepResult Trainer::step() {
   r.step = step_ + 1;
   r.grad_norm = global_grad_norm(params_, pg_, s);
   r.loss = global_count > 0 ? double(ops::item(loss_sum, s)) / double(global_count) : 0.0;
-  StepVerdict v = guard_.check(step_, r.loss, r.grad_norm);
+  StepVerdict v = guard_.check(r.step, r.loss, r.grad_norm);  // 1-based, as the step line and JSONL
   if (!v.error.empty()) user_error(v.error);
   r.applied = v.apply;
   r.lr = schedule_->lr(step_);

@@ -71,8 +71,11 @@ TEST(Config, ValidationRulesNameTheValues) {
   };
   EXPECT_EQ(check({}, 1), "");
   EXPECT_EQ(check({"parallel.tp=2", "parallel.cp=2", "parallel.dp=1"}, 2),
-            "parallel: tp 2 x cp 2 x dp 1 = 4, but the world size is 2");
-  EXPECT_EQ(check({"parallel.tp=3"}, 4), "parallel: tp 3 x cp 1 = 3 does not divide the world size 4");
+            "parallel: tp 2 x cp 2 x dp 1 = 4, but the world size is 2 ---> hint: launch 4 ranks, or set dp to -1 to "
+            "infer it");
+  EXPECT_EQ(check({"parallel.tp=3"}, 4),
+            "parallel: tp 3 x cp 1 = 3 does not divide the world size 4, so dp (inferred as world / (tp*cp)) is not an "
+            "integer ---> hint: launch a multiple of 3 ranks, or change tp/cp");
   EXPECT_EQ(check({"parallel.tp=2", "parallel.cp=16"}, 32),
             "config: GDN head-parallel CP needs tp*cp=32 to divide linear_num_key_heads=16 and linear_num_value_heads=16");
   EXPECT_EQ(check({"model.linear_num_value_heads=24"}, 1),

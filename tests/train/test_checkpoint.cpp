@@ -416,6 +416,19 @@ TEST(Checkpoint, LoadErrorsAreClearOnEveryRank) {
     expect_error_everywhere(train::check_checkpoint(sd + "/" + train::step_dir_name(1), rig.st(), nullptr),
                             {"optimizer.name = sgd", "optimizer.name = adamw"});
   }
+  {  // another pad multiple packs the epoch differently: the hint names the saved one, which works here
+    Rig pm(quickstart(L, {"data.pad_multiple=16"}));
+    expect_error_everywhere(train::check_checkpoint(good, pm.st(), nullptr),
+                            {"packs into other micro-batches", "data.pad_multiple 8", "16", "--set data.pad_multiple=8"});
+  }
+  if (W >= 2) {  // saved at pad multiple 1, loaded under cp 2 (multiples of 4): no value to hint
+    const std::string sd = fresh_dir("errors_pm");
+    train::run_training(quickstart(L, {"train.steps=1", "checkpoint.dir=" + sd, "data.pad_multiple=1"}));
+    Rig cp2(quickstart(Layout{1, 2, W / 2, false}, {}));
+    const std::string err = train::check_checkpoint(sd + "/" + train::step_dir_name(1), cp2.st(), nullptr);
+    expect_error_everywhere(err, {"packs into other micro-batches", "data.pad_multiple 1", "does not accept"});
+    EXPECT_EQ(err.find("--set data.pad_multiple=1"), std::string::npos) << err;
+  }
   if (W >= 2) {  // dp that cannot continue the global stream: 1 micro-batch consumed, dp 2 now
     const std::string sd = fresh_dir("errors_dp");
     const Layout one{W, 1, 1, false};

@@ -115,6 +115,9 @@ struct Config {
 // order. "" on success, else one message naming the key, the value and the rule (unknown keys
 // get the nearest valid key as a hint).
 std::string load_config(const std::string& path, const std::vector<std::string>& overrides, Config* out);
+// The first override of the model section ("model.key=value"), or "". The CLI refuses one where
+// the model comes from elsewhere (an HF directory, a checkpoint), which would drop it silently.
+std::string model_override(const std::vector<std::string>& overrides);
 // Cross-field rules, checked before any compute (heads divisible by tp*cp, max_tokens a
 // multiple of 2*cp, enum values, ...). world_size <= 0 skips the layout product check.
 std::string validate_config(const Config& c, int world_size);

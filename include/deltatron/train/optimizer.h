@@ -94,7 +94,7 @@ struct StepVerdict {
 class StepGuard {
  public:
   explicit StepGuard(int64_t max_in_a_row);
-  StepVerdict check(int64_t step, double loss, double grad_norm);
+  StepVerdict check(int64_t step, double loss, double grad_norm);  // step: 1-based, as logged
   int64_t skipped() const { return skipped_; }     // total skipped steps
   int64_t in_a_row() const { return in_a_row_; }   // current run of skipped steps
   void restore(int64_t skipped, int64_t in_a_row) {  // the counters saved in a checkpoint
