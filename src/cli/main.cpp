@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,20 @@
 #include "deltatron/model/hf_io.h"
 #include "deltatron/train/trainer.h"
 #include "deltatron/dist/comm.h"
+
+namespace {
+// An integer option's lower bound (its default may be a "not given" sentinel below it, so a value
+// under it must be an error, not silently the default).
+CLI::Validator at_least(int64_t lo) {
+  return CLI::Validator(
+      [lo](std::string& s) {
+        int64_t v = 0;
+        if (!CLI::detail::lexical_cast(s, v)) return "'" + s + "' is not an integer";
+        return v < lo ? "must be >= " + std::to_string(lo) + ", got " + s : std::string();
+      },
+      ">=" + std::to_string(lo));
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   dt::dist::init(&argc, &argv);
@@ -49,7 +64,8 @@ int main(int argc, char** argv) {
   train->add_option("--config", train_config, "YAML experiment file (default: the defaults of docs/config.md)");
   train->add_option("--set", train_sets, "override section.key=value (repeatable, applied in order)");
   train->add_option("--data", train_data, "dataset PREFIX (same as --set data.prefix=PREFIX)");
-  train->add_option("--steps", train_steps, "optimizer steps (same as --set train.steps=N)");
+  train->add_option("--steps", train_steps, "optimizer steps (same as --set train.steps=N)")
+      ->check(at_least(0));
   train->add_option("--init-from-hf", train_init_hf,
                     "initialise from an HF Qwen3.5 directory; its config.json sets the model section "
                     "(same as --set checkpoint.init_from_hf=DIR)");
@@ -61,7 +77,8 @@ int main(int argc, char** argv) {
   eval->add_option("--hf-model", ev.hf_model, "HF Qwen3.5 directory to evaluate");
   eval->add_option("--checkpoint", ev.checkpoint, "deltatron checkpoint to evaluate (step dir or checkpoint.dir)");
   eval->add_option("--data", ev.data, "dataset PREFIX (same as --set data.prefix=PREFIX)");
-  eval->add_option("--max-tokens", ev.max_tokens, "tokens per micro-batch (same as --set data.max_tokens=N)");
+  eval->add_option("--max-tokens", ev.max_tokens, "tokens per micro-batch (same as --set data.max_tokens=N)")
+      ->check(at_least(1));
   eval->add_option("--dump-logits", ev.dump_logits, "write the logits [T_real, vocab] f32 of every real token here");
   eval->add_option("--config", ev.config, "YAML file for the parallel and data sections");
   eval->add_option("--set", ev.sets, "override section.key=value (repeatable, applied in order)");
@@ -87,43 +104,51 @@ int main(int argc, char** argv) {
     dt::dist::finalize();
     return rc;
   }
+  // An exception that escapes (std::bad_alloc from a size far too large, a library's throw) ends
+  // the job with one line naming it instead of std::terminate's core dump, on every rank.
   int rc = 0;
-  if (*env) rc = dt::cli::print_env();
-  if (*self) rc = dt::cli::selfcheck(sc);
-  if (*train) {
-    if (!train_data.empty()) train_sets.push_back("data.prefix=" + train_data);
-    if (train_steps >= 0) train_sets.push_back("train.steps=" + std::to_string(train_steps));
-    if (!train_init_hf.empty()) train_sets.push_back("checkpoint.init_from_hf=" + train_init_hf);
-    if (!train_export_hf.empty()) train_sets.push_back("checkpoint.export_hf=" + train_export_hf);
-    dt::io::Config cfg;
-    if (std::string e = dt::io::load_config(train_config, train_sets, &cfg); !e.empty()) dt::user_error(e);
-    if (!cfg.checkpoint.init_from_hf.empty()) {  // the HF directory's architecture replaces the model section
-      if (std::string o = dt::io::model_override(train_sets); !o.empty())
-        dt::user_error(fmt::format("--set {}: the model section comes from {}/config.json (checkpoint.init_from_hf), "
-                                   "so a model.* override would be ignored ---> hint: drop it, or edit config.json",
-                                   o, cfg.checkpoint.init_from_hf));
-      if (std::string e = dt::model::read_hf_config(cfg.checkpoint.init_from_hf, &cfg.model); !e.empty())
-        dt::user_error(e);
-      if (dt::dist::world_rank() == 0)
-        std::printf("model section from %s/config.json (checkpoint.init_from_hf)\n",
-                    cfg.checkpoint.init_from_hf.c_str());
+  try {
+    if (*env) rc = dt::cli::print_env();
+    if (*self) rc = dt::cli::selfcheck(sc);
+    if (*train) {
+      if (!train_data.empty()) train_sets.push_back("data.prefix=" + train_data);
+      if (train_steps >= 0) train_sets.push_back("train.steps=" + std::to_string(train_steps));
+      if (!train_init_hf.empty()) train_sets.push_back("checkpoint.init_from_hf=" + train_init_hf);
+      if (!train_export_hf.empty()) train_sets.push_back("checkpoint.export_hf=" + train_export_hf);
+      dt::io::Config cfg;
+      if (std::string e = dt::io::load_config(train_config, train_sets, &cfg); !e.empty()) dt::user_error(e);
+      if (!cfg.checkpoint.init_from_hf.empty()) {  // the HF directory's architecture replaces the model section
+        if (std::string o = dt::io::model_override(train_sets); !o.empty())
+          dt::user_error(fmt::format("--set {}: the model section comes from {}/config.json (checkpoint.init_from_hf), "
+                                     "so a model.* override would be ignored ---> hint: drop it, or edit config.json",
+                                     o, cfg.checkpoint.init_from_hf));
+        if (std::string e = dt::model::read_hf_config(cfg.checkpoint.init_from_hf, &cfg.model); !e.empty())
+          dt::user_error(e);
+        if (dt::dist::world_rank() == 0)
+          std::printf("model section from %s/config.json (checkpoint.init_from_hf)\n",
+                      cfg.checkpoint.init_from_hf.c_str());
+      }
+      dt::train::run_training(cfg);
     }
-    dt::train::run_training(cfg);
-  }
-  if (*eval) rc = dt::cli::run_eval(ev);
-  if (*export_hf) rc = dt::cli::run_export_hf(ex);
-  if (*corpus && dt::dist::world_rank() == 0) {  // one writer
-    std::string err = dt::data::write_synthetic_corpus(corpus_prefix, corpus_docs, uint64_t(corpus_seed), corpus_vocab);
-    if (!err.empty()) dt::user_error(err, false);
-    // Read it back through the indexed-dataset reader and check every document's structure.
-    dt::data::IndexedDataset ds;
-    if (std::string e = dt::data::IndexedDataset::open(corpus_prefix, &ds); !e.empty()) dt::user_error(e, false);
-    for (int64_t d = 0; d < ds.num_documents(); ++d)
-      if (std::string e = dt::data::check_synthetic_document(ds.document(d), corpus_vocab); !e.empty())
-        dt::user_error(fmt::format("{}: document {}: {}", corpus_prefix, d, e), false);
-    std::printf("wrote %lld synthetic documents to %s.bin / .idx (vocab %lld, seed %lld); read back and checked\n",
-                static_cast<long long>(corpus_docs), corpus_prefix.c_str(), static_cast<long long>(corpus_vocab),
-                static_cast<long long>(corpus_seed));
+    if (*eval) rc = dt::cli::run_eval(ev);
+    if (*export_hf) rc = dt::cli::run_export_hf(ex);
+    if (*corpus && dt::dist::world_rank() == 0) {  // one writer
+      std::string err = dt::data::write_synthetic_corpus(corpus_prefix, corpus_docs, uint64_t(corpus_seed), corpus_vocab);
+      if (!err.empty()) dt::user_error(err, false);
+      // Read it back through the indexed-dataset reader and check every document's structure.
+      dt::data::IndexedDataset ds;
+      if (std::string e = dt::data::IndexedDataset::open(corpus_prefix, &ds); !e.empty()) dt::user_error(e, false);
+      for (int64_t d = 0; d < ds.num_documents(); ++d)
+        if (std::string e = dt::data::check_synthetic_document(ds.document(d), corpus_vocab); !e.empty())
+          dt::user_error(fmt::format("{}: document {}: {}", corpus_prefix, d, e), false);
+      std::printf("wrote %lld synthetic documents to %s.bin / .idx (vocab %lld, seed %lld); read back and checked\n",
+                  static_cast<long long>(corpus_docs), corpus_prefix.c_str(), static_cast<long long>(corpus_vocab),
+                  static_cast<long long>(corpus_seed));
+    }
+  } catch (const std::bad_alloc&) {
+    dt::user_error("out of host memory (std::bad_alloc): a size in the config or the data may be far too large", false);
+  } catch (const std::exception& e) {
+    dt::user_error(fmt::format("unexpected exception: {}", e.what()), false);
   }
   dt::dist::finalize();
   return rc;

@@ -5,6 +5,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
 #include <fmt/format.h>
 #include <sstream>
 
@@ -191,17 +194,34 @@ std::string model_override(const std::vector<std::string>& overrides) {
 std::string load_config(const std::string& path, const std::vector<std::string>& overrides, Config* out) {
   Config c;
   if (!path.empty()) {
-    YAML::Node root;
+    std::vector<YAML::Node> docs;
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) return fmt::format("config: '{}' is a directory, not a YAML file", path);
     try {
-      root = YAML::LoadFile(path);
+      docs = YAML::LoadAllFromFile(path);
     } catch (const YAML::BadFile&) {
       return fmt::format("config: cannot read '{}'", path);
     } catch (const YAML::Exception& e) {
       return fmt::format("config: {}: not valid YAML: {}", path, e.what());
+    } catch (const std::exception& e) {
+      return fmt::format("config: cannot read '{}': {}", path, e.what());
     }
+    if (docs.size() > 1)
+      return fmt::format("config: {} holds {} YAML documents ('---'); one experiment file is one document", path,
+                         docs.size());
+    const YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
     if (!root.IsNull() && !root.IsMap()) return fmt::format("config: {}: the top level must be a map of sections", path);
+    // A key must be a plain name, and each at most once (YAML parsers keep the last of two).
+    std::set<std::string> seen;
+    auto name_of = [&](const YAML::Node& k, const std::string& where, std::string* out) {
+      if (!k.IsScalar()) return fmt::format("config: {}: {} must be a plain name, got '{}'", path, where, YAML::Dump(k));
+      *out = k.Scalar();
+      return std::string();
+    };
     for (auto sec = root.begin(); sec != root.end(); ++sec) {
-      const std::string s = sec->first.as<std::string>();
+      std::string s;
+      if (std::string e = name_of(sec->first, "a section name", &s); !e.empty()) return e;
+      if (!seen.insert(s).second) return fmt::format("config: {}: section '{}' appears twice", path, s);
       if (!sec->second.IsMap()) {
         const bool known = std::any_of(fields().begin(), fields().end(),
                                        [&](const Field& f) { return std::string(f.key).rfind(s + ".", 0) == 0; });
@@ -209,9 +229,12 @@ std::string load_config(const std::string& path, const std::vector<std::string>&
                      : fmt::format("{}: {}", path, unknown_key(s));
       }
       for (auto kv = sec->second.begin(); kv != sec->second.end(); ++kv) {
-        const std::string key = s + "." + kv->first.as<std::string>();
+        std::string name;
+        if (std::string e = name_of(kv->first, "a key of section '" + s + "'", &name); !e.empty()) return e;
+        const std::string key = s + "." + name;
         const Field* f = find(key);
         if (!f) return fmt::format("{}: {}", path, unknown_key(key));
+        if (!seen.insert(key).second) return fmt::format("config: {}: key '{}' appears twice", path, key);
         std::string err = set_value(c, *f, kv->second, shown_value(kv->second));
         if (!err.empty()) return fmt::format("{}: {}", path, err);
       }
@@ -263,6 +286,28 @@ std::string validate_config(const Config& c, int world_size) {
                                one_of("gdn.cp_a2a", c.gdn.cp_a2a, {"fused", "per_sequence"}),
                                one_of("gdn.cp_comm", c.gdn.cp_comm, {"auto", "all_to_all", "all_gather"})})
     if (!e.empty()) return e;
+  // Sizes first: every rule below divides by them.
+  for (auto [key, v] : std::initializer_list<std::pair<const char*, int64_t>>{
+           {"vocab_size", m.vocab_size},
+           {"hidden_size", m.hidden_size},
+           {"intermediate_size", m.intermediate_size},
+           {"num_hidden_layers", m.num_hidden_layers},
+           {"linear_num_key_heads", m.linear_num_key_heads},
+           {"linear_num_value_heads", m.linear_num_value_heads},
+           {"linear_key_head_dim", m.linear_key_head_dim},
+           {"linear_value_head_dim", m.linear_value_head_dim},
+           {"num_attention_heads", m.num_attention_heads},
+           {"num_key_value_heads", m.num_key_value_heads},
+           {"head_dim", m.head_dim}})
+    if (v < 1) return fmt::format("config: model.{}={} must be >= 1", key, v);
+  if (!(m.rms_norm_eps > 0) || !std::isfinite(m.rms_norm_eps))
+    return fmt::format("config: model.rms_norm_eps={} must be finite and > 0", m.rms_norm_eps);
+  if (!(m.rope_theta > 0) || !std::isfinite(m.rope_theta))
+    return fmt::format("config: model.rope_theta={} must be finite and > 0", m.rope_theta);
+  if (!(m.partial_rotary_factor >= 0 && m.partial_rotary_factor <= 1))
+    return fmt::format("config: model.partial_rotary_factor={} must be in [0, 1]", m.partial_rotary_factor);
+  if (!(m.initializer_range >= 0) || !std::isfinite(m.initializer_range))
+    return fmt::format("config: model.initializer_range={} must be finite and >= 0", m.initializer_range);
   if (p.tp < 1 || p.cp < 1 || (p.dp != -1 && p.dp < 1))
     return fmt::format("config: parallel.tp={}, parallel.cp={}, parallel.dp={}: sizes must be >= 1 (dp may be -1)", p.tp,
                        p.cp, p.dp);

@@ -63,6 +63,28 @@ TEST(Config, TypeErrorsNameKeyAndValue) {
   EXPECT_NE(load_config("/nonexistent/x.yaml", {}, &c).find("cannot read '/nonexistent/x.yaml'"), std::string::npos);
 }
 
+// Files that parse as YAML but are no experiment: each an error naming the file and what is wrong
+// (a directory and non-scalar keys threw out of the loader; a repeated key and a second document
+// were silently resolved).
+TEST(Config, MalformedFilesAreErrors) {
+  Config c;
+  const std::string dir = ::testing::TempDir();
+  EXPECT_NE(load_config(dir, {}, &c).find("is a directory, not a YAML file"), std::string::npos);
+  std::string p = write_tmp("m1.yaml", "[a, b]: 1\n");
+  EXPECT_EQ(load_config(p, {}, &c), "config: " + p + ": a section name must be a plain name, got '[a, b]'");
+  p = write_tmp("m2.yaml", "model:\n  [a, b]: 1\n");
+  EXPECT_EQ(load_config(p, {}, &c), "config: " + p + ": a key of section 'model' must be a plain name, got '[a, b]'");
+  p = write_tmp("m3.yaml", "model:\n  hidden_size: 64\n  hidden_size: 128\n");
+  EXPECT_EQ(load_config(p, {}, &c), "config: " + p + ": key 'model.hidden_size' appears twice");
+  p = write_tmp("m4.yaml", "model:\n  hidden_size: 64\ntrain:\n  steps: 3\nmodel:\n  vocab_size: 96\n");
+  EXPECT_EQ(load_config(p, {}, &c), "config: " + p + ": section 'model' appears twice");
+  p = write_tmp("m5.yaml", "model:\n  hidden_size: 64\n---\nmodel:\n  hidden_size: 128\n");
+  EXPECT_EQ(load_config(p, {}, &c), "config: " + p + " holds 2 YAML documents ('---'); one experiment file is one document");
+  p = write_tmp("m6.yaml", "");  // empty: the defaults
+  EXPECT_EQ(load_config(p, {}, &c), "");
+  EXPECT_EQ(c.model.hidden_size, 1024);
+}
+
 TEST(Config, ValidationRulesNameTheValues) {
   auto check = [](std::vector<std::string> sets, int world) {
     Config c;
@@ -97,6 +119,18 @@ TEST(Config, ValidationRulesNameTheValues) {
             "config: model.layer_types[0] = 'mamba' is not one of: linear_attention, full_attention");
   EXPECT_EQ(check({"model.vocab_size=248321", "parallel.tp=2", "model.num_key_value_heads=2"}, 2),
             "config: parallel.tp=2 must divide model.vocab_size=248321 (next valid size 248322)");
+  // Model sizes before any rule divides by them (a zero head count was a SIGFPE).
+  for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "linear_num_key_heads",
+                          "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "num_attention_heads",
+                          "num_key_value_heads", "head_dim"})
+    EXPECT_EQ(check({std::string("model.") + key + "=0"}, 1), std::string("config: model.") + key + "=0 must be >= 1");
+  EXPECT_EQ(check({"model.linear_key_head_dim=-16"}, 1), "config: model.linear_key_head_dim=-16 must be >= 1");
+  EXPECT_EQ(check({"model.rms_norm_eps=-1"}, 1), "config: model.rms_norm_eps=-1 must be finite and > 0");
+  EXPECT_EQ(check({"model.rope_theta=.inf"}, 1), "config: model.rope_theta=inf must be finite and > 0");
+  EXPECT_EQ(check({"model.partial_rotary_factor=1.5"}, 1), "config: model.partial_rotary_factor=1.5 must be in [0, 1]");
+  EXPECT_EQ(check({"model.initializer_range=.nan"}, 1), "config: model.initializer_range=nan must be finite and >= 0");
+  EXPECT_EQ(check({"train.max_nonfinite_in_a_row=0"}, 1), "config: train.max_nonfinite_in_a_row=0 must be >= 1");
+  EXPECT_EQ(check({"checkpoint.interval=-1"}, 1), "config: checkpoint.interval=-1 must be >= 0 (0 = only at the end)");
 }
 
 TEST(Config, ResolvedYamlRoundTrips) {
