@@ -229,4 +229,29 @@ std::unique_ptr<Communicator> make_world(Backend b) {
   return make(b, group);
 }
 
+std::string first_message(Communicator& c, const std::string& mine) {
+  DT_CHECK(c.backend() == Backend::mpi, "dist::first_message: needs a host (MPI) communicator");
+  Tensor len = Tensor::empty(Shape{1}, DType::i64);
+  *len.ptr<int64_t>() = int64_t(mine.size());
+  c.all_reduce(len, ReduceOp::max);
+  const int64_t L = *len.ptr<int64_t>();
+  if (L == 0) return "";
+  Tensor in = Tensor::zeros(Shape{L}, DType::u8), all = Tensor::empty(Shape{L * c.size()}, DType::u8);
+  std::memcpy(in.data(), mine.data(), mine.size());
+  c.all_gather(all, in);
+  int others = 0;
+  std::string first;
+  for (int r = 0; r < c.size(); ++r) {
+    const char* p = static_cast<const char*>(all.data()) + r * L;
+    std::string s(p, strnlen(p, size_t(L)));
+    if (s.empty()) continue;
+    if (first.empty())
+      first = s;
+    else if (s != first)
+      ++others;
+  }
+  if (others) first += fmt::format(" (and {} other rank(s) report other errors)", others);
+  return first;
+}
+
 }  // namespace dt::dist

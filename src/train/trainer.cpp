@@ -59,6 +59,20 @@ Device resolve_device(const std::string& want, std::string* note) {
   return Device::cuda(dist::select_cuda_device());
 }
 
+// A token id outside [0, vocab_size) would read past the embedding and the logits (the CPU and
+// CUDA kernels do not check): the first such token of a micro-batch's real sequences, or "".
+std::string token_range_error(const data::MicroBatch& mb, int64_t vocab, const std::string& prefix) {
+  for (size_t i = 0; i < mb.pieces.size(); ++i) {
+    const data::DocPiece& p = mb.pieces[i];
+    const int32_t* t = mb.tokens.data() + mb.cu_seqlens_padded[i];
+    for (int64_t j = 0; j < p.length; ++j)
+      if (t[j] < 0 || t[j] >= vocab)
+        return fmt::format("data: {}: document {} holds token id {} at position {}, outside [0, model.vocab_size={})",
+                           prefix, p.doc, t[j], p.begin + j, vocab);
+  }
+  return "";
+}
+
 // Rank 0's step line (every logging.log_interval steps and the last) and JSONL record (every step;
 // appended to when the run resumes).
 class StepLog {
@@ -281,11 +295,15 @@ StepResult Trainer::step() {
   std::vector<Micro> micro(size_t(cfg_.train.grad_accum));
   // Host counts, summed over dp x cp: [predicted tokens of this CP rank, then (on CP rank 0
   // only, the micro-batches being the same on every CP rank) real tokens and the FLOP parts].
-  Tensor counts = Tensor::zeros(Shape{5}, DType::i64);
+  // [5]: micro-batches holding a token id outside the vocab (each rank checks its own).
+  Tensor counts = Tensor::zeros(Shape{6}, DType::i64);
   int64_t* c = counts.ptr<int64_t>();
   FlopCount fl;
+  std::string bad_token;
   for (Micro& m : micro) {
     m.mb = loader_->next();
+    if (bad_token.empty()) bad_token = token_range_error(m.mb, cfg_.model.vocab_size, cfg_.data.prefix);
+    c[5] += !bad_token.empty();
     m.psp = std::make_unique<data::PackedSeqParams>(data::PackedSeqParams::build(m.mb.desc(pg_.coord.cp), dev, s));
     m.tg = layers::next_token_targets(m.mb.tokens, *m.psp, dev, s);
     m.ids = layers::local_token_ids(m.mb.tokens, *m.psp, dev, s);
@@ -297,6 +315,10 @@ StepResult Trainer::step() {
   }
   c[2] = std::llround(fl.gemm), c[3] = std::llround(fl.gdn), c[4] = std::llround(fl.attention);
   if (host_dp_cp_->size() > 1) host_dp_cp_->all_reduce(counts, dist::ReduceOp::sum);
+  if (c[5] > 0) {  // every rank knows (tp peers hold the same micro-batches): stop with rank 0 printing
+    std::unique_ptr<dist::Communicator> world = dist::make_world(dist::Backend::mpi);
+    user_error(dist::first_message(*world, bad_token));
+  }
   const int64_t global_count = c[0];
 
   // Forward and backward of each micro-batch; the loss sum stays on the device.

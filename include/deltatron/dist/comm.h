@@ -65,4 +65,9 @@ class Communicator {
 std::unique_ptr<Communicator> split(Backend b, int color, int key);
 std::unique_ptr<Communicator> make_world(Backend b);
 
+// Collective over a host (MPI backend) communicator: the first non-empty string in rank order,
+// the same on every rank ("" when all are empty), so that one rank's error reaches the rank that
+// prints it. "(and N other rank(s) report other errors)" is appended when others differ.
+std::string first_message(Communicator& c, const std::string& mine);
+
 }  // namespace dt::dist
