@@ -1,6 +1,7 @@
 #include "deltatron/io/safetensors.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -143,7 +144,12 @@ std::string write_safetensors(const std::string& path, const std::map<std::strin
   f.write(reinterpret_cast<const char*>(lenb), 8);
   f.write(header.data(), std::streamsize(header.size()));
   for (const Tensor& h : host) f.write(static_cast<const char*>(h.data()), std::streamsize(h.nbytes()));
-  if (!f) return fmt::format("{}: write failed", path);
+  // close() flushes the buffered tail, so a full disk may show only here; errno says which failure.
+  const bool wrote = bool(f);
+  f.close();
+  if (!wrote || !f)
+    return fmt::format("{}: write failed ({}); {} bytes were to be written", path, std::strerror(errno),
+                       8 + header.size() + off);
   return "";
 }
 

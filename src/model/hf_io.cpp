@@ -4,11 +4,16 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "deltatron/core/check.h"
 #include "deltatron/dist/comm.h"
@@ -60,18 +65,83 @@ std::string read_json(const fs::path& p, json* out) {
   return "";
 }
 
-template <typename T>
-std::string get_field(const json& j, const std::string& file, const char* key, T* out, bool required) {
+// Every value is checked for its JSON type before it is converted: nlohmann's get<int64_t>
+// truncates 64.7 to 64, wraps 2**70 (a double to it) and turns true into 1.
+// A missing key is an error only where `required`; null counts as missing (HF writes null for
+// unset optional fields), except that a required key set to null is reported with its value.
+const json* find_field(const json& j, const std::string& file, const char* key, bool required, std::string* e) {
   auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (required) return fmt::format("HF checkpoint: {}: key '{}' is missing", file, key);
-    return "";
+  if (it == j.end() && required) *e = fmt::format("HF checkpoint: {}: key '{}' is missing", file, key);
+  if (it == j.end() || (it->is_null() && !required)) return nullptr;
+  return &*it;
+}
+
+// Sizes and counts: an integer JSON number (not 64.7, 64.0, "64" or true) in [lo, hi]. The
+// default upper bound keeps the product of two sizes (vocab x hidden, ...) inside int64.
+constexpr int64_t kMaxSize = 2147483647;
+std::string get_int(const json& j, const std::string& file, const char* key, int64_t* out, bool required,
+                    int64_t lo = 1, int64_t hi = kMaxSize) {
+  std::string e;
+  const json* v = find_field(j, file, key, required, &e);
+  if (!v) return e;
+  bool ok = false;
+  int64_t x = 0;
+  if (v->is_number_unsigned()) {
+    ok = v->get<uint64_t>() <= uint64_t(hi);
+    if (ok) x = int64_t(v->get<uint64_t>());
+  } else if (v->is_number_integer()) {
+    x = v->get<int64_t>();
+    ok = true;
   }
-  try {
-    *out = it->get<T>();
-  } catch (const std::exception&) {
-    return fmt::format("HF checkpoint: {}: key '{}' = {} has the wrong type", file, key, it->dump());
-  }
+  if (!ok || x < lo || x > hi)
+    return fmt::format("HF checkpoint: {}: key '{}' = {} must be an integer in [{}, {}]", file, key, v->dump(), lo, hi);
+  *out = x;
+  return "";
+}
+
+// Real parameters: a finite JSON number (an integer is fine: HF writes rope_theta 10000) for
+// which `ok` holds; `rule` says which numbers those are.
+template <typename Pred>
+std::string get_real(const json& j, const std::string& file, const char* key, double* out, bool required, Pred ok,
+                     const char* rule) {
+  std::string e;
+  const json* v = find_field(j, file, key, required, &e);
+  if (!v) return e;
+  const double x = v->is_number() ? v->get<double>() : 0.0;
+  if (!v->is_number() || !std::isfinite(x) || !ok(x))
+    return fmt::format("HF checkpoint: {}: key '{}' = {} must be {}", file, key, v->dump(), rule);
+  *out = x;
+  return "";
+}
+
+std::string get_bool(const json& j, const std::string& file, const char* key, bool* out) {
+  std::string e;
+  const json* v = find_field(j, file, key, false, &e);
+  if (!v) return e;
+  if (!v->is_boolean())
+    return fmt::format("HF checkpoint: {}: key '{}' = {} must be true or false", file, key, v->dump());
+  *out = v->get<bool>();
+  return "";
+}
+
+std::string get_string(const json& j, const std::string& file, const char* key, std::string* out) {
+  std::string e;
+  const json* v = find_field(j, file, key, false, &e);
+  if (!v) return e;
+  if (!v->is_string()) return fmt::format("HF checkpoint: {}: key '{}' = {} must be a string", file, key, v->dump());
+  *out = v->get<std::string>();
+  return "";
+}
+
+std::string get_string_list(const json& j, const std::string& file, const char* key, std::vector<std::string>* out) {
+  std::string e;
+  const json* v = find_field(j, file, key, false, &e);
+  if (!v) return e;
+  bool ok = v->is_array();
+  for (size_t i = 0; ok && i < v->size(); ++i) ok = (*v)[i].is_string();
+  if (!ok)
+    return fmt::format("HF checkpoint: {}: key '{}' = {} must be a list of strings", file, key, v->dump());
+  *out = v->get<std::vector<std::string>>();
   return "";
 }
 
@@ -82,7 +152,8 @@ std::string read_hf_config(const std::string& dir, io::ModelConfig* out) {
   const std::string file = path.string();
   json top;
   if (std::string e = read_json(path, &top); !e.empty()) return e;
-  const std::string model_type = top.value("model_type", std::string());
+  std::string model_type;
+  if (std::string e = get_string(top, file, "model_type", &model_type); !e.empty()) return e;
   json j = top;
   if (top.contains("text_config")) {  // the VL wrapper: the text model's config is nested
     j = top["text_config"];
@@ -90,15 +161,17 @@ std::string read_hf_config(const std::string& dir, io::ModelConfig* out) {
     if (!j.contains("tie_word_embeddings") && top.contains("tie_word_embeddings"))
       j["tie_word_embeddings"] = top["tie_word_embeddings"];
   }
-  const std::string text_type = j.value("model_type", model_type);
+  std::string text_type = model_type;
+  if (std::string e = get_string(j, file, "model_type", &text_type); !e.empty()) return e;
   if (text_type != "qwen3_5_text" && text_type != "qwen3_5")
     return fmt::format("HF checkpoint: {}: model_type '{}' is not a Qwen3.5 text model (expected qwen3_5_text, or "
                        "qwen3_5 with a text_config)",
                        file, text_type);
   io::ModelConfig m;
   std::string e;
+  // Every size and count must be >= 1 (validate_config narrows some further, e.g. the conv kernel).
   auto req = [&](const char* k, int64_t* v) {
-    if (e.empty()) e = get_field(j, file, k, v, true);
+    if (e.empty()) e = get_int(j, file, k, v, true);
   };
   req("vocab_size", &m.vocab_size);
   req("hidden_size", &m.hidden_size);
@@ -112,39 +185,50 @@ std::string read_hf_config(const std::string& dir, io::ModelConfig* out) {
   req("num_attention_heads", &m.num_attention_heads);
   req("num_key_value_heads", &m.num_key_value_heads);
   req("head_dim", &m.head_dim);
-  if (e.empty()) e = get_field(j, file, "rms_norm_eps", &m.rms_norm_eps, true);
-  if (e.empty()) e = get_field(j, file, "layer_types", &m.layer_types, false);
+  // The rules of validate_config (src/io/config.cpp), checked here to name the file.
+  const auto positive = [](double x) { return x > 0; };
+  const auto fraction = [](double x) { return x >= 0 && x <= 1; };
+  const auto non_negative = [](double x) { return x >= 0; };
+  if (e.empty()) e = get_real(j, file, "rms_norm_eps", &m.rms_norm_eps, true, positive, "a finite number > 0");
+  if (e.empty()) e = get_string_list(j, file, "layer_types", &m.layer_types);
   m.tie_word_embeddings = false;  // Qwen3_5TextConfig's default
-  if (e.empty()) e = get_field(j, file, "tie_word_embeddings", &m.tie_word_embeddings, false);
-  if (e.empty()) e = get_field(j, file, "initializer_range", &m.initializer_range, false);
+  if (e.empty()) e = get_bool(j, file, "tie_word_embeddings", &m.tie_word_embeddings);
+  if (e.empty())
+    e = get_real(j, file, "initializer_range", &m.initializer_range, false, non_negative, "a finite number >= 0");
   // RoPE: transformers 5 nests theta and the partial factor in rope_parameters; older files
   // keep them at the top level (or in rope_scaling).
   for (const char* sub : {"rope_scaling", "rope_parameters"}) {
     if (!e.empty() || !j.contains(sub) || !j[sub].is_object()) continue;
     const json& r = j[sub];
-    e = get_field(r, file + ":" + sub, "rope_theta", &m.rope_theta, false);
-    if (e.empty()) e = get_field(r, file + ":" + sub, "partial_rotary_factor", &m.partial_rotary_factor, false);
-    std::string type = r.value("rope_type", r.value("type", std::string("default")));
+    const std::string where = file + ":" + sub;
+    e = get_real(r, where, "rope_theta", &m.rope_theta, false, positive, "a finite number > 0");
+    if (e.empty())
+      e = get_real(r, where, "partial_rotary_factor", &m.partial_rotary_factor, false, fraction, "a number in [0, 1]");
+    std::string type = "default";
+    if (e.empty() && r.contains("type")) e = get_string(r, where, "type", &type);
+    if (e.empty() && r.contains("rope_type")) e = get_string(r, where, "rope_type", &type);
     if (e.empty() && type != "default")
       e = fmt::format("HF checkpoint: {}: {}.rope_type = '{}' is not supported (only 'default' RoPE)", file, sub, type);
   }
-  if (e.empty() && j.contains("rope_theta")) e = get_field(j, file, "rope_theta", &m.rope_theta, false);
-  if (e.empty() && j.contains("partial_rotary_factor"))
-    e = get_field(j, file, "partial_rotary_factor", &m.partial_rotary_factor, false);
+  if (e.empty()) e = get_real(j, file, "rope_theta", &m.rope_theta, false, positive, "a finite number > 0");
+  if (e.empty())
+    e = get_real(j, file, "partial_rotary_factor", &m.partial_rotary_factor, false, fraction, "a number in [0, 1]");
   if (!e.empty()) return e;
-  const std::string act = j.value("hidden_act", std::string("silu"));
+  std::string act = "silu";
+  if (e = get_string(j, file, "hidden_act", &act); !e.empty()) return e;
   if (act != "silu")
     return fmt::format("HF checkpoint: {}: hidden_act = '{}' is not supported (the MLP is SwiGLU: silu)", file, act);
-  if (j.value("attention_bias", false))
+  bool bias = false;
+  if (e = get_bool(j, file, "attention_bias", &bias); !e.empty()) return e;
+  if (bias)
     return fmt::format("HF checkpoint: {}: attention_bias = true is not supported (Qwen3.5 has no attention bias)",
                        file);
   if (m.layer_types.empty() && j.contains("full_attention_interval")) {  // older files: the pattern by interval
     int64_t every = 0;
-    if (e = get_field(j, file, "full_attention_interval", &every, false); !e.empty()) return e;
-    if (every <= 0)
-      return fmt::format("HF checkpoint: {}: full_attention_interval = {} must be > 0", file, every);
-    for (int64_t i = 0; i < m.num_hidden_layers; ++i)
-      m.layer_types.push_back((i + 1) % every == 0 ? "full_attention" : "linear_attention");
+    if (e = get_int(j, file, "full_attention_interval", &every, false); !e.empty()) return e;
+    if (every > 0)  // null: unset
+      for (int64_t i = 0; i < m.num_hidden_layers; ++i)
+        m.layer_types.push_back((i + 1) % every == 0 ? "full_attention" : "linear_attention");
   }
   if (!m.layer_types.empty() && int64_t(m.layer_types.size()) != m.num_hidden_layers)
     return fmt::format("HF checkpoint: {}: layer_types has {} entries but num_hidden_layers = {}", file,
@@ -431,6 +515,197 @@ HfLoadInfo load_hf_weights_or_die(const std::string& dir, Qwen35Model& net, cons
   return info;
 }
 
+// ---- export directory -------------------------------------------------------------------------
+
+namespace {
+
+// What an export writes (or, for the index, removes: a stale one would shadow model.safetensors).
+// Every other entry of an existing OUT is carried into the new directory.
+bool export_owns(const std::string& name) {
+  return name == "config.json" || name == "model.safetensors" || name == "model.safetensors.index.json";
+}
+
+// `out` as the absolute path the export replaces: no trailing separator (OUT.tmp must be a
+// sibling, not a child), and a symlink resolved, so that the directory it names is replaced and
+// the link kept.
+std::string export_path(const std::string& out, fs::path* p) {
+  if (out.empty()) return "export-hf: the output directory is empty";
+  std::error_code ec;
+  fs::path a = fs::absolute(out, ec).lexically_normal();
+  if (ec) return fmt::format("export-hf: {}: cannot make the path absolute ({})", out, ec.message());
+  if (!a.has_filename() && a.has_relative_path()) a = a.parent_path();
+  if (!a.has_relative_path())
+    return fmt::format("export-hf: {} is a filesystem root, not a directory an export can replace", out);
+  if (fs::is_symlink(a, ec)) {
+    a = fs::canonical(a, ec);
+    if (ec)
+      return fmt::format("export-hf: {} is a symbolic link whose target cannot be resolved ({})", out, ec.message());
+  }
+  *p = a;
+  return "";
+}
+
+std::string fsync_path(const fs::path& p, bool dir) {
+  const int fd = ::open(p.c_str(), dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) return fmt::format("{}: cannot open for fsync ({})", p.string(), std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return fmt::format("{}: fsync failed ({})", p.string(), std::strerror(err));
+  return "";
+}
+
+// Every other entry of the old OUT into `tmp`: hard links where the filesystem allows (cheap for
+// large files; the old directory's links go when it is removed), else copies; symlinks as links.
+std::string carry_other_files(const fs::path& old_dir, const fs::path& tmp) {
+  std::error_code list_ec, ec;
+  for (const fs::directory_entry& d : fs::directory_iterator(old_dir, list_ec)) {
+    const std::string name = d.path().filename().string();
+    if (export_owns(name)) continue;
+    const fs::path to = tmp / name;
+    constexpr auto kCopy = fs::copy_options::recursive | fs::copy_options::copy_symlinks;
+    fs::copy(d.path(), to, kCopy | fs::copy_options::create_hard_links, ec);
+    if (ec) {  // another filesystem below OUT, or links not supported: copy
+      fs::remove_all(to, ec);
+      fs::copy(d.path(), to, kCopy, ec);
+    }
+    if (ec)
+      return fmt::format("export-hf: cannot carry {} (not written by an export) into the new directory ({}); move it "
+                         "out of {} or export elsewhere",
+                         d.path().string(), ec.message(), old_dir.string());
+    if (fs::is_regular_file(fs::symlink_status(to)))
+      if (std::string e = fsync_path(to, false); !e.empty()) return "export-hf: " + e;
+  }
+  if (list_ec) return fmt::format("export-hf: cannot list {} ({})", old_dir.string(), list_ec.message());
+  return "";
+}
+
+// Fills `tmp` (an empty directory): the carried files, config.json, model.safetensors, each
+// fsynced, then the directory itself.
+std::string fill_export_dir(const fs::path& p, const fs::path& tmp, const std::string& config,
+                            const std::map<std::string, TensorView>& named) {
+  std::error_code ec;
+  if (fs::is_directory(p, ec))
+    if (std::string e = carry_other_files(p, tmp); !e.empty()) return e;
+  const fs::path cfg = tmp / "config.json";
+  {
+    std::ofstream f(cfg, std::ios::binary | std::ios::trunc);
+    f << config;
+    f.close();
+    if (!f) return fmt::format("export-hf: cannot write {} ({})", cfg.string(), std::strerror(errno));
+  }
+  if (std::string e = fsync_path(cfg, false); !e.empty()) return "export-hf: " + e;
+  const fs::path st = tmp / "model.safetensors";
+  if (std::string e = io::write_safetensors(st.string(), named, {{"format", "pt"}}); !e.empty())
+    return "export-hf: " + e;
+  if (std::string e = fsync_path(st, false); !e.empty()) return "export-hf: " + e;
+  if (std::string e = fsync_path(tmp, true); !e.empty()) return "export-hf: " + e;
+  return "";
+}
+
+// Writes the export into OUT.tmp and only then replaces OUT (as checkpoints commit their step
+// directories), so that a failed write never touches a previous export.
+std::string write_hf_dir(const std::string& out, const std::string& config,
+                         const std::map<std::string, TensorView>& named) {
+  if (std::string e = check_export_dir(out); !e.empty()) return e;
+  fs::path p;
+  if (std::string e = export_path(out, &p); !e.empty()) return e;
+  const fs::path tmp = p.string() + ".tmp", old = p.string() + ".old", parent = p.parent_path();
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (!ec) fs::remove_all(tmp, ec);  // a stale one of an export that failed or crashed
+  if (!ec) fs::create_directory(tmp, ec);
+  if (ec) return fmt::format("export-hf: cannot create {} ({})", tmp.string(), ec.message());
+  if (std::string e = fill_export_dir(p, tmp, config, named); !e.empty()) {
+    fs::remove_all(tmp, ec);
+    return fmt::format("{}; nothing was replaced: {} is as it was", e, out);
+  }
+  // Commit. Where a crash (or a failed rename) leaves things:
+  //  * before (1): OUT as it was; OUT.tmp, complete or not, is removed by the next export;
+  //  * between (1) and (2): no OUT; OUT.old is the previous export and OUT.tmp the new one, both
+  //    complete: rename either to OUT (check_export_dir refuses to go on until one is);
+  //  * after (2): OUT is the new export; an OUT.old left beside it is removed by the next export.
+  const bool had = fs::exists(p, ec);
+  if (had) {
+    fs::remove_all(old, ec);
+    if (!ec) fs::rename(p, old, ec);  // (1)
+    if (ec) {
+      const std::string why = ec.message();
+      fs::remove_all(tmp, ec);
+      return fmt::format("export-hf: cannot move {} aside to {} ({}); {} is as it was", p.string(), old.string(), why,
+                         out);
+    }
+  }
+  fs::rename(tmp, p, ec);  // (2)
+  if (ec) {
+    const std::string why = fmt::format("export-hf: cannot rename {} to {} ({})", tmp.string(), p.string(), ec.message());
+    if (had) fs::rename(old, p, ec);  // put the previous export back
+    if (had && ec)
+      return fmt::format("{}; nor move the previous export back ({}): it is {}, the new one {}", why, ec.message(),
+                         old.string(), tmp.string());
+    fs::remove_all(tmp, ec);
+    return fmt::format("{}; {} is as it was", why, out);
+  }
+  if (std::string e = fsync_path(parent, true); !e.empty()) return "export-hf: " + e;
+  if (had) fs::remove_all(old, ec);
+  if (had && ec)  // the export is in place: a leftover costs only space
+    std::fprintf(stderr, "export-hf: warning: cannot remove the previous export %s (%s)\n", old.c_str(),
+                 ec.message().c_str());
+  return "";
+}
+
+}  // namespace
+
+std::string check_export_dir(const std::string& out) {
+  fs::path p;
+  if (std::string e = export_path(out, &p); !e.empty()) return e;
+  std::error_code ec;
+  // ENOTDIR: a component above is a file, which the walk up below names.
+  const auto absent = [](const std::error_code& c) {
+    return c == std::errc::no_such_file_or_directory || c == std::errc::not_a_directory;
+  };
+  const fs::file_status st = fs::status(p, ec);
+  if (ec && !absent(ec))
+    return fmt::format("export-hf: cannot inspect {} ({})", out, ec.message());
+  const fs::path old = p.string() + ".old";
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st))
+      return fmt::format("export-hf: {} exists and is not a directory (an HF export is a directory holding config.json "
+                         "and model.safetensors); remove it or choose another path",
+                         out);
+    if (::access(p.c_str(), R_OK | X_OK) != 0)
+      return fmt::format("export-hf: cannot read the directory {} ({}); the files in it that an export does not write "
+                         "are carried into the new export",
+                         out, std::strerror(errno));
+  } else if (fs::exists(old, ec)) {
+    return fmt::format("export-hf: {} is missing but {} exists: an earlier export stopped between its two renames. {} "
+                       "is the previous export (and {}.tmp the new one, if present): rename one of them to {}, or "
+                       "remove {}, then export again",
+                       out, old.string(), old.string(), p.string(), out, old.string());
+  }
+  // The new export is made as the sibling OUT.tmp and renamed into place: the nearest existing
+  // directory above OUT (its parent, or the ancestor from which the parent will be created) must
+  // be writable.
+  fs::path anc = p.parent_path();
+  for (;;) {
+    const fs::file_status s = fs::status(anc, ec);
+    if (ec && !absent(ec))
+      return fmt::format("export-hf: cannot inspect {} ({})", anc.string(), ec.message());
+    if (fs::exists(s)) {
+      if (!fs::is_directory(s))
+        return fmt::format("export-hf: cannot create {}: {} is not a directory", out, anc.string());
+      break;
+    }
+    if (anc == anc.parent_path()) return fmt::format("export-hf: cannot create {}: no directory above it exists", out);
+    anc = anc.parent_path();
+  }
+  if (::access(anc.c_str(), W_OK | X_OK) != 0)
+    return fmt::format("export-hf: cannot write {}: the directory {} is not writable ({}); an export is written "
+                       "beside OUT as OUT.tmp, then renamed",
+                       out, anc.string(), std::strerror(errno));
+  return "";
+}
+
 std::string export_hf(const std::string& dir, Qwen35Model& net, const dist::ProcessGroups& pg, DType dtype) {
   DT_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, "export_hf: dtype {} is not a float",
            dtype_name(dtype));
@@ -471,20 +746,7 @@ std::string export_hf(const std::string& dir, Qwen35Model& net, const dist::Proc
     named.emplace(s.name, globals.back().view());
   }
   if (!writer) return "";
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return fmt::format("export-hf: cannot create {}: {}", dir, ec.message());
-  const std::string cfg_path = (fs::path(dir) / "config.json").string();
-  std::ofstream f(cfg_path, std::ios::trunc);
-  f << hf_config_json(net.config(), dtype);
-  f.close();
-  if (!f) return fmt::format("export-hf: cannot write {}", cfg_path);
-  // The single-file form: a stale index from an earlier sharded export would shadow it.
-  fs::remove(fs::path(dir) / "model.safetensors.index.json", ec);
-  if (std::string e = io::write_safetensors((fs::path(dir) / "model.safetensors").string(), named, {{"format", "pt"}});
-      !e.empty())
-    return "export-hf: " + e;
-  return "";
+  return write_hf_dir(dir, hf_config_json(net.config(), dtype), named);
 }
 
 void export_hf_or_die(const std::string& dir, Qwen35Model& net, const dist::ProcessGroups& pg, DType dtype) {

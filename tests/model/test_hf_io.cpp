@@ -7,6 +7,11 @@
 //  * Errors name the tensors: missing, unexpected, shape mismatch with both shapes, config field.
 //  * Tied head: a stored lm_head.weight is ignored, none is needed, none is exported.
 //  * Export -> file: bitwise equal to the source (f32, and bf16 kept as bf16).
+//  * config.json numbers: every class of bad value (fraction, too large, string, bool, null,
+//    zero, negative, out-of-rule reals) is an error naming the file, key, value and rule.
+//  * Export directory: a failed export (write cut short by RLIMIT_FSIZE) leaves the previous
+//    export byte for byte; other files of OUT are carried over; a file at OUT is refused;
+//    check_export_dir's cases.
 // And, run by tests/cli/CMakeLists.txt on what the CLI wrote (DISABLED_ here, so the plain run
 // does not need those files; the CLI entries enable them with --gtest_also_run_disabled_tests):
 //  * eval --dump-logits: logits of every document vs HF's (rel. L2 < 1e-4 per document), the
@@ -20,6 +25,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <csignal>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "deltatron/dist/comm.h"
@@ -175,6 +182,80 @@ TEST(HfIo, ConfigErrorsNameTheKey) {
   write_text(d / "config.json", j.dump());
   EXPECT_NE(model::read_hf_config(d.string(), &m).find("model_type 'llama' is not a Qwen3.5 text model"),
             std::string::npos);
+}
+
+// Each bad value of a number field, and what the error must say. Before these checks 64.7 was
+// read as 64, true as 1 and 2**70 as INT64_MIN.
+TEST(HfIo, ConfigNumbersAreChecked) {
+  const fs::path d = scratch("cfgnum");
+  const std::string file = (d / "config.json").string();
+  const std::string ints = "must be an integer in [1, 2147483647]";
+  struct Case {
+    const char* key;
+    const char* value;  // JSON text
+    std::string want;   // after "key '<key>' = "
+  };
+  const std::vector<Case> cases = {
+      {"hidden_size", "64.7", "64.7 " + ints},
+      {"hidden_size", "64.0", "64.0 " + ints},
+      {"hidden_size", "1180591620717411303424", "1.1805916207174113e+21 " + ints},  // 2**70
+      {"vocab_size", "18446744073709551615", "18446744073709551615 " + ints},        // 2**64 - 1
+      {"vocab_size", "2147483648", "2147483648 " + ints},
+      {"num_hidden_layers", "\"4\"", "\"4\" " + ints},
+      {"num_attention_heads", "true", "true " + ints},
+      {"head_dim", "null", "null " + ints},
+      {"intermediate_size", "0", "0 " + ints},
+      {"linear_key_head_dim", "-16", "-16 " + ints},
+      {"linear_conv_kernel_dim", "-9223372036854775809", "-9.223372036854776e+18 " + ints},
+      {"rms_norm_eps", "0", "0 must be a finite number > 0"},
+      {"rms_norm_eps", "-1e-06", "-1e-06 must be a finite number > 0"},
+      {"rms_norm_eps", "\"1e-6\"", "\"1e-6\" must be a finite number > 0"},
+      {"rms_norm_eps", "true", "true must be a finite number > 0"},
+      {"rms_norm_eps", "null", "null must be a finite number > 0"},
+      {"rope_theta", "-10000", "-10000 must be a finite number > 0"},
+      {"partial_rotary_factor", "1.5", "1.5 must be a number in [0, 1]"},
+      {"initializer_range", "-0.02", "-0.02 must be a finite number >= 0"},
+      {"tie_word_embeddings", "1", "1 must be true or false"},
+      {"attention_bias", "0", "0 must be true or false"},
+      {"hidden_act", "7", "7 must be a string"},
+      {"model_type", "3", "3 must be a string"},
+      {"layer_types", "[1, 2, 3, 4]", "[1,2,3,4] must be a list of strings"},
+  };
+  const nlohmann::json base = nlohmann::json::parse(read_text(kModel + "/config.json"));
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{} = {}", c.key, c.value));
+    nlohmann::json j = base;
+    j[c.key] = 0;  // a placeholder replaced by the raw text, so that the number is the file's own
+    j.erase("rope_parameters");  // top-level rope_theta / partial_rotary_factor are read then
+    std::string text = j.dump();
+    const std::string ph = fmt::format("\"{}\":0", c.key);
+    ASSERT_NE(text.find(ph), std::string::npos);
+    text.replace(text.find(ph), ph.size(), fmt::format("\"{}\":{}", c.key, c.value));
+    write_text(d / "config.json", text);
+    io::ModelConfig m;
+    const std::string e = model::read_hf_config(d.string(), &m);
+    EXPECT_EQ(e, fmt::format("HF checkpoint: {}: key '{}' = {}", file, c.key, c.want));
+  }
+  // Inside rope_parameters the file name carries the section.
+  nlohmann::json j = base;
+  j["rope_parameters"]["rope_theta"] = 0;
+  write_text(d / "config.json", j.dump());
+  io::ModelConfig m;
+  EXPECT_EQ(model::read_hf_config(d.string(), &m),
+            fmt::format("HF checkpoint: {}:rope_parameters: key 'rope_theta' = 0 must be a finite number > 0", file));
+  j = base;  // an integer where a real is wanted is fine (HF writes rope_theta 10000)
+  j["rope_parameters"]["rope_theta"] = 500000;
+  j["rms_norm_eps"] = 1;
+  write_text(d / "config.json", j.dump());
+  ASSERT_EQ(model::read_hf_config(d.string(), &m), "");
+  EXPECT_EQ(m.rope_theta, 500000.0);
+  EXPECT_EQ(m.rms_norm_eps, 1.0);
+  j = base;
+  j.erase("layer_types");
+  j["full_attention_interval"] = 0;
+  write_text(d / "config.json", j.dump());
+  EXPECT_EQ(model::read_hf_config(d.string(), &m),
+            fmt::format("HF checkpoint: {}: key 'full_attention_interval' = 0 {}", file, ints));
 }
 
 TEST(HfIo, LoadsEveryShard) {
@@ -342,6 +423,130 @@ TEST(HfIo, ExportImportRoundTripIsBitwise) {
     expect_loaded(again, s->pg, src);
     s->pg.world->barrier();
     if (dist::world_rank() == 0) fs::remove_all(out);
+  }
+}
+
+// ---- the export directory -------------------------------------------------------------------
+
+namespace {
+
+// The fixture loaded, at tp 1: what the export-directory tests export.
+struct Exporter {
+  std::unique_ptr<Setup> s = make_setup();
+  model::Qwen35Model net{fixture_config(), s->ctx};
+  Exporter() { model::load_hf_weights_or_die(kModel, net, s->pg); }
+  std::string to(const fs::path& out, DType dt) { return model::export_hf(out.string(), net, s->pg, dt); }
+};
+
+std::map<std::string, std::string> dir_bytes(const fs::path& d) {  // name -> bytes (dirs: "<dir>")
+  std::map<std::string, std::string> m;
+  for (const fs::directory_entry& e : fs::directory_iterator(d))
+    m[e.path().filename().string()] = e.is_directory() ? "<dir>" : read_text(e.path());
+  return m;
+}
+
+}  // namespace
+
+// A write that fails midway (the disk full, here RLIMIT_FSIZE cutting model.safetensors short)
+// leaves the previous export byte for byte; the export that then succeeds writes what an export
+// into a fresh directory writes. Before, config.json already said float32 and
+// model.safetensors was truncated.
+TEST(HfExportDir, FailedExportLeavesThePreviousOne) {
+  if (dist::world_size() > 1) GTEST_SKIP() << "rank 0 writes alone; the np 1 run covers it";
+  Exporter ex;
+  const fs::path out = scratch("keep") / "out", fresh = scratch("fresh") / "out";
+  ASSERT_EQ(ex.to(out, DType::bf16), "");
+  const auto before = dir_bytes(out);
+  ASSERT_EQ(before.count("model.safetensors"), 1u);
+  ASSERT_EQ(ex.to(fresh, DType::f32), "");
+  const auto want = dir_bytes(fresh);
+  const size_t bf16_bytes = before.at("model.safetensors").size();
+  ASSERT_GT(want.at("model.safetensors").size(), bf16_bytes + 4096);
+  // Files may grow to the bf16 export's size only; write() then fails (EFBIG, SIGXFSZ ignored).
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  auto* old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = saved;
+  small.rlim_cur = bf16_bytes + 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const std::string e = ex.to(out, DType::f32);
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(e.find("model.safetensors: write failed"), std::string::npos) << e;
+  EXPECT_NE(e.find(fmt::format("nothing was replaced: {} is as it was", out.string())), std::string::npos) << e;
+  EXPECT_TRUE(dir_bytes(out) == before) << "the previous export changed";
+  EXPECT_FALSE(fs::exists(out.string() + ".tmp"));
+  EXPECT_FALSE(fs::exists(out.string() + ".old"));
+  ASSERT_EQ(ex.to(out, DType::f32), "");
+  EXPECT_TRUE(dir_bytes(out) == want) << "the retried export differs from a fresh one";
+}
+
+// An existing OUT keeps what the export does not write (tokenizer files, a folder, a symlink);
+// a stale index is dropped; stale OUT.tmp / OUT.old are cleared; a trailing '/' is fine.
+TEST(HfExportDir, CarriesOtherFilesAndClearsStaleOnes) {
+  if (dist::world_size() > 1) GTEST_SKIP() << "rank 0 writes alone; the np 1 run covers it";
+  Exporter ex;
+  const fs::path out = scratch("carry") / "out";
+  fs::create_directories(out / "extra");
+  write_text(out / "tokenizer.json", "{\"tok\": 1}");
+  write_text(out / "extra" / "notes.txt", "keep me");
+  fs::create_symlink("tokenizer.json", out / "tok.link");
+  write_text(out / "model.safetensors.index.json", "{}");
+  write_text(out / "config.json", "old");
+  fs::create_directories(out.string() + ".tmp");
+  write_text(fs::path(out.string() + ".tmp") / "junk", "x");
+  fs::create_directories(out.string() + ".old");
+  ASSERT_EQ(ex.to(out.string() + "/", DType::f32), "");
+  EXPECT_EQ(read_text(out / "tokenizer.json"), "{\"tok\": 1}");
+  EXPECT_EQ(read_text(out / "extra" / "notes.txt"), "keep me");
+  EXPECT_TRUE(fs::is_symlink(out / "tok.link"));
+  EXPECT_FALSE(fs::exists(out / "model.safetensors.index.json"));
+  EXPECT_NE(read_text(out / "config.json"), "old");
+  EXPECT_FALSE(fs::exists(out.string() + ".tmp"));
+  EXPECT_FALSE(fs::exists(out.string() + ".old"));
+  io::ModelConfig m;
+  EXPECT_EQ(model::read_hf_config(out.string(), &m), "");
+  model::Qwen35Model again(m, ex.s->ctx);
+  model::load_hf_weights_or_die(out.string(), again, ex.s->pg);
+}
+
+TEST(HfExportDir, RefusesAFile) {
+  if (dist::world_size() > 1) GTEST_SKIP() << "rank 0 writes alone; the np 1 run covers it";
+  Exporter ex;
+  const fs::path out = scratch("file") / "out";
+  write_text(out, "my notes");
+  const std::string e = ex.to(out, DType::f32);
+  EXPECT_NE(e.find(fmt::format("export-hf: {} exists and is not a directory", out.string())), std::string::npos) << e;
+  EXPECT_EQ(read_text(out), "my notes");
+  EXPECT_FALSE(fs::exists(out.string() + ".tmp"));
+}
+
+TEST(HfExportDir, CheckExportDir) {
+  const fs::path d = scratch("check");
+  EXPECT_EQ(model::check_export_dir((d / "new").string()), "");
+  EXPECT_EQ(model::check_export_dir((d / "a" / "b" / "c").string()), "");  // parents made by the export
+  fs::create_directories(d / "dir");
+  EXPECT_EQ(model::check_export_dir((d / "dir").string()), "");
+  write_text(d / "file", "x");
+  EXPECT_EQ(model::check_export_dir((d / "file").string()),
+            fmt::format("export-hf: {} exists and is not a directory (an HF export is a directory holding config.json "
+                        "and model.safetensors); remove it or choose another path",
+                        (d / "file").string()));
+  EXPECT_EQ(model::check_export_dir((d / "file" / "x" / "out").string()),
+            fmt::format("export-hf: cannot create {}: {} is not a directory", (d / "file" / "x" / "out").string(),
+                        (d / "file").string()));
+  EXPECT_NE(model::check_export_dir("").find("empty"), std::string::npos);
+  EXPECT_NE(model::check_export_dir("/").find("is a filesystem root"), std::string::npos);
+  fs::create_directories(d / "gone.old");  // an export stopped between its renames
+  const std::string gone = model::check_export_dir((d / "gone").string());
+  EXPECT_NE(gone.find("is missing but " + (d / "gone.old").string() + " exists"), std::string::npos) << gone;
+  if (::geteuid() != 0) {  // root writes anywhere
+    fs::create_directories(d / "ro");
+    fs::permissions(d / "ro", fs::perms::owner_read | fs::perms::owner_exec);
+    EXPECT_NE(model::check_export_dir((d / "ro" / "out").string())
+                  .find(fmt::format("the directory {} is not writable", (d / "ro").string())),
+              std::string::npos);
+    fs::permissions(d / "ro", fs::perms::owner_all);
   }
 }
 

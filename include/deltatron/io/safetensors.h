@@ -23,7 +23,9 @@ struct SafetensorsFile {
 std::string read_safetensors(const std::string& path, SafetensorsFile* out);
 SafetensorsFile read_safetensors_or_die(const std::string& path);
 
-// Writes host or device tensors (copied to host) in name order. "" on success.
+// Writes host or device tensors (copied to host) in name order, straight to `path` (callers that
+// must not lose an older file write a temporary and rename it). "" on success, else the error
+// with errno's reason, the final flush included.
 std::string write_safetensors(const std::string& path, const std::map<std::string, TensorView>& tensors,
                               const std::map<std::string, std::string>& metadata = {});
 

@@ -12,7 +12,8 @@
 // Every error names the tensors: missing ones, unexpected ones, shape mismatches with both
 // shapes, a config field that differs with both values.
 // Writing gathers every parameter over TP and world rank 0 writes config.json
-// (architectures ["Qwen3_5ForCausalLM"]) and model.safetensors in the requested dtype.
+// (architectures ["Qwen3_5ForCausalLM"]) and model.safetensors in the requested dtype into a
+// temporary directory, renamed into place once complete.
 #pragma once
 #include <string>
 #include <vector>
@@ -55,8 +56,18 @@ HfLoadInfo load_hf_weights_or_die(const std::string& dir, Qwen35Model& net, cons
 
 // Writes `dir`/config.json and `dir`/model.safetensors (every parameter gathered over TP, cast
 // to `dtype`: f32, bf16 or f16) from world rank 0. Collective over pg.tp (every rank calls it).
+// Rank 0 writes everything into the sibling `dir`.tmp, fsyncs it, and only then replaces `dir`
+// (renamed aside to `dir`.old, the new one renamed in, the old one removed), so a failed export
+// leaves an existing `dir` as it was. Files of an existing `dir` other than config.json,
+// model.safetensors and model.safetensors.index.json (tokenizer files, ...) are carried into the
+// new directory; the index is dropped (it would shadow model.safetensors). docs/hf.md.
 // "" on success; a write error is known on rank 0 only.
 std::string export_hf(const std::string& dir, Qwen35Model& net, const dist::ProcessGroups& pg, DType dtype);
+// Whether an export to `out` can be written, checked without writing and without collectives
+// (call it at startup, before training): `out` is not a file, an existing `out` is readable,
+// and the nearest existing directory above it (where `out`.tmp is made) is writable. "" if so,
+// else the error naming the path and the reason. export_hf checks it again itself.
+std::string check_export_dir(const std::string& out);
 // The same; an error aborts every rank (dt::user_error(..., false) on rank 0).
 void export_hf_or_die(const std::string& dir, Qwen35Model& net, const dist::ProcessGroups& pg, DType dtype);
 
