@@ -435,6 +435,12 @@ TrainResult run_training(const io::Config& cfg) {
     std::printf("%s", trainer.banner().c_str());
     std::fflush(stdout);
   }
+  if (!cfg.checkpoint.export_hf.empty()) {  // written at the end by rank 0: found unusable now, not then
+    std::unique_ptr<dist::Communicator> world = dist::make_world(dist::Backend::mpi);
+    const std::string e = dist::world_rank() == 0 ? model::check_export_dir(cfg.checkpoint.export_hf) : "";
+    if (std::string err = dist::first_message(*world, e); !err.empty())
+      user_error(err);
+  }
   const TrainState ckpt = trainer.checkpoint_state();  // train/checkpoint.h
   trainer.set_next_step(resume_if_asked(ckpt));
   StepLog log(trainer);
