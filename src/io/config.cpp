@@ -90,7 +90,7 @@ const std::vector<Field>& fields() {
       DT_FIELD(checkpoint, dir, str, "checkpoint directory (empty: no checkpoints)"),
       DT_FIELD(checkpoint, interval, i64, "save every N steps; 0 = only at the end"),
       DT_FIELD(checkpoint, keep_last, i64, "checkpoints kept"),
-      DT_FIELD(checkpoint, resume, boolean, "resume from checkpoint.dir/latest when it exists"),
+      DT_FIELD(checkpoint, resume, boolean, "resume from checkpoint.dir/latest when it exists (without latest: from the newest complete step directory, with a warning)"),
       DT_FIELD(checkpoint, load, str, "a checkpoint step directory to start from, saved under any layout (overrides resume)"),
       DT_FIELD(checkpoint, init_from_hf, str, "HF Qwen3.5 directory whose weights initialise the model (--init-from-hf)"),
       DT_FIELD(checkpoint, export_hf, str, "write an HF directory here at the end of the run (--export-hf)"),

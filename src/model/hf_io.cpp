@@ -17,6 +17,7 @@
 
 #include "deltatron/core/check.h"
 #include "deltatron/dist/comm.h"
+#include "deltatron/io/durable.h"
 #include "deltatron/io/safetensors.h"
 #include "deltatron/ops/basic.h"
 
@@ -545,16 +546,6 @@ std::string export_path(const std::string& out, fs::path* p) {
   return "";
 }
 
-std::string fsync_path(const fs::path& p, bool dir) {
-  const int fd = ::open(p.c_str(), dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd < 0) return fmt::format("{}: cannot open for fsync ({})", p.string(), std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return fmt::format("{}: fsync failed ({})", p.string(), std::strerror(err));
-  return "";
-}
-
 // Every other entry of the old OUT into `tmp`: hard links where the filesystem allows (cheap for
 // large files; the old directory's links go when it is removed), else copies; symlinks as links.
 std::string carry_other_files(const fs::path& old_dir, const fs::path& tmp) {
@@ -574,7 +565,7 @@ std::string carry_other_files(const fs::path& old_dir, const fs::path& tmp) {
                          "out of {} or export elsewhere",
                          d.path().string(), ec.message(), old_dir.string());
     if (fs::is_regular_file(fs::symlink_status(to)))
-      if (std::string e = fsync_path(to, false); !e.empty()) return "export-hf: " + e;
+      if (std::string e = io::fsync_path(to, false); !e.empty()) return "export-hf: " + e;
   }
   if (list_ec) return fmt::format("export-hf: cannot list {} ({})", old_dir.string(), list_ec.message());
   return "";
@@ -594,12 +585,12 @@ std::string fill_export_dir(const fs::path& p, const fs::path& tmp, const std::s
     f.close();
     if (!f) return fmt::format("export-hf: cannot write {} ({})", cfg.string(), std::strerror(errno));
   }
-  if (std::string e = fsync_path(cfg, false); !e.empty()) return "export-hf: " + e;
+  if (std::string e = io::fsync_path(cfg, false); !e.empty()) return "export-hf: " + e;
   const fs::path st = tmp / "model.safetensors";
   if (std::string e = io::write_safetensors(st.string(), named, {{"format", "pt"}}); !e.empty())
     return "export-hf: " + e;
-  if (std::string e = fsync_path(st, false); !e.empty()) return "export-hf: " + e;
-  if (std::string e = fsync_path(tmp, true); !e.empty()) return "export-hf: " + e;
+  if (std::string e = io::fsync_path(st, false); !e.empty()) return "export-hf: " + e;
+  if (std::string e = io::fsync_path(tmp, true); !e.empty()) return "export-hf: " + e;
   return "";
 }
 
@@ -646,7 +637,7 @@ std::string write_hf_dir(const std::string& out, const std::string& config,
     fs::remove_all(tmp, ec);
     return fmt::format("{}; {} is as it was", why, out);
   }
-  if (std::string e = fsync_path(parent, true); !e.empty()) return "export-hf: " + e;
+  if (std::string e = io::fsync_path(parent, true); !e.empty()) return "export-hf: " + e;
   if (had) fs::remove_all(old, ec);
   if (had && ec)  // the export is in place: a leftover costs only space
     std::fprintf(stderr, "export-hf: warning: cannot remove the previous export %s (%s)\n", old.c_str(),

@@ -18,6 +18,7 @@
 
 #include "deltatron/core/sha256.h"
 #include "deltatron/dist/comm.h"
+#include "deltatron/io/durable.h"
 #include "deltatron/io/safetensors.h"
 #include "deltatron/ops/basic.h"
 
@@ -33,47 +34,12 @@ const std::string kM = "optim.m.", kV = "optim.v.";  // AdamW moment tensors: pr
 
 // ---- agreement over the ranks (host MPI, whatever backend the trainer's groups use) ----------
 
-// The first non-empty string in rank order, the same on every rank ("" when all are empty).
-std::string first_error(dist::Communicator& world, const std::string& mine) {
-  Tensor len = Tensor::empty(Shape{1}, DType::i64);
-  *len.ptr<int64_t>() = int64_t(mine.size());
-  world.all_reduce(len, dist::ReduceOp::max);
-  const int64_t L = *len.ptr<int64_t>();
-  if (L == 0) return "";
-  Tensor in = Tensor::zeros(Shape{L}, DType::u8), all = Tensor::empty(Shape{L * world.size()}, DType::u8);
-  std::memcpy(in.data(), mine.data(), mine.size());
-  world.all_gather(all, in);
-  int others = 0;
-  std::string first;
-  for (int r = 0; r < world.size(); ++r) {
-    const char* p = static_cast<const char*>(all.data()) + r * L;
-    std::string s(p, strnlen(p, size_t(L)));
-    if (s.empty()) continue;
-    if (first.empty())
-      first = s;
-    else if (s != first)
-      ++others;
-  }
-  if (others) first += fmt::format(" (and {} other rank(s) report other errors)", others);
-  return first;
-}
-
 // Rank 0's string on every rank.
 std::string from_rank0(dist::Communicator& world, const std::string& s) {
-  return first_error(world, world.rank() == 0 ? s : std::string());
+  return dist::first_message(world, world.rank() == 0 ? s : std::string());
 }
 
 // ---- durable files ----------------------------------------------------------------------------
-
-std::string fsync_path(const fs::path& p, bool dir) {
-  const int fd = ::open(p.c_str(), dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-  if (fd < 0) return fmt::format("{}: cannot open for fsync ({})", p.string(), std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int e = errno;
-  ::close(fd);
-  if (rc != 0) return fmt::format("{}: fsync failed ({})", p.string(), std::strerror(e));
-  return "";
-}
 
 std::string write_durable(const fs::path& p, const std::string& content) {
   {
@@ -83,7 +49,7 @@ std::string write_durable(const fs::path& p, const std::string& content) {
     f.close();
     if (!f) return fmt::format("{}: write failed", p.string());
   }
-  return fsync_path(p, false);
+  return io::fsync_path(p, false);
 }
 
 std::string read_text(const fs::path& p, std::string* out) {
@@ -206,6 +172,57 @@ std::string read_latest(const std::string& ckpt_dir, std::string* step_dir) {
                        (dir / "metadata.json").string());
   *step_dir = dir.string();
   return "";
+}
+
+std::string resume_step_dir(const std::string& ckpt_dir, std::string* step_dir, std::string* note) {
+  note->clear();
+  if (std::string e = read_latest(ckpt_dir, step_dir); !e.empty() || !step_dir->empty()) return e;
+  // No `latest`, yet complete step directories: a crash in the first save between its rename and
+  // the write of `latest` leaves this. Starting fresh would replace them at the next saves.
+  const std::vector<std::pair<int64_t, std::string>> done = list_checkpoints(ckpt_dir);
+  if (done.empty()) return "";  // nothing saved yet
+  CheckpointInfo ck;
+  if (std::string e = read_checkpoint_info(done.back().second, &ck); !e.empty())
+    return fmt::format("checkpoint.dir = '{}' has no `latest`, and its newest step directory {} does not read: {}{}",
+                       ckpt_dir, done.back().second, e,
+                       done.size() > 1 ? fmt::format(" ---> hint: --set checkpoint.load={} starts from the one before",
+                                                     done[done.size() - 2].second)
+                                       : std::string());
+  *step_dir = done.back().second;
+  *note = fmt::format(
+      "checkpoint.dir = '{}' has no `latest` (a crash during the first save, after its step directory was "
+      "renamed into place and before `latest` was written, leaves this): resuming from the newest complete "
+      "checkpoint, {} (step {})",
+      ckpt_dir, *step_dir, ck.step);
+  return "";
+}
+
+std::string prepare_checkpoint_dir(const std::string& ckpt_dir) {
+  std::unique_ptr<dist::Communicator> world = dist::make_world(dist::Backend::mpi);
+  std::string err;
+  if (world->rank() == 0) {
+    std::error_code ec;
+    if (fs::exists(ckpt_dir, ec) && !fs::is_directory(ckpt_dir, ec)) {
+      err = fmt::format("checkpoint.dir = '{}': cannot save there (it exists and is not a directory)", ckpt_dir);
+    } else if (fs::create_directories(ckpt_dir, ec); ec) {
+      err = fmt::format("checkpoint.dir = '{}': cannot create the directory ({})", ckpt_dir, ec.message());
+    } else {
+      // A file made and removed: permissions, a read-only mount or a full inode table show here,
+      // before the first step, rather than at the first save after the training time is spent.
+      const fs::path probe = fs::path(ckpt_dir) / ".deltatron-write-probe";
+      const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const bool wrote = fd >= 0 && ::write(fd, "probe\n", 6) == 6;
+      const int e = errno;
+      if (fd >= 0) ::close(fd);
+      if (fd < 0 || !wrote)
+        err = fmt::format("checkpoint.dir = '{}': cannot write there ({}: {})", ckpt_dir, probe.string(),
+                          std::strerror(e));
+      if (fd >= 0 && ::unlink(probe.c_str()) != 0 && err.empty())
+        err = fmt::format("checkpoint.dir = '{}': cannot remove files there ({}: {})", ckpt_dir, probe.string(),
+                          std::strerror(errno));
+    }
+  }
+  return from_rank0(*world, err);
 }
 
 // ---- metadata -------------------------------------------------------------------------------
@@ -463,7 +480,7 @@ std::string save_checkpoint(const TrainState& st, int64_t step) {
     err = io::write_safetensors(file.string(), tensors,
                                 {{"format", kShardFormat}, {"step", std::to_string(step)}, {"tp", std::to_string(tp)},
                                  {"tp_rank", std::to_string(q)}});
-    if (err.empty()) err = fsync_path(file, false);
+    if (err.empty()) err = io::fsync_path(file, false);
     if (err.empty()) err = sha256_file(file.string(), &sha, &bytes);  // what is on disk is what load checks
   }
   // A failed save leaves nothing behind: rank 0 drops the temporary directory.
@@ -471,7 +488,7 @@ std::string save_checkpoint(const TrainState& st, int64_t step) {
     if (world->rank() == 0) fs::remove_all(tmp, ec);
     return e;
   };
-  if (err = first_error(*world, err); !err.empty()) return failed(err);
+  if (err = dist::first_message(*world, err); !err.empty()) return failed(err);
 
   // 3. every rank's loader position and file record to rank 0.
   constexpr int64_t kRec = 3 * 8 + 8 + 64;  // epoch, step, fingerprint, bytes, sha256 hex
@@ -523,17 +540,17 @@ std::string save_checkpoint(const TrainState& st, int64_t step) {
       j["files"].push_back({{"name", shard_file_name(t, tp)}, {"bytes", uint64_t(v[3])}, {"sha256", hex}});
     }
     err = write_durable(tmp / "metadata.json", j.dump(1) + "\n");
-    if (err.empty()) err = fsync_path(tmp, true);
+    if (err.empty()) err = io::fsync_path(tmp, true);
     if (err.empty() && fs::exists(final_dir, ec)) fs::remove_all(final_dir, ec);  // a stale save of this step
     if (err.empty() && !ec) fs::rename(tmp, final_dir, ec);
     if (err.empty() && ec) err = fmt::format("checkpoint: cannot rename {} to {} ({})", tmp.string(), final_dir.string(), ec.message());
-    if (err.empty()) err = fsync_path(root, true);
+    if (err.empty()) err = io::fsync_path(root, true);
     if (err.empty()) err = write_durable(root / "latest.tmp", step_dir_name(step) + "\n");
     if (err.empty()) {
       fs::rename(root / "latest.tmp", root / "latest", ec);
       if (ec) err = fmt::format("checkpoint: cannot rename {} ({})", (root / "latest.tmp").string(), ec.message());
     }
-    if (err.empty()) err = fsync_path(root, true);
+    if (err.empty()) err = io::fsync_path(root, true);
     if (err.empty()) {
       // keep_last: the newest complete checkpoints up to this step stay; later ones (another
       // history of the run) are left alone. Temporary directories of earlier saves are dropped.
@@ -564,12 +581,12 @@ struct Verified {
 
 std::string verify_all(dist::Communicator& world, const std::string& step_dir, const TrainState& st, Verified* v) {
   std::string err = read_checkpoint_info(step_dir, &v->ck);
-  if (err = first_error(world, err); !err.empty()) return err;
+  if (err = dist::first_message(world, err); !err.empty()) return err;
   const CheckpointInfo& ck = v->ck;
   // Every file's size and SHA-256, spread over the ranks.
   for (size_t i = size_t(world.rank()); i < ck.files.size() && err.empty(); i += size_t(world.size()))
     err = verify_checkpoint_file(ck, ck.files[i]);
-  if (err = first_error(world, err); !err.empty()) return err;
+  if (err = dist::first_message(world, err); !err.empty()) return err;
   // Model and optimizer.
   std::vector<std::string> warnings;
   err = check_model_compatible(ck.config, *st.cfg, &warnings);
@@ -605,7 +622,7 @@ std::string verify_all(dist::Communicator& world, const std::string& step_dir, c
       err = fmt::format("checkpoint {} holds parameter {} that this model does not have", ck.dir, saved.begin()->first);
   }
   if (err.empty()) err = resume_loader_position(ck, st, &v->pos);
-  if (err = first_error(world, err); !err.empty()) return err;
+  if (err = dist::first_message(world, err); !err.empty()) return err;
   if (world.rank() == 0)
     for (const std::string& w : warnings) spdlog::warn("{}", w);
   return "";
@@ -687,7 +704,7 @@ std::string load_checkpoint(const std::string& step_dir, const TrainState& st, i
     if (stage[i].filled != st.params[i]->master.numel())
       err = fmt::format("checkpoint {}: {} of the {} elements of this rank's shard of {} were found in the saved files",
                         ck.dir, stage[i].filled, st.params[i]->master.numel(), st.params[i]->spec.name);
-  if (err = first_error(*world, err); !err.empty()) return err;
+  if (err = dist::first_message(*world, err); !err.empty()) return err;
 
   // Nothing below can fail on input: the state changes only after everything was read.
   const auto& state = st.opt->state();
@@ -713,13 +730,18 @@ std::string load_checkpoint(const std::string& step_dir, const TrainState& st, i
 int64_t resume_if_asked(const TrainState& st) {
   const io::CheckpointConfig& c = st.cfg->checkpoint;
   if (c.interval < 0) user_error(fmt::format("config: checkpoint.interval={} must be >= 0 (0 = only at the end)", c.interval));
+  // An unusable checkpoint.dir ends the run now, not at the first save after the steps are spent.
+  if (!c.dir.empty())
+    if (std::string e = prepare_checkpoint_dir(c.dir); !e.empty()) user_error(e);
   std::string dir = c.load;
   if (dir.empty()) {
     if (!c.resume || c.dir.empty()) return 0;
     std::unique_ptr<dist::Communicator> world = dist::make_world(dist::Backend::mpi);
-    std::string err = dist::world_rank() == 0 ? read_latest(c.dir, &dir) : std::string();
+    std::string note;
+    std::string err = dist::world_rank() == 0 ? resume_step_dir(c.dir, &dir, &note) : std::string();
     if (err = from_rank0(*world, err); !err.empty()) user_error(err);
-    dir = from_rank0(*world, dir);  // every rank follows rank 0's reading of `latest`
+    dir = from_rank0(*world, dir);  // every rank follows rank 0's choice
+    if (!note.empty()) spdlog::warn("{}", note);  // only rank 0 has one
     if (dir.empty()) return 0;
   }
   const auto t0 = std::chrono::steady_clock::now();

@@ -11,7 +11,10 @@
 //     changes shapes, a data key that changes the data order, a dp that cannot continue the
 //     global micro-batch stream;
 //   - crash safety (a .tmp directory is never taken for a checkpoint; `latest` keeps naming the
-//     previous complete one) and checkpoint.keep_last.
+//     previous complete one; with no `latest` at all, as a crash in the first save leaves it, resume
+//     takes the newest complete step directory instead of starting fresh over it) and
+//     checkpoint.keep_last;
+//   - an unusable checkpoint.dir is an error on every rank at startup, not at the first save.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -251,6 +254,89 @@ TEST(Checkpoint, ResumeIsBitExact) {
     EXPECT_EQ(ia.num_updates, ib.num_updates);
     EXPECT_EQ(ia.loader[0], ib.loader[0]);
   }
+}
+
+// A crash in the first save between its rename and the write of `latest` leaves complete step
+// directories and no `latest`: resume takes the newest of them (starting fresh would replace them).
+TEST(Checkpoint, ResumeWithoutLatestTakesTheNewestStep) {
+  const Layout L = plain(dist::world_size());
+  const std::string a = fresh_dir("nolatest_a"), e = fresh_dir("nolatest_e"), f = fresh_dir("nolatest_f");
+  std::vector<double> la =
+      train::run_training(quickstart(L, {"train.steps=4", "checkpoint.dir=" + a, "checkpoint.interval=2"})).losses;
+  ASSERT_EQ(la.size(), 4u);
+  // A marker file in a copied step directory: a save that replaced the directory drops it.
+  auto copy_step = [&](const std::string& dir, int64_t step) {
+    if (dist::world_rank() == 0) {
+      const std::string to = dir + "/" + train::step_dir_name(step);
+      fs::copy(a + "/" + train::step_dir_name(step), to, fs::copy_options::recursive);
+      std::ofstream(to + "/marker") << "kept";
+    }
+  };
+  auto kept = [&](const std::string& dir, int64_t step) {
+    return fs::exists(dir + "/" + train::step_dir_name(step) + "/marker");
+  };
+
+  // E: only step 2, no `latest` (the first save's crash): the run continues bit-exactly from it.
+  copy_step(e, 2);
+  world().barrier();
+  std::string s = "unset", note;
+  EXPECT_EQ(train::resume_step_dir(e, &s, &note), "");
+  EXPECT_EQ(fs::path(s).filename().string(), train::step_dir_name(2));
+  EXPECT_NE(note.find("no `latest`"), std::string::npos) << note;
+  EXPECT_NE(note.find(train::step_dir_name(2)), std::string::npos) << note;
+  std::vector<double> le = train::run_training(quickstart(L, {"train.steps=4", "checkpoint.dir=" + e})).losses;
+  ASSERT_EQ(le.size(), 2u) << "started fresh instead of resuming from step 2";
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(le[size_t(i)], la[size_t(2 + i)]) << "step " << 3 + i;
+  EXPECT_TRUE(kept(e, 2)) << "the step-2 checkpoint was replaced";
+  EXPECT_EQ(read_latest_name(e), train::step_dir_name(4));
+  train::CheckpointInfo ia, ie;
+  ASSERT_EQ(train::read_checkpoint_info(a + "/" + train::step_dir_name(4), &ia), "");
+  ASSERT_EQ(train::read_checkpoint_info(e + "/" + train::step_dir_name(4), &ie), "");
+  for (size_t i = 0; i < ia.files.size(); ++i) EXPECT_EQ(ia.files[i].sha256, ie.files[i].sha256);
+  // With `latest` present, it is what resume takes, and there is nothing to warn about.
+  EXPECT_EQ(train::resume_step_dir(e, &s, &note), "");
+  EXPECT_EQ(fs::path(s).filename().string(), train::step_dir_name(4));
+  EXPECT_EQ(note, "");
+
+  // F: steps 2 and 4, no `latest`: the newest (4) is taken; 4 steps asked, none left to run, and
+  // neither directory is touched.
+  copy_step(f, 2);
+  copy_step(f, 4);
+  world().barrier();
+  EXPECT_EQ(train::resume_step_dir(f, &s, &note), "");
+  EXPECT_EQ(fs::path(s).filename().string(), train::step_dir_name(4));
+  std::vector<double> lf = train::run_training(quickstart(L, {"train.steps=4", "checkpoint.dir=" + f})).losses;
+  EXPECT_TRUE(lf.empty()) << "ran " << lf.size() << " steps; expected to resume at step 4";
+  EXPECT_TRUE(kept(f, 2));
+  EXPECT_TRUE(kept(f, 4));
+
+  // The newest step directory unreadable: an error naming it, never a silent fallback to step 2.
+  if (dist::world_rank() == 0) std::ofstream(f + "/" + train::step_dir_name(4) + "/metadata.json") << "{";
+  world().barrier();
+  const std::string err = train::resume_step_dir(f, &s, &note);
+  EXPECT_NE(err.find("no `latest`"), std::string::npos) << err;
+  EXPECT_NE(err.find(train::step_dir_name(4)), std::string::npos) << err;
+  EXPECT_NE(err.find("checkpoint.load=" + f + "/" + train::step_dir_name(2)), std::string::npos) << err;
+}
+
+// An unusable checkpoint.dir is found at startup (resume_if_asked calls prepare_checkpoint_dir
+// before the first step; cli_checkpoint_dir_unusable runs the program), not at the first save.
+TEST(Checkpoint, UnusableDirIsAnErrorAtStartup) {
+  const std::string dir = fresh_dir("startup");
+  const std::string blocker = dir + "/not_a_dir";
+  if (dist::world_rank() == 0) std::ofstream(blocker) << "a file";
+  world().barrier();
+  expect_error_everywhere(train::prepare_checkpoint_dir(blocker + "/sub"),
+                          {"checkpoint.dir = '" + blocker + "/sub': cannot create the directory (", ")"});
+  expect_error_everywhere(train::prepare_checkpoint_dir(blocker),
+                          {"checkpoint.dir = '" + blocker + "'", "exists and is not a directory"});
+  // A usable one is made, and the probe leaves nothing behind.
+  const std::string made = dir + "/a/b";
+  EXPECT_EQ(train::prepare_checkpoint_dir(made), "");
+  EXPECT_TRUE(fs::is_directory(made));
+  EXPECT_TRUE(fs::is_empty(made));
+  EXPECT_EQ(train::prepare_checkpoint_dir(made), "");  // and again, once it exists
+  world().barrier();
 }
 
 TEST(Checkpoint, ReshardingAtLoad) {

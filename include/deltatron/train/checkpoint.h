@@ -90,9 +90,17 @@ std::string verify_checkpoint_file(const CheckpointInfo& ck, const CheckpointInf
 std::string check_model_compatible(const io::Config& saved, const io::Config& run,
                                    std::vector<std::string>* warnings = nullptr);
 // The step directory `ckpt_dir/latest` names: "" on success with *step_dir set, or set to ""
-// when there is no `latest` (nothing saved yet); an error when it is unreadable or names no
-// complete checkpoint.
+// when there is no `latest` (nothing saved yet, or a crash in the first save: resume_step_dir);
+// an error when it is unreadable or names no complete checkpoint.
 std::string read_latest(const std::string& ckpt_dir, std::string* step_dir);
+// What checkpoint.resume takes (no MPI; rank 0 calls it): what `latest` names; without `latest`,
+// the newest complete step directory (its metadata.json read), with *note set to the warning
+// that says so; *step_dir "" when nothing was saved. An error as read_latest's, or naming the
+// newest step directory when its metadata.json does not read (no silent fallback to an older one).
+std::string resume_step_dir(const std::string& ckpt_dir, std::string* step_dir, std::string* note);
+// Collective: rank 0 creates `ckpt_dir` if needed and creates and removes a file in it, so an
+// unusable checkpoint.dir is an error before the first step, not at the first save.
+std::string prepare_checkpoint_dir(const std::string& ckpt_dir);
 // Step directories under ckpt_dir that are complete (name step_NNNNNNN with a metadata.json),
 // sorted by step. Temporary siblings are never listed.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& ckpt_dir);
@@ -116,8 +124,9 @@ std::string check_checkpoint(const std::string& step_dir, const TrainState& st, 
 std::string resume_loader_position(const CheckpointInfo& ck, const TrainState& st, data::LoaderPosition* out);
 
 // Trainer hooks (every error ends the run on every rank through dt::user_error):
-// checkpoint.load, else checkpoint.resume with checkpoint.dir/latest, else nothing. Returns
-// the first step to run (0 when starting fresh).
+// prepare_checkpoint_dir when checkpoint.dir is set; then checkpoint.load, else checkpoint.resume
+// with resume_step_dir (checkpoint.dir/latest, or the newest step directory when `latest` is
+// missing), else nothing. Returns the first step to run (0 when starting fresh).
 int64_t resume_if_asked(const TrainState& st);
 // After `steps_done` optimizer steps: saves when checkpoint.dir is set and steps_done is a
 // multiple of checkpoint.interval (> 0) or the last step of the run.
