@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "deltatron/data/indexed_dataset.h"
@@ -98,8 +99,16 @@ TEST(Synthetic, ConfigErrorsNameTheField) {
   c = {};
   c.tasks = 0;
   EXPECT_NE(validate_synthetic_config(c).find("tasks=0x0 must be"), std::string::npos);
-  EXPECT_NE(write_synthetic_corpus("/nonexistent_dir/x", 3, 1, 32).find("cannot create /nonexistent_dir/x.bin"),
+  // The prefix's directory is made as needed; under a regular file it cannot be (even as root).
+  const std::string file = ::testing::TempDir() + "synthetic_not_a_dir";
+  std::ofstream(file) << "a file";
+  EXPECT_NE(write_synthetic_corpus(file + "/sub/x", 3, 1, 32)
+                .find("indexed dataset writer: cannot create directory " + file + "/sub"),
             std::string::npos);
+  const std::string made = ::testing::TempDir() + "synthetic_new_dir/sub";
+  std::filesystem::remove_all(::testing::TempDir() + "synthetic_new_dir");
+  EXPECT_EQ(write_synthetic_corpus(made + "/x", 3, 1, 32), "");
+  EXPECT_TRUE(std::filesystem::exists(made + "/x.idx"));
 }
 
 }  // namespace
