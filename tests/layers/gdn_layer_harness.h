@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -163,12 +164,33 @@ inline void serial_inputs(int64_t H, uint64_t seed, uint64_t stream0, Tensor* x,
   *cu = cumsum(kGdnRealLens);
 }
 
+// A_log from log U(0.01, 1) (the same global draw under every layout) instead of the layer's
+// HF init log U(1, 16): there the decays exp(-exp(A_log) ...) are so strong that the A_log and
+// dt_bias gradients are per-head sums of large terms of both signs, whose cancellation lifts the
+// fp32 rounding of the TP/SP splits to ~1.4e-5 (1 of ~45 seeded runs at tp 4), above the 1e-5
+// the parallel-vs-serial check holds every gradient to. The gentle decays keep the states long,
+// so every path still matters. A_log is read from the fp32 master on every device.
+inline void set_gentle_a_log(layers::GatedDeltaNet& layer, uint64_t seed, int tp, int tp_rank) {
+  for (model::Param& p : layer.params()) {
+    if (!p.spec.name.ends_with(".A_log")) continue;
+    Tensor g = Tensor::empty(p.spec.shape, DType::f32);
+    ops::rng_uniform(g, seed, model::rng_stream_of(p.spec.name) + 1, 0.01f, 1.f, ops::RngSlice::whole(g));
+    for (int64_t i = 0; i < g.numel(); ++i) g.ptr<float>()[i] = std::log(g.ptr<float>()[i]);
+    Tensor local = Tensor::empty(model::local_shape(p.spec, tp), DType::f32);
+    model::shard_from_global(local, g, p.spec, tp, tp_rank);
+    ops::copy(p.master, local);
+  }
+}
+
+// gentle_a_log: set_gentle_a_log on the layer (the CPU parallel-vs-serial check; pass the same
+// to check_gdn_layout).
 inline GdnReference gdn_reference(const layers::GdnConfig& cfg, uint64_t seed, dist::Backend backend = dist::Backend::mpi,
-                                  Device dev = Device::cpu(), DType act = DType::f32) {
+                                  Device dev = Device::cpu(), DType act = DType::f32, bool gentle_a_log = false) {
   GdnReference R;
   serial_inputs(cfg.hidden, seed, 101, &R.x, &R.dy, &R.cu);
   auto S = serial_setting(seed, backend, dev, act);
   layers::GatedDeltaNet layer(cfg, "model.layers.0", S->ctx);
+  if (gentle_a_log) set_gentle_a_log(layer, seed, 1, 0);
   const int64_t T = R.cu.back();
   data::PackedSeqParams psp = data::PackedSeqParams::build({R.cu, R.cu, 1, T, 1, 1, 0}, dev, {}, true);
   R.out = run_gdn(layer, upload(R.x, dev, act), upload(R.dy, dev, act), psp);
@@ -200,25 +222,17 @@ inline void expect_matches_serial(const Tensor& y, const Tensor& dx, const std::
     for (int64_t i = 0; i < int64_t(mask.size()); ++i)
       if (!mask[size_t(i)])
         for (int64_t h = 0; h < H; ++h) ASSERT_EQ(dx.ptr<float>()[i * H + h], 0.f) << "pad row " << i;
-  // A_log and dt_bias gradients are per-head sums over every token of terms of both signs: the
-  // cancellation amplifies the fp32 rounding noise of their inputs (TP/SP splits round
-  // differently), seen at 1.36e-5 in 1 of ~45 seeded CPU runs at tp 4. The CPU check (pads_exact)
-  // gives them 5x tol; the CUDA tolerances are far above that noise.
-  auto grad_tol = [&](const std::string& name) {
-    const bool head_sum = name.ends_with("A_log") || name.ends_with("dt_bias");
-    return pads_exact && head_sum ? 5 * tol : tol;
-  };
   ASSERT_EQ(grads.size(), specs.size());
   for (size_t k = 0; k < specs.size(); ++k) {
     Tensor want = Tensor::empty(model::local_shape(specs[k], tp), DType::f32);
     model::shard_from_global(want, ref_grads[k], specs[k], tp, tp_rank);
-    EXPECT_TRUE(close_rel(grads[k], want, grad_tol(specs[k].name))) << specs[k].name;
+    EXPECT_TRUE(close_rel(grads[k], want, tol)) << specs[k].name;
   }
 }
 
 // Runs one layout and compares with the reference; tol applies to y, dx and the gradients.
 inline void check_gdn_layout(const GdnLayout& L, const layers::GdnConfig& cfg, const GdnReference& R, uint64_t seed,
-                             dist::Backend backend, Device dev, DType act, double tol) {
+                             dist::Backend backend, Device dev, DType act, double tol, bool gentle_a_log = false) {
   SCOPED_TRACE(fmt::format("tp {} sp {} cp {} {} {}", L.tp, L.sp, L.cp, dev.str(), dtype_name(act)));
   const int world = dist::world_size();
   const int64_t H = cfg.hidden;
@@ -273,6 +287,7 @@ inline void check_gdn_layout(const GdnLayout& L, const layers::GdnConfig& cfg, c
   for (ops::CpA2aImpl impl : {ops::CpA2aImpl::fused, ops::CpA2aImpl::per_sequence}) {
     ctx.cp_a2a = impl;
     layers::GatedDeltaNet layer(cfg, "model.layers.0", ctx);
+    if (gentle_a_log) set_gentle_a_log(layer, seed, L.tp, pg.coord.tp);
     outs.push_back(run_gdn(layer, x_loc, dy_loc, psp, &pg));
     if (cp == 1) break;  // no all-to-all to compare
   }
@@ -284,6 +299,7 @@ inline void check_gdn_layout(const GdnLayout& L, const layers::GdnConfig& cfg, c
     layers::RunCtx keep = ctx;
     keep.gdn_recompute = false;
     layers::GatedDeltaNet layer(cfg, "model.layers.0", keep);
+    if (gentle_a_log) set_gentle_a_log(layer, seed, L.tp, pg.coord.tp);
     expect_bitwise_equal(run_gdn(layer, x_loc, dy_loc, psp, &pg), recomputed, R.specs,
                          "gdn.recompute_elementwise false vs true");
   };
@@ -297,6 +313,7 @@ inline void check_gdn_layout(const GdnLayout& L, const layers::GdnConfig& cfg, c
     ctx.cp_a2a = ops::CpA2aImpl::fused;
     ctx.gdn_cp_comm = layers::GdnCpComm::all_gather;
     layers::GatedDeltaNet layer(cfg, "model.layers.0", ctx);
+    if (gentle_a_log) set_gentle_a_log(layer, seed, L.tp, pg.coord.tp);
     const GdnRun g = run_gdn(layer, x_loc, dy_loc, psp, &pg);
     expect_matches_serial(g.y, g.dx, g.grads, y_want, dx_want, R.out.grads, R.specs, mask, L.tp, pg.coord.tp, tol,
                           dev.is_cpu());

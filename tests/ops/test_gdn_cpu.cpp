@@ -442,7 +442,9 @@ TEST_P(GdnRecurrenceFd, BackwardMatchesFiniteDifferences) {
   const auto g1 = p.backward(1);
   EXPECT_TRUE(bitwise_eq(gr.dq, g1.dq));
   EXPECT_TRUE(bitwise_eq(gr.dk, g1.dk));
+  EXPECT_TRUE(bitwise_eq(gr.dv, g1.dv));
   EXPECT_TRUE(bitwise_eq(gr.dg, g1.dg));
+  EXPECT_TRUE(bitwise_eq(gr.dbeta, g1.dbeta));
   EXPECT_TRUE(bitwise_eq(gr.dh0, g1.dh0));
 }
 
@@ -676,6 +678,7 @@ TEST(GdnCpuOps, GdnStridedViewsAndAbsentStates) {
   EXPECT_TRUE(dt::testing::close_rel(to_vec(dk_), gr.dk, 1e-6)) << "dk";
   EXPECT_TRUE(dt::testing::close_rel(to_vec(dv_), gr.dv, 1e-6)) << "dv";
   EXPECT_TRUE(dt::testing::close_rel(to_vec(dg), gr.dg, 1e-6)) << "dg";
+  EXPECT_TRUE(dt::testing::close_rel(to_vec(dbeta), gr.dbeta, 1e-6)) << "dbeta";
   EXPECT_TRUE(dt::testing::close_rel(to_vec(dh0), gr.dh0, 1e-6)) << "dh0";
   const auto ht1 = gather(ht.view().slice(0, 1, 2)), dh01 = gather(dh0.view().slice(0, 1, 2));
   for (size_t i = 0; i < ht1.size(); ++i) {
