@@ -361,13 +361,28 @@ std::string check_model_compatible(const io::Config& saved, const io::Config& ru
 
 // ---- the loader position ---------------------------------------------------------------------
 
+namespace {
+// The seek the load will make, tried on a copy of the loader: a position it would refuse (a step
+// past its epoch in an edited metadata.json) is an error now, before any state changes.
+std::string try_seek(const CheckpointInfo& ck, const TrainState& st, const data::LoaderPosition& p) {
+  data::PackedLoader probe = *st.loader;
+  if (std::string e = probe.seek(p); !e.empty())
+    return fmt::format("checkpoint {}: the saved data position ({}) cannot be continued here: {}", ck.dir,
+                       p.to_string(), e);
+  return "";
+}
+}  // namespace
+
 std::string resume_loader_position(const CheckpointInfo& ck, const TrainState& st, data::LoaderPosition* out) {
   const data::LoaderPosition& saved = ck.loader.at(0);
   const uint64_t fp = st.loader->fingerprint();
   if (saved.fingerprint == fp) {  // same data config, dataset and layout
     *out = saved;
-    return "";
+    return try_seek(ck, st, *out);
   }
+  if (saved.epoch < 0 || saved.step < 0)
+    return fmt::format("checkpoint {}: the saved data position ({}) has a negative epoch or step", ck.dir,
+                       saved.to_string());
   const io::Config& run = *st.cfg;
   auto key_differs = [&](const std::string& key, auto x, auto y) {
     return fmt::format(
@@ -418,9 +433,14 @@ std::string resume_loader_position(const CheckpointInfo& ck, const TrainState& s
         data::packer_pad_multiple(st.packer), data::packer_alignment(st.packer), hint);
   }
   const int64_t consumed = saved.step * ck.dp;  // global micro-batches of the epoch already trained on
+  const int64_t steps_old = (int64_t(plan_old.size()) + ck.dp - 1) / ck.dp;  // with the dp fillers
+  if (saved.step > steps_old)
+    return fmt::format("checkpoint {}: the saved data position ({}) is past the {} steps of epoch {} under the saved "
+                       "layout (dp {})",
+                       ck.dir, saved.to_string(), steps_old, saved.epoch, ck.dp);
   if (consumed >= int64_t(plan_old.size())) {
     *out = {saved.epoch + 1, 0, fp};
-    return "";
+    return try_seek(ck, st, *out);
   }
   const int dp = st.packer.dp;
   if (consumed % dp)
@@ -429,7 +449,7 @@ std::string resume_loader_position(const CheckpointInfo& ck, const TrainState& s
         "dp {} ---> hint: keep train.grad_accum x dp the same as when saved ({} x {})",
         ck.dir, consumed, saved.epoch, ck.dp, dp, ck.config.train.grad_accum, ck.dp);
   *out = {saved.epoch, consumed / dp, fp};
-  return "";
+  return try_seek(ck, st, *out);
 }
 
 // ---- save ------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <functional>
 #include <memory>
 
@@ -455,7 +456,22 @@ TEST(Checkpoint, LoadErrorsAreClearOnEveryRank) {
   {  // no metadata.json: an unfinished save
     const std::string d = damaged("nometa", [&](const std::string& p) { fs::remove(p + "/metadata.json"); });
     expect_error_everywhere(train::check_checkpoint(d, rig.st(), nullptr), {"no metadata.json"});
+  }  {  // a loader position past its epoch (an edited metadata.json): refused before any state changes
+    const std::string d = damaged("farstep", [&](const std::string& p) {
+      std::ifstream in(p + "/metadata.json");
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      in.close();
+      text = std::regex_replace(text, std::regex(" step=[0-9]+ "), " step=992 ");
+      std::ofstream(p + "/metadata.json", std::ios::trunc) << text;
+    });
+    expect_error_everywhere(train::check_checkpoint(d, rig.st(), nullptr),
+                            {"the saved data position", "step=992", "cannot be continued here", "is past the"});
+    if (W >= 2) {  // under another layout (dp differs) the same position is refused too
+      Rig other(quickstart(Layout{1, 1, W, false}, {}));
+      expect_error_everywhere(train::check_checkpoint(d, other.st(), nullptr), {"step=992", "is past the"});
+    }
   }
+
   // checkpoint.load given the checkpoint.dir instead of a step directory
   expect_error_everywhere(train::check_checkpoint(dir, rig.st(), nullptr), {"not a step directory", "step_NNNNNNN"});
   {  // a save that cannot write: an error on every rank, nothing left behind
