@@ -126,7 +126,8 @@ void convert_tokens(TokenDType t, const char* src, int64_t count, int32_t* out, 
     for (int64_t j = 0; j < count; ++j) {
       const T v = load<T>(src + size_t(j) * sizeof(T));
       if constexpr (std::is_floating_point_v<T>) {
-        if (!(v >= 0 && v <= T(INT32_MAX)) || std::floor(v) != v) bad(j, double(v));
+        // < 2^31 exactly: T(INT32_MAX) rounds up to 2^31 in float32, which int32 cannot hold.
+        if (!(v >= 0 && double(v) < 2147483648.0) || std::floor(v) != v) bad(j, double(v));
       } else if constexpr (std::is_signed_v<T>) {
         if (v < 0 || int64_t(v) > INT32_MAX) bad(j, double(v));
       } else {

@@ -53,7 +53,9 @@ std::string validate_packed_batch(const PackedBatchDesc& d) {
           i, i + 1, a, p, cu[i], cu[i + 1], cp_[i], cp_[i + 1]);
   }
   // V6
-  const int64_t y = d.tokens_local * d.sp * d.cp;
+  int64_t y = 0;
+  if (__builtin_mul_overflow(d.tokens_local, int64_t(d.sp) * d.cp, &y))
+    return fmt::format("packed batch: local tokens {} × sp {} × cp {} overflows int64", d.tokens_local, d.sp, d.cp);
   if (x != y)
     return fmt::format(
         "packed batch: cu_seqlens_padded[{}]={} but local tokens {} × sp {} × cp {} = {}; whole-pack padding must "

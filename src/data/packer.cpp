@@ -69,6 +69,10 @@ std::string validate_packer_config(const PackerConfig& c) {
     return fmt::format("data: packer needs sp={}, cp={} and dp={} all >= 1", c.sp, c.cp, c.dp);
   if (c.max_tokens < 1) return fmt::format("data: data.max_tokens={} must be >= 1", c.max_tokens);
   if (c.pad_multiple < 0) return fmt::format("data: data.pad_multiple={} must be >= 0 (0: the default)", c.pad_multiple);
+  if (c.max_tokens > INT32_MAX) return fmt::format("data: data.max_tokens={} exceeds the int32 range", c.max_tokens);
+  if (c.pad_multiple > c.max_tokens)  // (and keeps the lcm below in range)
+    return fmt::format("data: data.pad_multiple={} exceeds data.max_tokens={}: a padded piece must fit a micro-batch",
+                       c.pad_multiple, c.max_tokens);
   const int64_t pm = packer_pad_multiple(c), A = packer_alignment(c);
   if (c.cp > 1 && pm % (2 * int64_t(c.cp)) != 0)  // C3
     return fmt::format("config: data.pad_multiple={} must be a multiple of 2*parallel.cp={}", pm, 2 * c.cp);
@@ -80,7 +84,6 @@ std::string validate_packer_config(const PackerConfig& c) {
         c.max_tokens, pm, A, m, c.cp > 1 ? fmt::format("cp*lcm(2, sp) with cp={} sp={}", c.cp, c.sp)
                                           : fmt::format("sp={}", c.sp),
         round_up(c.max_tokens, m));
-  if (c.max_tokens > INT32_MAX) return fmt::format("data: data.max_tokens={} exceeds the int32 range", c.max_tokens);
   return "";
 }
 
@@ -228,6 +231,11 @@ PackedLoader::PackedLoader(const IndexedDataset& ds, const PackerConfig& c, int 
   if (!err.empty()) user_error(err, true);
   lengths_.resize(size_t(ds.num_documents()));
   for (int64_t d = 0; d < ds.num_documents(); ++d) lengths_[size_t(d)] = ds.document_length(d);
+  if (*std::max_element(lengths_.begin(), lengths_.end()) < 2)  // (num_tokens > 0: not empty)
+    user_error(fmt::format("data: dataset {} has no document of 2 or more tokens, so nothing has a next-token "
+                           "target to train on",
+                           ds.name()),
+               true);
   uint64_t h = 1469598103934665603ull;  // FNV-1a over everything the plan depends on
   for (uint64_t v : {uint64_t(c.max_tokens), uint64_t(packer_pad_multiple(c)), uint64_t(c.shuffle), c.seed,
                      uint64_t(uint32_t(c.pad_id)), uint64_t(c.sp), uint64_t(c.cp), uint64_t(c.dp),

@@ -285,6 +285,10 @@ TEST(IndexedDataset, TokenValuesOutsideTheIdRangeAbortOnRead) {
   IndexedDataset ds;
   ASSERT_EQ(IndexedDataset::open(p, &ds), "");
   EXPECT_DEATH((void)ds.document(0), "f32.bin: token 1 of sequence 0 has value 1.5 \\(float32\\), not a token id");
+  poke<float>(&bin, 4, 2147483648.f);  // 2^31: float32(INT32_MAX) rounds up to it, which int32 cannot hold
+  spit(p + ".bin", bin);
+  ASSERT_EQ(IndexedDataset::open(p, &ds), "");
+  EXPECT_DEATH((void)ds.document(0), "f32.bin: token 1 of sequence 0 has value 2147483648 \\(float32\\), not a token id");
   const std::string q = tmp_prefix("i8");
   ASSERT_EQ(w.open(q, TokenDType::i8), "");
   ASSERT_EQ(w.add_document(std::vector<int64_t>{5, -2}), "");

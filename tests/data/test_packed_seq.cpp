@@ -102,6 +102,13 @@ TEST(PackedValidation, CallerArguments) {
   d.cp_rank = 0;
   d.sp = 0;
   EXPECT_EQ(validate_packed_batch(d), "packed batch: sp=0 and cp=2 must both be >= 1");
+  d.sp = 1;
+  d.tokens_local = -6;
+  EXPECT_EQ(validate_packed_batch(d), "packed batch: local tokens -6 must be >= 0");
+  // V6 with a product past int64 (it wrapped to the last boundary and passed)
+  PackedBatchDesc o = desc({0, 8}, {0, 8}, (int64_t(1) << 62) + 2, 1, 1);
+  o.sp = 4;
+  EXPECT_EQ(validate_packed_batch(o), "packed batch: local tokens 4611686018427387906 × sp 4 × cp 1 overflows int64");
 }
 
 TEST(PackedValidation, ValidEdgeCases) {
@@ -143,6 +150,7 @@ TEST(GdnCpConfig, EachRuleFiresWithItsMessage) {
   EXPECT_EQ(validate_gdn_cp_config(0, 32, 1, 1, 1),
             "config: model.linear_num_key_heads=0 and model.linear_num_value_heads=32 must be >= 1");
   EXPECT_EQ(validate_gdn_cp_config(16, 32, 1, 2, 0), "config: data.pad_multiple=0 must be >= 1");
+  EXPECT_EQ(validate_gdn_cp_config(16, 32, 0, 2, 4), "config: parallel.tp=0 and parallel.cp=2 must be >= 1");
 }
 
 // ---- the worked example (section 4.5) -----------------------------------------------------

@@ -218,6 +218,22 @@ TEST(Packer, ConfigErrorsNameTheField) {
   c = {};
   c.max_tokens = 0;
   EXPECT_EQ(validate_packer_config(c), "data: data.max_tokens=0 must be >= 1");
+  c = {};
+  c.dp = 0;
+  EXPECT_EQ(validate_packer_config(c), "data: packer needs sp=1, cp=1 and dp=0 all >= 1");
+  c = {};
+  c.pad_multiple = -2;
+  EXPECT_EQ(validate_packer_config(c), "data: data.pad_multiple=-2 must be >= 0 (0: the default)");
+  c = {};
+  c.max_tokens = int64_t(1) << 31;
+  EXPECT_EQ(validate_packer_config(c), "data: data.max_tokens=2147483648 exceeds the int32 range");
+  c = {};  // a huge pad multiple: its lcm with the alignment overflowed into a garbage message
+  c.cp = 1;
+  c.sp = 2;
+  c.pad_multiple = 4611686018427387905;
+  EXPECT_EQ(validate_packer_config(c),
+            "data: data.pad_multiple=4611686018427387905 exceeds data.max_tokens=4096: a padded piece must fit a "
+            "micro-batch");
 }
 
 TEST(Loader, ResumeGivesIdenticalBatches) {
@@ -261,6 +277,8 @@ TEST(Loader, ResumeGivesIdenticalBatches) {
   LoaderPosition far = p;
   far.step = 1 << 20;
   EXPECT_NE(b.seek(far).find("is past the"), std::string::npos);
+  far.step = -1;
+  EXPECT_NE(b.seek(far).find("loader position: epoch=0 step=-1 must be >= 0"), std::string::npos) << b.seek(far);
   EXPECT_NE(LoaderPosition::parse("epoch=1", &p).find("cannot parse 'epoch=1'"), std::string::npos);
 }
 

@@ -61,7 +61,10 @@ void validate_gdn_cp_config_or_die(int64_t num_key_heads, int64_t num_value_head
                                    int64_t pad_multiple);
 
 // ---- zig-zag maps (section 3.2), host only ------------------------------------------------
-// cu_padded: [N+1] physical boundaries satisfying V3, V4 and V7 (checked: aborts otherwise).
+// cu_padded: [N+1] physical boundaries satisfying V3, V4 and V7. The row maps over a whole batch
+// (slice, gather) check all three and abort otherwise; the per-position maps below check V3 and
+// the V7 of the sequence they land in, but assume V4 (non-decreasing, O(N) to check per call),
+// which PackedSeqParams::build validated for every array it hands out.
 
 // Local row `row` of CP rank `cp_rank` -> its global position x in [0, T).
 int64_t zigzag_local_to_global(std::span<const int32_t> cu_padded, int cp, int cp_rank, int64_t row);
