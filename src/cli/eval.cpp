@@ -222,7 +222,7 @@ int run_eval(const EvalOptions& o) {
   for (size_t g = size_t(pg.coord.dp); g < plan.size(); g += size_t(dims.dp)) {  // DP rank r: r, r+dp, ...
     const data::MicroBatch mb = data::build_micro_batch(ds, pc, plan[g], 0, int64_t(g));
     data::PackedSeqParams psp = data::PackedSeqParams::build(mb.desc(pg.coord.cp), dev, st);
-    layers::LmTargets tg = layers::next_token_targets(mb.tokens, psp, dev, st);
+    layers::LmTargets tg = layers::targets_from_labels(mb.labels, psp, dev, st);
     Tensor ids = layers::local_token_ids(mb.tokens, psp, dev, st);
     layers::LmHeadLoss::Result r = net.forward(ids, psp, tg);
     loss_sum += double(ops::item(r.loss_sum, st));

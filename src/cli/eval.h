@@ -19,10 +19,11 @@ struct EvalOptions {
 };
 
 // Evaluates every document once, in dataset order, packed as training packs them (documents
-// longer than data.max_tokens are split into pieces: the recurrence and the targets restart at
-// each piece). Rank 0 prints one JSON line {"loss", "predicted_tokens", "perplexity"}; loss is
-// the mean next-token loss inside documents (layers::next_token_targets, the training
-// definition). --dump-logits writes `logits` [T_real, vocab] f32: every real token in dataset
+// longer than data.max_tokens are split into pieces: the recurrence restarts at each piece, and
+// a piece's last token predicts the next piece's first). Rank 0 prints one JSON line {"loss",
+// "predicted_tokens", "perplexity"}; loss is the mean next-token loss inside documents
+// (layers::targets_from_labels of the packer's labels, the training definition), so
+// predicted_tokens is the dataset's tokens minus one per document whatever data.max_tokens is. --dump-logits writes `logits` [T_real, vocab] f32: every real token in dataset
 // order (document after document), with the result in the file's metadata. Returns the exit code.
 int run_eval(const EvalOptions& o);
 

@@ -9,11 +9,12 @@
 
 namespace dt::layers {
 
-LmTargets next_token_targets(std::span<const int32_t> ids_global, const data::PackedSeqParams& psp, Device dev,
-                             Stream s) {
-  const int64_t T = psp.tokens(), T_cp = psp.tokens_cp();
-  DT_CHECK(int64_t(ids_global.size()) == T, "next_token_targets: {} ids for a batch of T={} tokens",
-           ids_global.size(), T);
+namespace {
+// This CP rank's rows of a target per global position x: label(x, real_end) for x inside its
+// sequence's real tokens [.., real_end), -1 on pads.
+template <class Label>
+LmTargets targets_by(const data::PackedSeqParams& psp, Device dev, Stream s, Label label) {
+  const int64_t T_cp = psp.tokens_cp();
   const std::vector<int32_t>& cu_pad = psp.cu_seqlens_padded();
   const std::vector<int32_t>& cu = psp.cu_seqlens();
   Tensor lab = Tensor::empty(Shape{T_cp}, DType::i32);  // [T/cp] host
@@ -24,11 +25,28 @@ LmTargets next_token_targets(std::span<const int32_t> ids_global, const data::Pa
     // Sequence i with cu_pad[i] <= x < cu_pad[i + 1]; its real tokens end at cu_pad[i] + len_i.
     const int64_t i = std::upper_bound(cu_pad.begin(), cu_pad.end(), int32_t(x)) - cu_pad.begin() - 1;
     const int64_t real_end = int64_t(cu_pad[size_t(i)]) + (cu[size_t(i) + 1] - cu[size_t(i)]);
-    lp[l] = x + 1 < real_end ? ids_global[size_t(x + 1)] : -1;
+    lp[l] = x < real_end ? label(x, real_end) : -1;
     out.count += lp[l] >= 0;
   }
   out.labels = dev.is_cpu() ? lab : ops::to_device(lab, dev, s);
   return out;
+}
+}  // namespace
+
+LmTargets next_token_targets(std::span<const int32_t> ids_global, const data::PackedSeqParams& psp, Device dev,
+                             Stream s) {
+  DT_CHECK(int64_t(ids_global.size()) == psp.tokens(), "next_token_targets: {} ids for a batch of T={} tokens",
+           ids_global.size(), psp.tokens());
+  return targets_by(psp, dev, s, [&](int64_t x, int64_t real_end) {
+    return x + 1 < real_end ? ids_global[size_t(x + 1)] : int32_t(-1);
+  });
+}
+
+LmTargets targets_from_labels(std::span<const int32_t> labels_global, const data::PackedSeqParams& psp, Device dev,
+                              Stream s) {
+  DT_CHECK(int64_t(labels_global.size()) == psp.tokens(), "targets_from_labels: {} labels for a batch of T={} tokens",
+           labels_global.size(), psp.tokens());
+  return targets_by(psp, dev, s, [&](int64_t x, int64_t) { return labels_global[size_t(x)]; });
 }
 
 std::vector<model::ParamSpec> LmHeadLoss::param_specs(const LmHeadConfig& c) {

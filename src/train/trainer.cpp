@@ -305,7 +305,7 @@ StepResult Trainer::step() {
     if (bad_token.empty()) bad_token = token_range_error(m.mb, cfg_.model.vocab_size, cfg_.data.prefix);
     c[5] += !bad_token.empty();
     m.psp = std::make_unique<data::PackedSeqParams>(data::PackedSeqParams::build(m.mb.desc(pg_.coord.cp), dev, s));
-    m.tg = layers::next_token_targets(m.mb.tokens, *m.psp, dev, s);
+    m.tg = layers::targets_from_labels(m.mb.labels, *m.psp, dev, s);  // across split documents' pieces
     m.ids = layers::local_token_ids(m.mb.tokens, *m.psp, dev, s);
     c[0] += m.tg.count;
     if (pg_.coord.cp == 0) {

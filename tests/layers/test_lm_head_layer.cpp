@@ -16,6 +16,8 @@
 
 #include "dense_layer_harness.h"
 #include "deltatron/layers/embedding.h"
+#include "deltatron/data/indexed_dataset.h"
+#include "deltatron/data/packer.h"
 #include "deltatron/layers/lm_head.h"
 
 using namespace dt;
@@ -218,6 +220,45 @@ TEST(LmHeadLayer, TargetsStayInsideDocuments) {
   std::vector<int32_t> got(t.labels.ptr<int32_t>(), t.labels.ptr<int32_t>() + 8);
   EXPECT_EQ(got, (std::vector<int32_t>{11, 12, -1, -1, -1, -1, -1, -1}));
   EXPECT_EQ(t.count, 2);
+}
+
+// The packer's labels cross a split document's piece boundary: a document of 300 tokens in
+// micro-batches of 128 keeps all 299 targets (next_token_targets loses one per boundary), under
+// cp 1 and, summed over the ranks, cp 2; each CP rank's targets are the zig-zag rows of the labels.
+TEST(LmHeadLayer, SplitDocumentsKeepEveryTarget) {
+  const std::string prefix = ::testing::TempDir() + "lm_head_split_" + std::to_string(test_seed() % 100000);
+  data::IndexedDatasetWriter w;
+  ASSERT_EQ(w.open(prefix, data::TokenDType::i32), "");
+  std::vector<int64_t> doc(300);
+  for (size_t i = 0; i < doc.size(); ++i) doc[i] = int64_t(i % 50);
+  ASSERT_EQ(w.add_document(doc), "");
+  ASSERT_EQ(w.add_document(std::vector<int64_t>(7, 3)), "");
+  ASSERT_EQ(w.finish(), "");
+  data::IndexedDataset ds = data::IndexedDataset::open_or_die(prefix);
+  for (int cp : {1, 2}) {
+    SCOPED_TRACE(fmt::format("cp {}", cp));
+    data::PackerConfig pc;
+    pc.max_tokens = 128;
+    pc.shuffle = false;
+    pc.cp = cp;
+    std::vector<int64_t> lengths = {300, 7};
+    int64_t targets = 0, inside = 0;
+    for (const auto& pieces : data::plan_epoch(lengths, pc, 0)) {
+      const data::MicroBatch mb = data::build_micro_batch(ds, pc, pieces, 0, 0);
+      for (int r = 0; r < cp; ++r) {
+        data::PackedSeqParams psp = data::PackedSeqParams::build(mb.desc(r));
+        const layers::LmTargets t = layers::targets_from_labels(mb.labels, psp, Device::cpu());
+        const Tensor want = data::zigzag_slice_rows(
+            TensorView(const_cast<int32_t*>(mb.labels.data()), DType::i32, Device::cpu(), Shape{int64_t(mb.labels.size())}),
+            psp.cu_seqlens_padded(), cp, r);
+        EXPECT_EQ(std::memcmp(t.labels.data(), want.data(), size_t(want.numel()) * 4), 0) << "rank " << r;
+        targets += t.count;
+        inside += layers::next_token_targets(mb.tokens, psp, Device::cpu()).count;
+      }
+    }
+    EXPECT_EQ(targets, 299 + 6);
+    EXPECT_EQ(inside, 299 + 6 - 2);  // 300 = 44 + 128 + 128: two piece boundaries
+  }
 }
 
 TEST(LmHeadLayer, PackedEqualsPerSequence) {

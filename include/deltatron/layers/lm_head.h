@@ -8,8 +8,9 @@
 // Full-vocab logits never exist on one rank; at most [chunk_tokens, V_t] at a time, in the
 // activation dtype (bf16 on CUDA, as HF's and Megatron's logits; fp32 statistics on top of them;
 // f32 on the CPU). The gradient overwrites its chunk of logits in place (dlogits, same dtype).
-// Targets (next_token_targets): token x of a document predicts token x + 1 of the SAME document;
-// the last real token of a document and padding predict nothing (label -1). forward returns the
+// Targets (targets_from_labels of the packer's labels; next_token_targets inside one sequence):
+// token x of a document predicts token x + 1 of the SAME document; the last real token of a
+// document and padding predict nothing (label -1). forward returns the
 // loss SUM over this CP rank's predicted tokens (identical on the TP ranks of a group) and their
 // COUNT; the caller all-reduces both over dp x cp and divides once: loss = sum / count. A rank
 // with no predicted token contributes 0 and 0 (never NaN).
@@ -57,6 +58,11 @@ struct LmTargets {
 // ids_global: the packed token ids [T] of the whole micro-batch (all CP ranks), host.
 LmTargets next_token_targets(std::span<const int32_t> ids_global, const data::PackedSeqParams& psp, Device dev,
                              Stream s = {});
+// The packer's labels [T] (data::MicroBatch::labels: the next token of the same document, across
+// the boundary of a split document's pieces; -1 on pads and documents' last tokens) as this CP
+// rank's targets: what training and eval use, so that a split document loses no target.
+LmTargets targets_from_labels(std::span<const int32_t> labels_global, const data::PackedSeqParams& psp, Device dev,
+                              Stream s = {});
 
 class LmHeadLoss {
  public:
