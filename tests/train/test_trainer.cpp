@@ -3,8 +3,8 @@
 //    world size -- np 1: (1,1,1); np 2: (1,1,2), (2,1,1) +-SP, (1,2,1); np 4: (1,1,4), (2,2,1) +-SP,
 //    (2,1,2) +-SP, (1,2,2), (4,1,1) SP -- with the same global batch (grad_accum * dp = 4 and one
 //    data.pad_multiple, so every step packs and sees the same micro-batches): each within fp32
-//    summation-order noise (rel. 1e-4) of tests/golden/trainer_quickstart_20.txt, the curve of
-//    the serial layout (torchtitan's "step loss" lines; regenerate it with
+//    summation-order noise (rel. 1e-4) of tests/golden/trainer_quickstart_20.txt, the losses and
+//    grad norms of the serial layout (torchtitan's "step loss" lines; regenerate it with
 //    DT_WRITE_GOLDEN=1 build/tests/test_trainer after a change that moves the losses on purpose).
 //  * On one rank the quickstart model's loss falls on the synthetic corpus.
 //  * The step metrics: tokens and model FLOPs of a step equal the packer's counts and the FLOP
@@ -83,16 +83,21 @@ std::vector<double> loss_and_norm_per_step(train::Trainer& t, int steps) {
   return v;
 }
 
-std::vector<double> read_golden() {
-  std::vector<double> l;
+// The golden curve: "step loss grad_norm" per line.
+struct Golden {
+  std::vector<double> loss, grad_norm;
+};
+Golden read_golden() {
+  Golden g;
   std::ifstream f(kGolden);
   int64_t step = 0;
-  double loss = 0;
-  while (f >> step >> loss) {
-    EXPECT_EQ(step, int64_t(l.size()) + 1) << kGolden;
-    l.push_back(loss);
+  double loss = 0, norm = 0;
+  while (f >> step >> loss >> norm) {
+    EXPECT_EQ(step, int64_t(g.loss.size()) + 1) << kGolden;
+    g.loss.push_back(loss);
+    g.grad_norm.push_back(norm);
   }
-  return l;
+  return g;
 }
 }  // namespace
 
@@ -100,19 +105,24 @@ TEST(Trainer, LossCurvesMatchGoldenUnderEveryLayout) {
   const int world = dist::world_size();
   if (layouts(world).empty()) GTEST_SKIP() << "runs at np 1, 2, 4 or 8";
   if (world == 1 && std::getenv("DT_WRITE_GOLDEN")) {
-    std::vector<double> l = train::run_training(curve_config({1, 1, 1, false})).losses;
+    const train::TrainResult r = train::run_training(curve_config({1, 1, 1, false}));
     std::ofstream f(kGolden, std::ios::trunc);
-    for (size_t i = 0; i < l.size(); ++i) f << fmt::format("{} {:.9g}\n", i + 1, l[i]);
+    for (size_t i = 0; i < r.losses.size(); ++i) f << fmt::format("{} {:.9g} {:.9g}\n", i + 1, r.losses[i], r.grad_norms[i]);
     GTEST_SKIP() << "wrote " << kGolden;
   }
-  const std::vector<double> golden = read_golden();
-  ASSERT_EQ(golden.size(), 20u) << kGolden;
+  const Golden golden = read_golden();
+  ASSERT_EQ(golden.loss.size(), 20u) << kGolden;
   for (const Layout& L : layouts(world)) {
     SCOPED_TRACE(fmt::format("tp {} cp {} dp {} sp {}", L.tp, L.cp, L.dp, L.sp));
-    std::vector<double> losses = train::run_training(curve_config(L)).losses;
-    ASSERT_EQ(losses.size(), golden.size());
-    for (size_t i = 0; i < losses.size(); ++i)
-      EXPECT_NEAR(losses[i], golden[i], 1e-4 * std::fabs(golden[i])) << "step " << i + 1;
+    const train::TrainResult r = train::run_training(curve_config(L));
+    ASSERT_EQ(r.losses.size(), golden.loss.size());
+    ASSERT_EQ(r.grad_norms.size(), golden.grad_norm.size());
+    // The grad norm too: AdamW and clipping are blind to a gradient's scale, so the loss curve
+    // alone would not see a gradient summed twice over a group (or missing a 1/dp).
+    for (size_t i = 0; i < r.losses.size(); ++i) {
+      EXPECT_NEAR(r.losses[i], golden.loss[i], 1e-4 * std::fabs(golden.loss[i])) << "step " << i + 1;
+      EXPECT_NEAR(r.grad_norms[i], golden.grad_norm[i], 1e-4 * std::fabs(golden.grad_norm[i])) << "step " << i + 1;
+    }
   }
 }
 
