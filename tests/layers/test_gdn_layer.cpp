@@ -99,3 +99,25 @@ TEST(GdnLayerConfig, LayoutRulesNameTheValues) {
   EXPECT_EQ(layers::GatedDeltaNet::check_layout(c, 1, 1),
             "config: model.linear_num_value_heads=6 is not a multiple of model.linear_num_key_heads=4");
 }
+
+// The layer's own checks of what the caller hands it (program errors: they abort with the
+// message): packed params built for another layout, an input of the wrong shape, a backward
+// with no forward before it.
+TEST(GdnLayerDeathTest, CallerErrorsNameTheProblem) {
+  if (dist::world_size() != 1) GTEST_SKIP() << "single-process test";
+  const layers::GdnConfig c = gdn_small_config();
+  dist::ParallelDims dims{1, 1, 1};
+  ASSERT_EQ(dims.resolve(1), "");
+  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::mpi);
+  layers::RunCtx ctx;
+  ctx.pg = &pg;
+  layers::GatedDeltaNet layer(c, "model.layers.0", ctx);
+  const int64_t T = 8, H = c.hidden;
+  Tensor x = Tensor::zeros(Shape{T, H}, DType::f32), y = Tensor::empty(Shape{T, H}, DType::f32);
+  data::PackedSeqParams psp = data::PackedSeqParams::build({{0, T}, {0, T}, 1, T, 1, 1, 0});
+  data::PackedSeqParams cp2 = data::PackedSeqParams::build({{0, T}, {0, T}, 1, T / 2, 1, 2, 0});
+  EXPECT_DEATH(layer.forward(y, x, cp2), "packed params built for cp 2 sp 1, layer runs cp 1 sp 1");
+  Tensor x_wide = Tensor::zeros(Shape{T, H + 1}, DType::f32);
+  EXPECT_DEATH(layer.forward(y, x_wide, psp), "GatedDeltaNet input x \\[T_local, hidden\\]");
+  EXPECT_DEATH(layer.backward(x, y, psp), "backward without forward");
+}
