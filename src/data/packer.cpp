@@ -232,8 +232,8 @@ PackedLoader::PackedLoader(const IndexedDataset& ds, const PackerConfig& c, int 
   lengths_.resize(size_t(ds.num_documents()));
   for (int64_t d = 0; d < ds.num_documents(); ++d) lengths_[size_t(d)] = ds.document_length(d);
   if (*std::max_element(lengths_.begin(), lengths_.end()) < 2)  // (num_tokens > 0: not empty)
-    user_error(fmt::format("data: dataset {} has no document of 2 or more tokens, so nothing has a next-token "
-                           "target to train on",
+    user_error(fmt::format("data: dataset {} has no document of 2 or more tokens, so no token has a next-token "
+                           "target (nothing to train on or evaluate)",
                            ds.name()),
                true);
   uint64_t h = 1469598103934665603ull;  // FNV-1a over everything the plan depends on
