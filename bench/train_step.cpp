@@ -97,7 +97,7 @@ void time_phases(train::Trainer& t, int reps, bool profile) {
   for (int r = 0; r < reps; ++r) {
     const data::MicroBatch mb = t.loader().next();
     const data::PackedSeqParams psp = data::PackedSeqParams::build(mb.desc(pg.coord.cp), dev, s);
-    const layers::LmTargets tg = layers::next_token_targets(mb.tokens, psp, dev, s);
+    const layers::LmTargets tg = layers::targets_from_labels(mb.labels, psp, dev, s);  // as the trainer
     const Tensor ids = layers::local_token_ids(mb.tokens, psp, dev, s);
     const float scale = 1.f / float(std::max<int64_t>(tg.count, 1));
     const Shape hs{psp.tokens_local(), untied.hidden_size};

@@ -60,15 +60,22 @@ Device resolve_device(const std::string& want, std::string* note) {
 }
 
 // A token id outside [0, vocab_size) would read past the embedding and the logits (the CPU and
-// CUDA kernels do not check): the first such token of a micro-batch's real sequences, or "".
+// CUDA kernels do not check): the first such input token or target of a micro-batch's real
+// sequences, or "". Targets are checked too: a split document's piece ends with the next piece's
+// first token as its target, which another micro-batch holds.
 std::string token_range_error(const data::MicroBatch& mb, int64_t vocab, const std::string& prefix) {
+  auto bad = [&](const data::DocPiece& p, int32_t id, int64_t pos) {
+    return fmt::format("data: {}: document {} holds token id {} at position {}, outside [0, model.vocab_size={})",
+                       prefix, p.doc, id, pos, vocab);
+  };
   for (size_t i = 0; i < mb.pieces.size(); ++i) {
     const data::DocPiece& p = mb.pieces[i];
     const int32_t* t = mb.tokens.data() + mb.cu_seqlens_padded[i];
-    for (int64_t j = 0; j < p.length; ++j)
-      if (t[j] < 0 || t[j] >= vocab)
-        return fmt::format("data: {}: document {} holds token id {} at position {}, outside [0, model.vocab_size={})",
-                           prefix, p.doc, t[j], p.begin + j, vocab);
+    const int32_t* l = mb.labels.data() + mb.cu_seqlens_padded[i];
+    for (int64_t j = 0; j < p.length; ++j) {
+      if (t[j] < 0 || t[j] >= vocab) return bad(p, t[j], p.begin + j);
+      if (l[j] >= vocab) return bad(p, l[j], p.begin + j + 1);  // -1: no target
+    }
   }
   return "";
 }

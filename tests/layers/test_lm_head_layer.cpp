@@ -11,6 +11,8 @@
 // dW shard bitwise equal (the same ops on the same values, in the same order); then a two-pass
 // run on the head that ran fused equals, bitwise, a head that ran two-pass twice (the fused
 // state is released and dW accumulates).
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 
@@ -226,7 +228,10 @@ TEST(LmHeadLayer, TargetsStayInsideDocuments) {
 // micro-batches of 128 keeps all 299 targets (next_token_targets loses one per boundary), under
 // cp 1 and, summed over the ranks, cp 2; each CP rank's targets are the zig-zag rows of the labels.
 TEST(LmHeadLayer, SplitDocumentsKeepEveryTarget) {
-  const std::string prefix = ::testing::TempDir() + "lm_head_split_" + std::to_string(test_seed() % 100000);
+  // One file per rank: the ctest entries run this binary under mpirun (np 2, 4), and a rank must
+  // not rewrite a file another one has mapped.
+  const std::string prefix = ::testing::TempDir() + "lm_head_split_" + std::to_string(getpid()) + "_r" +
+                             std::to_string(dist::world_rank());
   data::IndexedDatasetWriter w;
   ASSERT_EQ(w.open(prefix, data::TokenDType::i32), "");
   std::vector<int64_t> doc(300);

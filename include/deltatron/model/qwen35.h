@@ -123,7 +123,7 @@ class Qwen35Model {
 
   // ids: [T/cp] i32 (this CP rank's zig-zag rows: layers::local_token_ids); psp: the
   // micro-batch metadata built with sp = (ctx.sp ? tp : 1) and this rank's cp; targets:
-  // layers::next_token_targets. Returns this CP rank's loss SUM and predicted COUNT (as
+  // layers::targets_from_labels (or next_token_targets). Returns this CP rank's loss SUM and predicted COUNT (as
   // LmHeadLoss does): all-reduce both over dp x cp (global_loss) and divide once.
   // backward_scale: the scale the backward will get, when known now (training): the LM head then
   // computes its gradient chunk by chunk during the forward (LmHeadLoss's fused mode: no logits
