@@ -106,12 +106,8 @@ TEST(GdnLayerConfig, LayoutRulesNameTheValues) {
 TEST(GdnLayerDeathTest, CallerErrorsNameTheProblem) {
   if (dist::world_size() != 1) GTEST_SKIP() << "single-process test";
   const layers::GdnConfig c = gdn_small_config();
-  dist::ParallelDims dims{1, 1, 1};
-  ASSERT_EQ(dims.resolve(1), "");
-  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::mpi);
-  layers::RunCtx ctx;
-  ctx.pg = &pg;
-  layers::GatedDeltaNet layer(c, "model.layers.0", ctx);
+  auto S = serial_setting(test_seed(), dist::Backend::mpi, Device::cpu(), DType::f32);
+  layers::GatedDeltaNet layer(c, "model.layers.0", S->ctx);
   const int64_t T = 8, H = c.hidden;
   Tensor x = Tensor::zeros(Shape{T, H}, DType::f32), y = Tensor::empty(Shape{T, H}, DType::f32);
   data::PackedSeqParams psp = data::PackedSeqParams::build({{0, T}, {0, T}, 1, T, 1, 1, 0});
