@@ -13,6 +13,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "deltatron/core/sysinfo.h"
 #include "deltatron/data/packed_seq.h"
@@ -80,6 +81,39 @@ std::string token_range_error(const data::MicroBatch& mb, int64_t vocab, const s
   return "";
 }
 
+// A resumed run appends to the metrics JSONL, which may hold records past the step it resumes
+// from (the run went on after its last checkpoint) and a line torn by a crash: both are dropped,
+// so that each step is recorded once and the file stays JSON lines. Rewritten through path.tmp.
+std::string drop_records_after(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return "";  // nothing written yet
+  std::string line, kept;
+  int64_t dropped = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= step)
+      kept += line + "\n";
+    else
+      ++dropped;
+  }
+  in.close();
+  if (dropped == 0) return "";
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    out.close();
+    if (!out) return fmt::format("logging.metrics_jsonl = '{}': cannot write {} ({})", path, tmp, std::strerror(errno));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return fmt::format("logging.metrics_jsonl = '{}': cannot replace it ({})", path, ec.message());
+  std::printf("metrics: dropped %lld record(s) of %s past step %lld or cut short (the run went on after that "
+              "checkpoint)\n",
+              static_cast<long long>(dropped), path.c_str(), static_cast<long long>(step));
+  return "";
+}
+
 // Rank 0's step line (every logging.log_interval steps and the last) and JSONL record (every step;
 // appended to when the run resumes).
 class StepLog {
@@ -98,8 +132,9 @@ class StepLog {
         err = fmt::format("logging.metrics_jsonl = '{}': cannot create directory {} ({})", path, dir.string(),
                           ec.message());
       } else {
-        jsonl_.open(path, first_ > 0 ? std::ios::app : std::ios::trunc);
-        if (!jsonl_) err = fmt::format("logging.metrics_jsonl = '{}': cannot open for writing ({})", path,
+        if (first_ > 0) err = drop_records_after(path, first_);
+        if (err.empty()) jsonl_.open(path, first_ > 0 ? std::ios::app : std::ios::trunc);
+        if (err.empty() && !jsonl_) err = fmt::format("logging.metrics_jsonl = '{}': cannot open for writing ({})", path,
                                        std::strerror(errno));
       }
     }

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <cstring>
 
@@ -342,4 +343,44 @@ TEST(Trainer, MetricsJsonlRecordsEveryStep) {
   }
   EXPECT_EQ(n, 3);
   std::remove(path.c_str());
+}
+
+// A run resumed from an earlier checkpoint appends to the JSONL: the records past that step (the
+// first run went on after it) and a line a crash cut short are dropped first, so each step is
+// recorded once, in order, with the resumed run's values (bit-exact resume: the same losses).
+TEST(Trainer, MetricsJsonlOnResumeKeepsEachStepOnce) {
+  const int world = dist::world_size();
+  const std::string tag = fmt::format("dt_trainer_resume_jsonl_{}", world);
+  const std::string path = ::testing::TempDir() + tag + ".jsonl", dir = ::testing::TempDir() + tag + "_ckpt";
+  if (dist::world_rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::remove(path.c_str());
+  }
+  io::Config c = curve_config(layouts(world).empty() ? Layout{1, 1, world, false} : layouts(world).back());
+  c.logging.metrics_jsonl = path;
+  c.checkpoint.dir = dir;
+  c.checkpoint.interval = 2;
+  c.train.steps = 3;
+  const train::TrainResult first = train::run_training(c);  // records 1..3, checkpoints 2 and 3
+  if (dist::world_rank() == 0) std::ofstream(path, std::ios::app) << "{\"step\": 4, \"loss\": 3.9";  // torn
+  c.checkpoint.load = dir + "/step_0000002";
+  c.train.steps = 4;
+  const train::TrainResult second = train::run_training(c);  // steps 3, 4
+  ASSERT_EQ(second.losses.size(), 2u);
+  EXPECT_EQ(second.losses[0], first.losses[2]);
+  if (dist::world_rank() != 0) return;
+  std::ifstream f(path);
+  std::string line;
+  std::vector<double> loss;
+  while (std::getline(f, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);  // throws on a torn line
+    EXPECT_EQ(j["step"].get<int64_t>(), int64_t(loss.size()) + 1) << line;
+    loss.push_back(j["loss"].get<double>());
+  }
+  ASSERT_EQ(loss.size(), 4u);
+  EXPECT_NEAR(loss[0], first.losses[0], 1e-6);
+  EXPECT_NEAR(loss[2], second.losses[0], 1e-6);
+  EXPECT_NEAR(loss[3], second.losses[1], 1e-6);
+  std::remove(path.c_str());
+  std::filesystem::remove_all(dir);
 }
