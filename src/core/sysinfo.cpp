@@ -34,9 +34,10 @@ std::string sysinfo() {
   cudaRuntimeGetVersion(&rt);
   ncclGetVersion(&nccl);
   size_t lt = cublasLtGetVersion(), dnn = cudnnGetVersion();
-  s += fmt::format("  CUDA driver {}.{}, runtime {}.{}, cuBLASLt {}, cuDNN {}.{}.{}, NCCL {}.{}.{}\n", drv / 1000,
-                   (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10, lt, dnn / 10000, (dnn % 10000) / 100, dnn % 100,
-                   nccl / 10000, (nccl % 10000) / 100, nccl % 100);
+  const std::string driver = drv > 0 ? fmt::format("{}.{}", drv / 1000, (drv % 1000) / 10) : "none";
+  s += fmt::format("  CUDA driver {}, runtime {}.{}, cuBLASLt {}, cuDNN {}.{}.{}, NCCL {}.{}.{}\n", driver, rt / 1000,
+                   (rt % 1000) / 10, lt, dnn / 10000, (dnn % 10000) / 100, dnn % 100, nccl / 10000,
+                   (nccl % 10000) / 100, nccl % 100);
   int n = cuda_device_count();
   if (n == 0) s += "  no usable CUDA device\n";
   for (int i = 0; i < n; ++i) {

@@ -617,6 +617,22 @@ std::string verify_all(dist::Communicator& world, const std::string& step_dir, c
         ck.dir, ck.optimizer, ck.optimizer);
   if (err.empty() && st.opt->kind() == Optimizer::Kind::sgd && ck.optimizer == "adamw")
     warnings.push_back(fmt::format("checkpoint {} holds AdamW moments; this run uses SGD and ignores them", ck.dir));
+  // Legal, but the run then does not continue the saved one's curve: say so.
+  const io::Config& run = *st.cfg;
+  if (run.schedule.name == "cosine" && ck.config.train.steps != run.train.steps)
+    warnings.push_back(fmt::format(
+        "checkpoint {}: train.steps = {} when saved, {} now: the cosine schedule spans the new total, so the learning "
+        "rate jumps at the resumed step",
+        ck.dir, ck.config.train.steps, run.train.steps));
+  const int64_t batch_saved = ck.config.train.grad_accum * ck.dp, batch_now = run.train.grad_accum * st.pg->dims.dp;
+  if (batch_saved != batch_now)
+    warnings.push_back(fmt::format(
+        "checkpoint {}: the global batch is {} micro-batches now (train.grad_accum {} x dp {}), {} when saved ({} x "
+        "{}){}",
+        ck.dir, batch_now, run.train.grad_accum, st.pg->dims.dp, batch_saved, ck.config.train.grad_accum, ck.dp,
+        batch_saved % st.pg->dims.dp == 0
+            ? fmt::format(" ---> hint: --set train.grad_accum={} keeps it", batch_saved / st.pg->dims.dp)
+            : std::string()));
   if (err.empty()) {
     std::map<std::string, const CheckpointInfo::ParamEntry*> saved;
     for (const auto& e : ck.params) saved[e.name] = &e;
@@ -771,6 +787,10 @@ int64_t resume_if_asked(const TrainState& st) {
     std::printf("checkpoint: resumed from %s at step %lld (loader %s) in %.2f s\n", dir.c_str(),
                 static_cast<long long>(step), st.loader->position().to_string().c_str(),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (step >= st.cfg->train.steps)
+      std::printf("checkpoint: nothing to train: resumed at step %lld and train.steps = %lld (train.steps counts "
+                  "every step of the run, not the steps to add)\n",
+                  static_cast<long long>(step), static_cast<long long>(st.cfg->train.steps));
     std::fflush(stdout);
   }
   return step;
