@@ -254,4 +254,6 @@ std::string first_message(Communicator& c, const std::string& mine) {
   return first;
 }
 
+std::string from_rank0(Communicator& c, const std::string& s) { return first_message(c, c.rank() == 0 ? s : ""); }
+
 }  // namespace dt::dist

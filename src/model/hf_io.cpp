@@ -578,14 +578,7 @@ std::string fill_export_dir(const fs::path& p, const fs::path& tmp, const std::s
   std::error_code ec;
   if (fs::is_directory(p, ec))
     if (std::string e = carry_other_files(p, tmp); !e.empty()) return e;
-  const fs::path cfg = tmp / "config.json";
-  {
-    std::ofstream f(cfg, std::ios::binary | std::ios::trunc);
-    f << config;
-    f.close();
-    if (!f) return fmt::format("export-hf: cannot write {} ({})", cfg.string(), std::strerror(errno));
-  }
-  if (std::string e = io::fsync_path(cfg, false); !e.empty()) return "export-hf: " + e;
+  if (std::string e = io::write_durable(tmp / "config.json", config); !e.empty()) return "export-hf: " + e;
   const fs::path st = tmp / "model.safetensors";
   if (std::string e = io::write_safetensors(st.string(), named, {{"format", "pt"}}); !e.empty())
     return "export-hf: " + e;

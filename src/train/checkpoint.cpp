@@ -32,25 +32,7 @@ constexpr const char* kFormat = "deltatron-checkpoint v1";
 constexpr const char* kShardFormat = "deltatron-checkpoint-shard v1";
 const std::string kM = "optim.m.", kV = "optim.v.";  // AdamW moment tensors: prefix + parameter name
 
-// ---- agreement over the ranks (host MPI, whatever backend the trainer's groups use) ----------
-
-// Rank 0's string on every rank.
-std::string from_rank0(dist::Communicator& world, const std::string& s) {
-  return dist::first_message(world, world.rank() == 0 ? s : std::string());
-}
-
-// ---- durable files ----------------------------------------------------------------------------
-
-std::string write_durable(const fs::path& p, const std::string& content) {
-  {
-    std::ofstream f(p, std::ios::binary | std::ios::trunc);
-    if (!f) return fmt::format("{}: cannot create ({})", p.string(), std::strerror(errno));
-    f.write(content.data(), std::streamsize(content.size()));
-    f.close();
-    if (!f) return fmt::format("{}: write failed", p.string());
-  }
-  return io::fsync_path(p, false);
-}
+// ---- files (agreement over the ranks: dist::first_message / from_rank0 on a host MPI world) ----
 
 std::string read_text(const fs::path& p, std::string* out) {
   std::ifstream f(p, std::ios::binary);
@@ -222,7 +204,7 @@ std::string prepare_checkpoint_dir(const std::string& ckpt_dir) {
                           std::strerror(errno));
     }
   }
-  return from_rank0(*world, err);
+  return dist::from_rank0(*world, err);
 }
 
 // ---- metadata -------------------------------------------------------------------------------
@@ -469,7 +451,7 @@ std::string save_checkpoint(const TrainState& st, int64_t step) {
     if (!ec) fs::create_directory(tmp, ec);
     if (ec) err = fmt::format("checkpoint.dir: cannot create {} ({})", tmp.string(), ec.message());
   }
-  if (err = from_rank0(*world, err); !err.empty()) return err;
+  if (err = dist::from_rank0(*world, err); !err.empty()) return err;
 
   // 2. the tp ranks of (dp 0, cp 0) write their shard: master weights and optimizer state.
   const int tp = pg.dims.tp, q = pg.coord.tp;
@@ -559,13 +541,13 @@ std::string save_checkpoint(const TrainState& st, int64_t step) {
       record(dist::rank_of(pg.dims, {t, 0, 0}), v, &hex);
       j["files"].push_back({{"name", shard_file_name(t, tp)}, {"bytes", uint64_t(v[3])}, {"sha256", hex}});
     }
-    err = write_durable(tmp / "metadata.json", j.dump(1) + "\n");
+    err = io::write_durable(tmp / "metadata.json", j.dump(1) + "\n");
     if (err.empty()) err = io::fsync_path(tmp, true);
     if (err.empty() && fs::exists(final_dir, ec)) fs::remove_all(final_dir, ec);  // a stale save of this step
     if (err.empty() && !ec) fs::rename(tmp, final_dir, ec);
     if (err.empty() && ec) err = fmt::format("checkpoint: cannot rename {} to {} ({})", tmp.string(), final_dir.string(), ec.message());
     if (err.empty()) err = io::fsync_path(root, true);
-    if (err.empty()) err = write_durable(root / "latest.tmp", step_dir_name(step) + "\n");
+    if (err.empty()) err = io::write_durable(root / "latest.tmp", step_dir_name(step) + "\n");
     if (err.empty()) {
       fs::rename(root / "latest.tmp", root / "latest", ec);
       if (ec) err = fmt::format("checkpoint: cannot rename {} ({})", (root / "latest.tmp").string(), ec.message());
@@ -587,7 +569,7 @@ std::string save_checkpoint(const TrainState& st, int64_t step) {
       }
     }
   }
-  err = from_rank0(*world, err);
+  err = dist::from_rank0(*world, err);
   return err.empty() ? err : failed(err);
 }
 
@@ -765,7 +747,6 @@ std::string load_checkpoint(const std::string& step_dir, const TrainState& st, i
 
 int64_t resume_if_asked(const TrainState& st) {
   const io::CheckpointConfig& c = st.cfg->checkpoint;
-  if (c.interval < 0) user_error(fmt::format("config: checkpoint.interval={} must be >= 0 (0 = only at the end)", c.interval));
   // An unusable checkpoint.dir ends the run now, not at the first save after the steps are spent.
   if (!c.dir.empty())
     if (std::string e = prepare_checkpoint_dir(c.dir); !e.empty()) user_error(e);
@@ -775,8 +756,8 @@ int64_t resume_if_asked(const TrainState& st) {
     std::unique_ptr<dist::Communicator> world = dist::make_world(dist::Backend::mpi);
     std::string note;
     std::string err = dist::world_rank() == 0 ? resume_step_dir(c.dir, &dir, &note) : std::string();
-    if (err = from_rank0(*world, err); !err.empty()) user_error(err);
-    dir = from_rank0(*world, dir);  // every rank follows rank 0's choice
+    if (err = dist::from_rank0(*world, err); !err.empty()) user_error(err);
+    dir = dist::from_rank0(*world, dir);  // every rank follows rank 0's choice
     if (!note.empty()) spdlog::warn("{}", note);  // only rank 0 has one
     if (dir.empty()) return 0;
   }

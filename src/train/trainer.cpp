@@ -17,6 +17,7 @@
 
 #include "deltatron/core/sysinfo.h"
 #include "deltatron/data/packed_seq.h"
+#include "deltatron/io/durable.h"
 #include "deltatron/dist/comm.h"
 #include "deltatron/layers/embedding.h"
 #include "deltatron/layers/lm_head.h"
@@ -99,12 +100,7 @@ std::string drop_records_after(const std::string& path, int64_t step) {
   in.close();
   if (dropped == 0) return "";
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kept;
-    out.close();
-    if (!out) return fmt::format("logging.metrics_jsonl = '{}': cannot write {} ({})", path, tmp, std::strerror(errno));
-  }
+  if (std::string e = io::write_durable(tmp, kept); !e.empty()) return fmt::format("logging.metrics_jsonl: {}", e);
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) return fmt::format("logging.metrics_jsonl = '{}': cannot replace it ({})", path, ec.message());
@@ -139,10 +135,7 @@ class StepLog {
       }
     }
     std::unique_ptr<dist::Communicator> world = dist::make_world(dist::Backend::mpi);
-    Tensor failed = Tensor::empty(Shape{1}, DType::i64);
-    *failed.ptr<int64_t>() = err.empty() ? 0 : 1;
-    world->all_reduce(failed, dist::ReduceOp::max);
-    if (*failed.ptr<int64_t>()) user_error(err);  // printed by rank 0, the rank that has it
+    if (std::string e = dist::from_rank0(*world, err); !e.empty()) user_error(e);
   }
 
   void record(const StepResult& r) {
@@ -480,8 +473,7 @@ TrainResult run_training(const io::Config& cfg) {
   if (!cfg.checkpoint.export_hf.empty()) {  // written at the end by rank 0: found unusable now, not then
     std::unique_ptr<dist::Communicator> world = dist::make_world(dist::Backend::mpi);
     const std::string e = dist::world_rank() == 0 ? model::check_export_dir(cfg.checkpoint.export_hf) : "";
-    if (std::string err = dist::first_message(*world, e); !err.empty())
-      user_error(err);
+    if (std::string err = dist::from_rank0(*world, e); !err.empty()) user_error(err);
   }
   const TrainState ckpt = trainer.checkpoint_state();  // train/checkpoint.h
   trainer.set_next_step(resume_if_asked(ckpt));

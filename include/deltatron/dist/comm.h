@@ -69,5 +69,8 @@ std::unique_ptr<Communicator> make_world(Backend b);
 // the same on every rank ("" when all are empty), so that one rank's error reaches the rank that
 // prints it. "(and N other rank(s) report other errors)" is appended when others differ.
 std::string first_message(Communicator& c, const std::string& mine);
+// Collective, as first_message: the string of the communicator's rank 0, on every rank (what a
+// check that only rank 0 makes, such as one on a file it alone writes, hands the others).
+std::string from_rank0(Communicator& c, const std::string& s);
 
 }  // namespace dt::dist
