@@ -546,6 +546,23 @@ cudaDataType_t lt_type(DType t) {
     default: DT_FAIL("gemm: unsupported dtype {}", dtype_name(t));
   }
 }
+// The candidate's kernel configuration as cuBLASLt names it (0 where an attribute is not set), so
+// the autotune log tells which tile, stage count and cluster shape won.
+std::string algo_ids(const cublasLtMatmulAlgo_t& algo) {
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr) -> uint64_t {
+    uint64_t v = 0;  // 16- to 64-bit unsigned attributes, asked with their own size (little-endian)
+    size_t size = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &size) != CUBLAS_STATUS_SUCCESS ||
+        size > sizeof(v) || cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, size, &size) != CUBLAS_STATUS_SUCCESS)
+      return 0;
+    return v;
+  };
+  return fmt::format("(id {} tile {} stages {} cluster {} splitk {} swizzle {})", get(CUBLASLT_ALGO_CONFIG_ID),
+                     get(CUBLASLT_ALGO_CONFIG_TILE_ID), get(CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                     get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                     get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING));
+}
+
 // Times each candidate (1 warm-up, 5 timed runs, beta 0 into a scratch C, so C is untouched) and
 // returns the fastest; logs the table.
 cublasLtMatmulAlgo_t fastest_algo(LtDevice& dev, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t l1,
@@ -574,7 +591,7 @@ cublasLtMatmulAlgo_t fastest_algo(LtDevice& dev, cublasLtMatmulDesc_t desc, cubl
     float ms = 0.f;
     DT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     ms /= 5;
-    table += fmt::format(" {}:{:.3f}", i, ms);
+    table += fmt::format(" {}:{:.3f}{}", i, ms, algo_ids(res[i].algo));
     if (i == 0 || ms < best_ms) best = i, best_ms = ms;
   }
   cudaEventDestroy(e0);
