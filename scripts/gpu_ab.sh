@@ -5,7 +5,7 @@
 # Here, where git works (prepares the base tree, the commit to compare against, into .ab/base):
 #   bash scripts/gpu_ab.sh --prepare-base [REV]          # REV: default HEAD
 # On the GPU machine (the device tool: carry .ab), e.g.
-#   VARIANTS="base new x:-DDT_EXP_REV_SP_LEAN=1,-DDT_EXP_DQK_DSQ_EARLY=1" ROUNDS=2 LAYER=1 TEST=test_gdn_chunk_cuda \
+#   VARIANTS="base new x:-DDT_EXP_MY_SWITCH=1" ROUNDS=2 LAYER=1 TEST=test_gdn_chunk_cuda \
 #     SRC='regex:state_warp_kernel|rev_warp_kernel' bash scripts/gpu_ab.sh
 # VARIANTS: names, each "name" or "name:nvcc defines" (defines separated by commas). "new" is the
 #   working tree, "base" .ab/base (both full builds); a name with defines is the working tree with

@@ -98,18 +98,6 @@ constexpr size_t kSmemReservedPerCta = 1024;      // taken by the system per res
 template <class T> constexpr int LDD = D + kPad<T>;
 template <class T> constexpr int LDC = C + kPad<T>;
 template <class T> constexpr int LDV = BV + kPad<T>;
-// Measurement switches: candidate kernel forms waiting for a same-machine A/B (scripts/gpu_ab.sh),
-// each off by default, where the code is the measured form (the same SASS); a variant is built
-// with -DDT_EXP_...=1. Each is removed once measured: made the default or dropped.
-#ifndef DT_EXP_REV_SP_LEAN  // rev's split-phase form: full chunks' copies from per-thread offsets
-#define DT_EXP_REV_SP_LEAN 0
-#endif
-#ifndef DT_EXP_DQK_DSQ_EARLY  // dqk: step 5's ds^T Q while dS1 and Delta land
-#define DT_EXP_DQK_DSQ_EARLY 0
-#endif
-#ifndef DT_EXP_PREP_SOLVE_EARLY  // prep: each diagonal block solved by the warp that made it, no barrier between
-#define DT_EXP_PREP_SOLVE_EARLY 0
-#endif
 #ifndef GDN_SOLVE_BLOCKED
 #define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
 #endif
@@ -309,25 +297,6 @@ struct PrepSmem {
   static_assert(tm % 16 == 0 && y % 16 == 0, "float4 access");
   static_assert(sizeof(T) * C * LDC<T> <= sizeof(float) * C * LDT, "rounded Tm over the fp32 one");
 };
-// Tm's diagonal block d = (I + A_dd)^-1 by forward substitution (gdn-math.md 3.3 K2, reference
-// block_inverse): lanes 0-15 of one warp, one column each, in registers.
-__device__ __forceinline__ void solve_diag(float* s_tm, const float* s_a, int d, int lane) {
-  const int d0 = 16 * d;
-  float r_x[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    float r_s = (i == lane) ? 1.f : 0.f;
-#pragma unroll
-    for (int m = 0; m < i; ++m) r_s = fmaf(-s_a[(d0 + i) * LDA + d0 + m], r_x[m], r_s);
-    r_x[i] = r_s;
-  }
-#pragma unroll
-  for (int i = 0; i < 16; ++i) s_tm[(d0 + i) * LDT + d0 + lane] = r_x[i];
-}
-// SOLVE_EARLY (measurement switch): the warp whose A tile holds diagonal block d (warps 0, 1, 6,
-// 7) solves it right after its own tile, while the others finish theirs, so the solve needs no
-// barrier of its own. The same arithmetic, so the same bits.
-constexpr bool kPrepSolveEarly = DT_EXP_PREP_SOLVE_EARLY && GDN_SOLVE_BLOCKED;
 template <class T> constexpr int kPrepMinBlocks = sizeof(T) == 2 && GDN_SOLVE_BLOCKED ? 4 : 1;
 static_assert(!GDN_SOLVE_BLOCKED || 4 * (PrepSmem<bf16>::bytes + kSmemReservedPerCta) <= kSmemPerSm,
               "bf16 prep_kernel: four CTAs per SM");
@@ -374,20 +343,28 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
       s_a[r * LDA + c] = (rv && c < r) ? x0 * s_beta[r] * gexp(s_gam[r] - s_gam[c]) : 0.f;
       s_a[r * LDA + c + 1] = (rv && c + 1 < r) ? x1 * s_beta[r] * gexp(s_gam[r] - s_gam[c + 1]) : 0.f;
     });
-    if constexpr (kPrepSolveEarly) {
-      __syncwarp();  // the tile's A elements, written by the warp's other lanes
-      if (m0 >= n0 && m0 < n0 + 32 && lane < 16) solve_diag(s_tm, s_a, m0 / 16, lane);
-    }
   }
-  if constexpr (!kPrepSolveEarly) __syncthreads();
+  __syncthreads();
 
 #if GDN_SOLVE_BLOCKED
-  // Tm = (I + A)^-1 in fp32: the four 16x16 diagonal blocks (solve_diag by warp d, or each by the
-  // warp that made it, above), then the exact merge Tm_ij = -Tm_ii sum_{j<=m<i} A_im Tm_mj by
-  // distance from the diagonal (plain FFMA).
+  // Tm = (I + A)^-1 in fp32 (gdn-math.md 3.3 K2, reference block_inverse): the four 16x16 diagonal
+  // blocks by forward substitution (warp d, one lane per column, registers only), then the exact
+  // merge Tm_ij = -Tm_ii sum_{j<=m<i} A_im Tm_mj by distance from the diagonal (plain FFMA).
   {
     float* s_y = reinterpret_cast<float*>(smem + S::y);
-    if (!kPrepSolveEarly && warp < 4 && lane < 16) solve_diag(s_tm, s_a, warp, lane);
+    if (warp < 4 && lane < 16) {
+      const int d0 = 16 * warp;
+      float r_x[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        float r_s = (i == lane) ? 1.f : 0.f;
+#pragma unroll
+        for (int m = 0; m < i; ++m) r_s = fmaf(-s_a[(d0 + i) * LDA + d0 + m], r_x[m], r_s);
+        r_x[i] = r_s;
+      }
+#pragma unroll
+      for (int i = 0; i < 16; ++i) s_tm[(d0 + i) * LDT + d0 + lane] = r_x[i];
+    }
     for (int idx = tid; idx < C * C / 4; idx += kChunkThreads) {  // upper blocks = 0 (float4 groups)
       const int r = idx >> 4, c = (idx & 15) * 4;
       if ((c >> 4) > (r >> 4)) *reinterpret_cast<float4*>(s_tm + r * LDT + c) = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -1688,37 +1665,24 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   load_ctile<D, D>(s_big, LDD<T>, g_dS1 + sbase, p.dv, p.dk, p.dv, tid);
   load_ctile<C, D>(s_x1, LDD<T>, g_D + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);  // Delta again; Q in s_x2
   cp_commit();
-#if DT_EXP_DQK_DSQ_EARLY
-  // DSQ_EARLY (measurement switch; preprocessor, so that off the kernel's text and SASS are
-  // unchanged): step 5's ds^T Q needs neither dS1 nor Delta, so it runs while they land instead of
-  // after the wait (every Q window is visible since the barriers after step 2). The same
-  // products, so the same bits.
+  // Step 5's ds^T Q needs neither dS1 nor Delta, so it runs while they land (every Q window is
+  // visible since the barriers after step 2): dqk -15 us, the same bits (perf.md v0.25.0).
   float r_acc[2][4][4];  // step 5's dk part: stored there, or with p.pair summed with the partner's below
   zero(r_acc);
   if (active) warp_gemm<2, 4, true, false>(r_acc, s_ds, LDC<T>, s_x2, LDD<T>, m0, n0, Lk);
-#endif
   cp_wait<0>();
   __syncthreads();
-#if !DT_EXP_DQK_DSQ_EARLY
-  float r_acc[2][4][4];  // step 5's dk part: stored there, or with p.pair summed with the partner's below
-#endif
   {  // 5. dk = eL (Delta dS1^T) + ds^T Q + diag(ds) Q   [C, dk]
     // dgamma_i -= (ds^T Q)_i . k_i  (every row)  and  -= dk_state_i . k_i  (rows i < L-1); the last
     // row's  + sum(dk_state (.) K)  then needs only rows i < L-1 (its own term cancels exactly).
     float r_st[2][4][4];
     zero(r_st);
-#if !DT_EXP_DQK_DSQ_EARLY
-    zero(r_acc);
-#endif
     if (active) {
       warp_gemm<2, 4, false, true>(r_st, s_x1, LDD<T>, s_big, LDD<T>, m0, n0, p.dv);
       frag_pairs(r_st, m0, n0, [&](int r, int, float& x0, float& x1) {
         const float f = s_el[r];
         x0 *= f, x1 *= f;
       });
-#if !DT_EXP_DQK_DSQ_EARLY
-      warp_gemm<2, 4, true, false>(r_acc, s_ds, LDC<T>, s_x2, LDD<T>, m0, n0, Lk);
-#endif
     }
     float r_rs[2][2], r_rs2[2][2];
     frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_x3 + r * LDD<T> + c); });

@@ -186,9 +186,8 @@ struct WarpTiles {
   static constexpr size_t narrow = sizeof(bf16) * C * LDU;     // one [C][LDU] tile
   static constexpr size_t staging = sizeof(bf16) * NW * D * LDW;
 };
-// The LEAN copies (state's, rev's SPL) of one thread for a full chunk's [C][LDU] tile of 64 columns
-// (U, dO) from its first copy (sa, g; rows rstride elements apart): load_tile_full<T, C, 64, 128>'s
-// 4 copies, rows 16 apart.
+// The state kernel's LEAN copies of one thread for a full chunk's [C][LDU] tile of 64 columns (U, dO) from its first
+// copy (sa, g; rows rstride elements apart): load_tile_full<T, C, 64, 128>'s 4 copies, rows 16 apart.
 // (The swizzled [C][D] atoms go through cp_sw128_rows<128>, gamma through cp_async4_sa.)
 __device__ __forceinline__ void cp_narrow_rows(uint32_t sa, const bf16* g, int64_t rstride) {
 #pragma unroll
@@ -318,10 +317,10 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
   if (g_h0 && active)
     state_elems(r_S, p.dk, 0, [&](float& x, int col, int row) { x = g_h0[state_base + int64_t(col) * p.dv + row]; });
 
-  // LEAN (wg4): a full chunk's copies from per-thread pointers made here once, the same copies as
-  // load_state_tiles' full path. Per step that path recomputed them (the SASS view: ~240
-  // instructions per warp and step around 21 copies, among them an integer division for the key
-  // head h / G), about a fifth of the step's instructions.
+  // LEAN (wg4): a full chunk's copies from per-thread pointers made here
+  // once, the same copies as load_state_tiles' full path. Per step that path recomputed them (the SASS view:
+  // ~240 instructions per warp and step around 21 copies, among them an integer division for the
+  // key head h / G), about a fifth of the step's instructions.
   constexpr bool LEAN = WG;
   // this thread's first copy of each tile for chunk c0 (chunk c: + (c - c0) C rows), and its shared offsets
   [[maybe_unused]] const bf16 *lw = nullptr, *lk = nullptr, *lu = nullptr;
@@ -535,58 +534,10 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
   // its last product; gamma alternates between two buffers (c & 1), as step c still reads its own
   // when group A of chunk c - 1 lands. The same copies and arithmetic as one load_rev_tiles.
   constexpr bool SP = WG && RP && Stages == 1 && !KS;
-  // SPL (measurement switch DT_EXP_REV_SP_LEAN): SP's full-chunk copies from per-thread offsets
-  // made here once, as the state kernel's LEAN (state -21 us; rev's LEAN before SP -29 us, v0.24.0),
-  // where load_rev_group_a/b recompute every address per copy. The same copies.
-  constexpr bool SPL = SP && DT_EXP_REV_SP_LEAN;
-  // (element offsets of this thread's first copies in chunk c0; Q and K share theirs)
-  [[maybe_unused]] int64_t oqk = 0, ow = 0, odo = 0, op = 0, og = 0;
-  [[maybe_unused]] uint32_t lo_sdk = 0, lo_sdo = 0, lo_sp = 0, lo_s0 = 0;
-  [[maybe_unused]] int lo_t0 = 0;
-  if constexpr (SPL) {
-    const int r = tid / 16, cc = tid % 16, ru = tid / 8, cu = (tid % 8) * 8, hk = h / p.G;
-    lo_t0 = p.cu[n];  // chunk c0's first token; chunk c starts (c - c0) C later
-    const int64_t t0 = lo_t0;
-    oqk = ((t0 + r) * p.Hk + hk) * p.dk + 8 * cc;  // load_rows_sw128_full's copies of Q, K, W
-    ow = ((t0 + r) * p.Hv + h) * p.dk + 8 * cc;
-    odo = ((t0 + ru) * p.Hv + h) * p.dv + v0 + cu;  // load_tile_full<T, C, 64, 128>'s of dO
-    op = (int64_t(c0) * p.Hv + h) * C * C + 8 * tid;  // load_p_sw128's of P (copy i: + 1024 i)
-    og = (t0 + min(tid, C - 1)) * p.Hv + h;
-    lo_sdk = (cc >> 3) * (C * 128) + wg::sw128(r, cc & 7);
-    lo_sdo = (ru * LDU + cu) * sizeof(bf16);
-    lo_sp = wg::sw128(tid >> 3, tid & 7);  // copy i: row + 16 i, the same swizzled column
-    lo_s0 = smem_addr(smem);
-  }
-  [[maybe_unused]] auto full_chunk = [&](int c) { return eos - (lo_t0 + (c - c0) * C) >= C; };
   [[maybe_unused]] auto issue_a = [&](int c) {
-    if constexpr (SPL) {
-      if (full_chunk(c)) {
-        const int dc = c - c0;
-        const int64_t rq = int64_t(p.Hk) * p.dk, ro = int64_t(p.Hv) * p.dv;  // row strides
-        cp_sw128_rows<NTHR>(lo_s0 + uint32_t(S::k) + lo_sdk, g_k + oqk + dc * (C * rq), rq);
-        cp_narrow_rows(lo_s0 + uint32_t(S::dO) + lo_sdo, g_do + odo + dc * (C * ro), ro);
-        const bf16* gp = g_P + op + dc * (int64_t(p.Hv) * C * C);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) cp_async16_sa(lo_s0 + uint32_t(S::pm) + lo_sp + i * 2048, gp + i * 1024);
-        if (tid < C) cp_async4_sa(lo_s0 + uint32_t(S::gam) + (c & 1) * (C * 4) + 4 * tid, g_gam + og + dc * (C * p.Hv));
-        return;
-      }
-    }
     if constexpr (SP)
       load_rev_group_a<S, BVw, NTHR>(smem, p, p.chunk_start[c], eos, h, v0, nv, LDU, g_k, g_do, g_gam,
                                      g_P + (int64_t(c) * p.Hv + h) * C * C, c & 1, tid);
-  };
-  [[maybe_unused]] auto issue_b = [&](int c) {
-    if constexpr (SPL) {
-      if (full_chunk(c)) {
-        const int dc = c - c0;
-        const int64_t rq = int64_t(p.Hk) * p.dk, rw = int64_t(p.Hv) * p.dk;
-        cp_sw128_rows<NTHR>(lo_s0 + uint32_t(S::q) + lo_sdk, g_q + oqk + dc * (C * rq), rq);
-        cp_sw128_rows<NTHR>(lo_s0 + uint32_t(S::w) + lo_sdk, g_W + ow + dc * (C * rw), rw);
-        return;
-      }
-    }
-    load_rev_group_b<S, NTHR>(smem, p, p.chunk_start[c], eos, h, g_q, g_W, tid);
   };
   if constexpr (SP) {
     if (c0 < c1) issue_a(c1 - 1);
@@ -596,7 +547,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
     const int st = Stages == 2 ? (c1 - 1 - c) & 1 : 0;
     if constexpr (SP) {
       __syncthreads();  // every warp is done with chunk c + 1's Q and W (its last product)
-      issue_b(c);
+      load_rev_group_b<S, NTHR>(smem, p, p.chunk_start[c], eos, h, g_q, g_W, tid);
       cp_commit();
       cp_wait<1>();  // chunk c's group A (committed in step c + 1); group B may pend
     } else if constexpr (KS) {
