@@ -34,7 +34,9 @@ TensorView rows(const TensorView& v, int64_t r0, int64_t n) { return v.slice(0, 
 // reads z in place from hp (no contiguous copies of q, k, v, z).
 enum S { kXg, kHp, kC, kQn, kKn, kRq, kRk, kG, kBeta, kO, kRn, kYo, kWp, kNumSaved };
 // What conv_norm makes from hp alone; under gdn.recompute_elementwise the forward drops them
-// and the backward makes them again (~100 MB per layer of the bench model at 8192 tokens).
+// and the backward makes them again (~100 MB per layer of the bench model at 8192 tokens), all
+// but v (kC) under gdn.recompute_v=false: the backward then rebuilds q, k from hp's q|k columns
+// only, half the bytes of the full rebuild.
 constexpr S kConvNorm[] = {kC, kQn, kKn, kRq, kRk};
 
 std::vector<model::ParamSpec> GatedDeltaNet::param_specs(const GdnConfig& c, const std::string& prefix) {
@@ -231,7 +233,8 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
                      heads(saved_[kC], hv_l_, dv), saved_[kG], saved_[kBeta], TensorView{},
                      chunk_args, meta, s);
   if (ctx_.gdn_recompute)
-    for (S i : kConvNorm) saved_[i] = Tensor();
+    for (S i : kConvNorm)
+      if (i != kC || ctx_.gdn_recompute_v) saved_[i] = Tensor();
 
   if (gather_) {
     // CP all_gather: out_proj on this rank's head columns is a partial sum over cp for every
@@ -318,7 +321,7 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   // each is released after its last use below rather than at the end of the backward.
   Tensor wc_keep;
   const TensorView wc = conv_weight_slice(&wc_keep);
-  if (ctx_.gdn_recompute) conv_norm(d, wc, meta);
+  if (ctx_.gdn_recompute) conv_norm(d, wc, meta, nullptr, /*with_v=*/!saved_[kC].defined());
   auto release = [&](std::initializer_list<S> which) {
     for (S i : which) saved_[i] = Tensor();
   };
@@ -414,7 +417,7 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
 // L2-normalised q and k), into saved_: the forward's, and the backward's recomputation of them
 // (the same op on the same hp and conv weight, so the same bits). wc: conv_weight_slice(&keep).
 void GatedDeltaNet::conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta,
-                              const ops::GdnGateFwdViews* gates) {
+                              const ops::GdnGateFwdViews* gates, bool with_v) {
   const Stream s = ctx_.stream;
   const DType A = ctx_.act_dtype;
   const Device dev = ctx_.device;
@@ -423,13 +426,19 @@ void GatedDeltaNet::conv_norm(const Dims& d, const TensorView& wc, const ops::Va
 
   // Causal conv + SiLU over [q | k | v] with this CP rank's channel slices, and the L2 norm of
   // the q, k heads in the same pass.       v [T, v_l]; qn, kn [T, Hk_l, dk]; rstd [T * Hk_l]
-  saved_[kC] = Tensor::empty(Shape{T, d.v_l}, A, dev);
+  // Without v: over [q | k] alone (their channels' sums are the same, so the same bits).
   for (int i = 0; i < 2; ++i) {
     saved_[kQn + i] = Tensor::empty(Shape{T, hk_l_, dk}, A, dev);
     saved_[kRq + i] = Tensor::empty(Shape{T * hk_l_}, DType::f32, dev);
   }
-  ops::causal_conv1d_l2norm_fwd({saved_[kQn], saved_[kKn], saved_[kRq], saved_[kRk], saved_[kC]},
-                                cols(hp, 0, d.conv_l), wc, TensorView{}, true, 1e-6f, meta, gates, s);
+  const int64_t ch = with_v ? d.conv_l : 2 * d.qk_l;  // conv channels: q | k | v or q | k
+  TensorView v = cols(hp, ch, 0);                     // [T, 0] without v
+  if (with_v) {
+    saved_[kC] = Tensor::empty(Shape{T, d.v_l}, A, dev);
+    v = saved_[kC];
+  }
+  ops::causal_conv1d_l2norm_fwd({saved_[kQn], saved_[kKn], saved_[kRq], saved_[kRk], v}, cols(hp, 0, ch),
+                                rows(wc, 0, ch), TensorView{}, true, 1e-6f, meta, gates, s);
 }
 
 void GatedDeltaNet::reduce_partial_to_zigzag(const TensorView& out, const TensorView& partial,

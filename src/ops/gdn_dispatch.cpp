@@ -29,8 +29,10 @@ namespace {
 // The q|k head views of the conv + l2norm ops: contiguous [T, Hk, dk] like qn in x's dtype, rstd
 // [T * Hk] f32, and the v-side view [T, D - 2 Hk dk] (vname: "v" forward, "dv" backward).
 using NamedView = std::pair<const char*, const TensorView*>;
+// v_may_be_empty: the forward may be asked for q, k alone (x holds only the q|k columns, v is [T, 0]).
 void check_conv_norm(const char* op, const TensorView& x, std::initializer_list<NamedView> heads, const TensorView& qn,
-                     const TensorView& rq, const TensorView& rk, const TensorView& v, const char* vname) {
+                     const TensorView& rq, const TensorView& rk, const TensorView& v, const char* vname,
+                     bool v_may_be_empty = false) {
   DT_CHECK(x.ndim() == 2, "{}: x must be [T, 2 Hk dk + Dv], got {}", op, x.str());
   const int64_t T = x.shape[0];
   for (const auto& [name, h] : heads)
@@ -43,7 +45,7 @@ void check_conv_norm(const char* op, const TensorView& x, std::initializer_list<
              "{}: {} must be a contiguous f32 view of T * Hk = {} rows on {}, got {}", op, r == &rq ? "rq" : "rk",
              T * qn.shape[1], x.device.str(), r->str());
   const int64_t qk_ch = qn.shape[1] * qn.shape[2];
-  DT_CHECK(v.ndim() == 2 && v.shape[0] == T && v.shape[1] == x.shape[1] - 2 * qk_ch && v.shape[1] > 0 &&
+  DT_CHECK(v.ndim() == 2 && v.shape[0] == T && v.shape[1] == x.shape[1] - 2 * qk_ch && (v.shape[1] > 0 || v_may_be_empty) &&
                v.dtype == x.dtype && v.device == x.device,
            "{}: {} must be [T={}, D - 2 Hk dk = {}] (D = {}, Hk dk = {}) in x's dtype on x's device, got {}", op, vname,
            T, x.shape[1] - 2 * qk_ch, x.shape[1], qk_ch, v.str());
@@ -61,7 +63,7 @@ TensorView section_heads(const Tensor& c, int i, int64_t H, int64_t d) {
 void causal_conv1d_l2norm_fwd(const ConvNormOut& out, const TensorView& x, const TensorView& w, const TensorView& bias,
                               bool silu, float eps, const VarlenMeta& m, const GdnGateFwdViews* gate, Stream s) {
   check_conv_norm("causal_conv1d_l2norm_fwd", x, {{"qn", &out.qn}, {"kn", &out.kn}}, out.qn, out.rq, out.rk, out.v,
-                  "v");
+                  "v", /*v_may_be_empty=*/true);
   DT_ROUTE(causal_conv1d_l2norm_fwd, x, out, x, w, bias, silu, eps, m, gate, s);
 }
 
@@ -94,7 +96,7 @@ void conv_l2norm_composed(const ConvNormOut& out, const TensorView& x, const Ten
   else causal_conv1d_fwd(c, x, w, bias, silu, m, s);
   l2norm_fwd(out.qn, out.rq, section_heads(c, 0, H, d), eps, s);
   l2norm_fwd(out.kn, out.rk, section_heads(c, 1, H, d), eps, s);
-  copy(out.v, c.view().slice(1, 2 * H * d, x.shape[1]), s);
+  if (out.v.shape[1] > 0) copy(out.v, c.view().slice(1, 2 * H * d, x.shape[1]), s);
 }
 }  // namespace detail
 void gdn_gate_fwd(const TensorView& g, const TensorView& beta, const TensorView& a, const TensorView& b,

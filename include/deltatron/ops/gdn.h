@@ -76,7 +76,9 @@ void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const Te
 // CUDA: one launch when dk divides 256 (each 16-row tile's q|k outputs are normalised in shared
 // memory: no [T, 2 Hk dk] round trip through DRAM), else the ops in turn; CPU: the ops in turn.
 //   x: [T, 2 Hk dk + Dv] (the projection's q|k|v columns; rows may be strided); w, bias as above;
-//   qn, kn: [T, Hk, dk] contiguous; rq, rk: [T * Hk] f32; v: [T, Dv] (rows may be strided)
+//   qn, kn: [T, Hk, dk] contiguous; rq, rk: [T * Hk] f32; v: [T, Dv] (rows may be strided; Dv may be
+//   0, then x is only the q|k columns and the same q, k bits come out: the GDN backward's rebuild
+//   of q, k alone under gdn.recompute_v=false)
 struct ConvNormOut {
   TensorView qn, kn, rq, rk, v;
 };
