@@ -12,7 +12,6 @@
 #include <map>
 #include <set>
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "deltatron/core/check.h"
@@ -77,27 +76,29 @@ const json* find_field(const json& j, const std::string& file, const char* key, 
   return &*it;
 }
 
+// One value: `valid` holds for the JSON value (type and range), then it is converted; else the
+// error says what `rule` asks for.
+template <typename T, typename Valid>
+std::string get_checked(const json& j, const std::string& file, const char* key, T* out, bool required, Valid valid,
+                        const std::string& rule) {
+  std::string e;
+  const json* v = find_field(j, file, key, required, &e);
+  if (!v) return e;
+  if (!valid(*v)) return fmt::format("HF checkpoint: {}: key '{}' = {} must be {}", file, key, v->dump(), rule);
+  *out = v->get<T>();
+  return "";
+}
+
 // Sizes and counts: an integer JSON number (not 64.7, 64.0, "64" or true) in [lo, hi]. The
 // default upper bound keeps the product of two sizes (vocab x hidden, ...) inside int64.
 constexpr int64_t kMaxSize = 2147483647;
 std::string get_int(const json& j, const std::string& file, const char* key, int64_t* out, bool required,
                     int64_t lo = 1, int64_t hi = kMaxSize) {
-  std::string e;
-  const json* v = find_field(j, file, key, required, &e);
-  if (!v) return e;
-  bool ok = false;
-  int64_t x = 0;
-  if (v->is_number_unsigned()) {
-    ok = v->get<uint64_t>() <= uint64_t(hi);
-    if (ok) x = int64_t(v->get<uint64_t>());
-  } else if (v->is_number_integer()) {
-    x = v->get<int64_t>();
-    ok = true;
-  }
-  if (!ok || x < lo || x > hi)
-    return fmt::format("HF checkpoint: {}: key '{}' = {} must be an integer in [{}, {}]", file, key, v->dump(), lo, hi);
-  *out = x;
-  return "";
+  const auto in_range = [&](const json& v) {
+    if (v.is_number_unsigned()) return v.get<uint64_t>() <= uint64_t(hi) && int64_t(v.get<uint64_t>()) >= lo;
+    return v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+  };
+  return get_checked(j, file, key, out, required, in_range, fmt::format("an integer in [{}, {}]", lo, hi));
 }
 
 // Real parameters: a finite JSON number (an integer is fine: HF writes rope_theta 10000) for
@@ -105,45 +106,23 @@ std::string get_int(const json& j, const std::string& file, const char* key, int
 template <typename Pred>
 std::string get_real(const json& j, const std::string& file, const char* key, double* out, bool required, Pred ok,
                      const char* rule) {
-  std::string e;
-  const json* v = find_field(j, file, key, required, &e);
-  if (!v) return e;
-  const double x = v->is_number() ? v->get<double>() : 0.0;
-  if (!v->is_number() || !std::isfinite(x) || !ok(x))
-    return fmt::format("HF checkpoint: {}: key '{}' = {} must be {}", file, key, v->dump(), rule);
-  *out = x;
-  return "";
+  const auto valid = [&](const json& v) { return v.is_number() && std::isfinite(v.get<double>()) && ok(v.get<double>()); };
+  return get_checked(j, file, key, out, required, valid, rule);
 }
 
 std::string get_bool(const json& j, const std::string& file, const char* key, bool* out) {
-  std::string e;
-  const json* v = find_field(j, file, key, false, &e);
-  if (!v) return e;
-  if (!v->is_boolean())
-    return fmt::format("HF checkpoint: {}: key '{}' = {} must be true or false", file, key, v->dump());
-  *out = v->get<bool>();
-  return "";
+  return get_checked(j, file, key, out, false, [](const json& v) { return v.is_boolean(); }, "true or false");
 }
 
 std::string get_string(const json& j, const std::string& file, const char* key, std::string* out) {
-  std::string e;
-  const json* v = find_field(j, file, key, false, &e);
-  if (!v) return e;
-  if (!v->is_string()) return fmt::format("HF checkpoint: {}: key '{}' = {} must be a string", file, key, v->dump());
-  *out = v->get<std::string>();
-  return "";
+  return get_checked(j, file, key, out, false, [](const json& v) { return v.is_string(); }, "a string");
 }
 
 std::string get_string_list(const json& j, const std::string& file, const char* key, std::vector<std::string>* out) {
-  std::string e;
-  const json* v = find_field(j, file, key, false, &e);
-  if (!v) return e;
-  bool ok = v->is_array();
-  for (size_t i = 0; ok && i < v->size(); ++i) ok = (*v)[i].is_string();
-  if (!ok)
-    return fmt::format("HF checkpoint: {}: key '{}' = {} must be a list of strings", file, key, v->dump());
-  *out = v->get<std::vector<std::string>>();
-  return "";
+  const auto strings = [](const json& v) {
+    return v.is_array() && std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_string(); });
+  };
+  return get_checked(j, file, key, out, false, strings, "a list of strings");
 }
 
 }  // namespace
