@@ -1,8 +1,6 @@
 #include "deltatron/train/checkpoint.h"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -189,19 +187,15 @@ std::string prepare_checkpoint_dir(const std::string& ckpt_dir) {
     } else if (fs::create_directories(ckpt_dir, ec); ec) {
       err = fmt::format("checkpoint.dir = '{}': cannot create the directory ({})", ckpt_dir, ec.message());
     } else {
-      // A file made and removed: permissions, a read-only mount or a full inode table show here,
-      // before the first step, rather than at the first save after the training time is spent.
+      // A file made and removed, as a save writes its files: permissions, a read-only mount or a
+      // full inode table show here, before the first step, rather than at the first save after
+      // the training time is spent.
       const fs::path probe = fs::path(ckpt_dir) / ".deltatron-write-probe";
-      const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const bool wrote = fd >= 0 && ::write(fd, "probe\n", 6) == 6;
-      const int e = errno;
-      if (fd >= 0) ::close(fd);
-      if (fd < 0 || !wrote)
-        err = fmt::format("checkpoint.dir = '{}': cannot write there ({}: {})", ckpt_dir, probe.string(),
-                          std::strerror(e));
-      if (fd >= 0 && ::unlink(probe.c_str()) != 0 && err.empty())
+      if (std::string e = io::write_durable(probe, "probe\n"); !e.empty())
+        err = fmt::format("checkpoint.dir = '{}': cannot write there ({})", ckpt_dir, e);
+      if (fs::remove(probe, ec); ec && err.empty())
         err = fmt::format("checkpoint.dir = '{}': cannot remove files there ({}: {})", ckpt_dir, probe.string(),
-                          std::strerror(errno));
+                          ec.message());
     }
   }
   return dist::from_rank0(*world, err);
