@@ -7,10 +7,10 @@
 //   1 GPU:           gdn_layer
 //   2 GPUs, TP = 2:  mpirun -np 2 gdn_layer --tp 2 [--sp]
 //   2 GPUs, CP = 2:  mpirun -np 2 gdn_layer --cp 2 [--cp-comm all_to_all | all_gather]
-//   --keep-elementwise: gdn.recompute_elementwise=false (the forward keeps l2norm(q, k) instead of
-//                       the backward recomputing them), for the time it costs
-//   (v is made inside the chunk kernels from hp's v columns, GdnArgs.v_conv: --ab DT_GDN_V_CONV=0,1
-//   times it against the conv op making v first)
+//   --keep-elementwise: gdn.recompute_elementwise=false (the forward keeps conv output, l2norm(q, k)
+//                       and z instead of the backward recomputing them), for the time it costs
+//   --keep-v:           gdn.recompute_v=false (the forward keeps the conv output's v; the backward
+//                       rebuilds only l2norm(q, k), from hp's q|k columns: half the rebuild's bytes)
 //   --graph:            also times fwd+bwd as one CUDA graph (captured after the warm-up): the time
 //                       without host launch gaps (v0.10.0: the same as eager, so there are none)
 //   --trace:            then 10 fwd+bwd with every kernel's start and end recorded through CUPTI
@@ -55,7 +55,7 @@ using namespace dt;
 int main(int argc, char** argv) {
   dist::init(&argc, &argv);
   int tp = 1, cp = 1;
-  bool sp = false, recompute = true, profile = false, graph = false, trace = false;
+  bool sp = false, recompute = true, recompute_v = true, profile = false, graph = false, trace = false;
   layers::GdnCpComm cp_comm = layers::GdnCpComm::all_to_all;
   int64_t tokens_per_gpu = 32768;
   std::string ab, ab_val[2] = {"0", "1"};  // --ab VAR[=A,B]
@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--cp") && i + 1 < argc) cp = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--sp")) sp = true;
     else if (!std::strcmp(argv[i], "--keep-elementwise")) recompute = false;
+    else if (!std::strcmp(argv[i], "--keep-v")) recompute_v = false;
     else if (!std::strcmp(argv[i], "--profile")) profile = true;
     else if (!std::strcmp(argv[i], "--graph")) graph = true;
     else if (!std::strcmp(argv[i], "--trace")) trace = true;
@@ -108,6 +109,7 @@ int main(int argc, char** argv) {
   ctx.seed = 1234;
   ctx.gdn_cp_comm = cp_comm;
   ctx.gdn_recompute = recompute;
+  ctx.gdn_recompute_v = recompute_v;
   layers::GatedDeltaNet layer(cfg, "model.layers.0", ctx);
 
   // Packed lengths in [256, 8192], each a multiple of 2*cp; T_global = tokens_per_gpu * cp * (tp if SP).

@@ -27,16 +27,17 @@ TensorView rows(const TensorView& v, int64_t r0, int64_t n) { return v.slice(0, 
 
 // Forward activations kept for backward, by index into saved_. Under all_gather, kXg is the
 // input in natural order [T, H], kYo the normed output yn [T, v_l] and kWp this rank's head rows
-// of the input projection weights packed in hp's column order [C_l, H]. q and k leave the conv
-// already L2-normalised (kQn, kKn [T, Hk_l, dk], rstd kRq, kRk), so the conv output's q|k columns
-// are never stored; v is never stored at all: the chunk rule takes hp's v columns with v's conv
-// weight rows (GdnArgs.v_conv) and applies the conv + SiLU as it loads them. The backward writes
-// dv into the conv gradient's v columns, and the gated RMSNorm reads z in place from hp (no
-// contiguous copies of q, k, v, z).
-enum S { kXg, kHp, kQn, kKn, kRq, kRk, kG, kBeta, kO, kRn, kYo, kWp, kNumSaved };
+// of the input projection weights packed in hp's column order [C_l, H]. kC is the conv output's
+// v columns [T, v_l] (the chunk rule reads them as [T, Hv_l, dv]); q and k leave the conv already
+// L2-normalised (kQn, kKn [T, Hk_l, dk], rstd kRq, kRk), so the conv output's q|k columns are
+// never stored; the backward writes dv into the conv gradient's v columns, and the gated RMSNorm
+// reads z in place from hp (no contiguous copies of q, k, v, z).
+enum S { kXg, kHp, kC, kQn, kKn, kRq, kRk, kG, kBeta, kO, kRn, kYo, kWp, kNumSaved };
 // What conv_norm makes from hp alone; under gdn.recompute_elementwise the forward drops them
-// and the backward makes them again (~70 MB per layer of the bench model at 8192 tokens).
-constexpr S kConvNorm[] = {kQn, kKn, kRq, kRk};
+// and the backward makes them again (~100 MB per layer of the bench model at 8192 tokens), all
+// but v (kC) under gdn.recompute_v=false: the backward then rebuilds q, k from hp's q|k columns
+// only, half the bytes of the full rebuild.
+constexpr S kConvNorm[] = {kC, kQn, kKn, kRq, kRk};
 
 std::vector<model::ParamSpec> GatedDeltaNet::param_specs(const GdnConfig& c, const std::string& prefix) {
   const int64_t H = c.hidden, qk = c.num_k_heads * c.head_k_dim, v = c.num_v_heads * c.head_v_dim;
@@ -212,8 +213,7 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
   const ops::GdnGateFwdViews gates{saved_[kG], saved_[kBeta], cols(hp, d.off_a, hv_l_), cols(hp, d.off_b, hv_l_),
                                    head_slice(kALog), head_slice(kDtBias)};
   Tensor wc_keep;
-  const TensorView wc = conv_weight_slice(&wc_keep);
-  conv_norm(d, wc, meta, &gates);
+  conv_norm(d, conv_weight_slice(&wc_keep), meta, &gates);
 
   // The chunked gated delta rule on whole sequences.                     o [T, Hv_l, dv]
   saved_[kO] = Tensor::empty(Shape{T, hv_l_, dv}, A, dev);
@@ -229,11 +229,12 @@ void GatedDeltaNet::forward(const TensorView& y, const TensorView& x, const data
   const ops::GdnOutNorm norm{yn.view().reshape(Shape{T, hv_l_, dv}), saved_[kRn],
                              heads(cols(hp, d.off_z, v_l), hv_l_, dv), params_[kNorm].w(), c.norm_eps};
   chunk_args.norm = &norm;
-  chunk_args.v_conv = rows(wc, 2 * d.qk_l, d.v_l);
-  ops::gdn_chunk_fwd(saved_[kO], TensorView{}, saved_[kQn], saved_[kKn], heads(cols(hp, 2 * d.qk_l, d.v_l), hv_l_, dv),
-                     saved_[kG], saved_[kBeta], TensorView{}, chunk_args, meta, s);
+  ops::gdn_chunk_fwd(saved_[kO], TensorView{}, saved_[kQn], saved_[kKn],
+                     heads(saved_[kC], hv_l_, dv), saved_[kG], saved_[kBeta], TensorView{},
+                     chunk_args, meta, s);
   if (ctx_.gdn_recompute)
-    for (S i : kConvNorm) saved_[i] = Tensor();
+    for (S i : kConvNorm)
+      if (i != kC || ctx_.gdn_recompute_v) saved_[i] = Tensor();
 
   if (gather_) {
     // CP all_gather: out_proj on this rank's head columns is a partial sum over cp for every
@@ -320,7 +321,7 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   // each is released after its last use below rather than at the end of the backward.
   Tensor wc_keep;
   const TensorView wc = conv_weight_slice(&wc_keep);
-  if (ctx_.gdn_recompute) conv_norm(d, wc, meta, nullptr);
+  if (ctx_.gdn_recompute) conv_norm(d, wc, meta, nullptr, /*with_v=*/!saved_[kC].defined());
   auto release = [&](std::initializer_list<S> which) {
     for (S i : which) saved_[i] = Tensor();
   };
@@ -340,11 +341,11 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   ops::GdnArgs chunk_args;
   if (chunk_saved_.defined()) chunk_args.saved = &chunk_saved_;
   chunk_args.norm_bwd = &norm_bwd;
-  chunk_args.v_conv = rows(wc, 2 * d.qk_l, d.v_l);
   ops::gdn_chunk_bwd(dq, dkk, heads(dvc, hv_l_, dv), dg, dbeta, TensorView{}, d_o, TensorView{},
-                     saved_[kQn], saved_[kKn], heads(cols(saved_[kHp], 2 * d.qk_l, d.v_l), hv_l_, dv), saved_[kG],
+                     saved_[kQn], saved_[kKn], heads(saved_[kC], hv_l_, dv), saved_[kG],
                      saved_[kBeta], TensorView{}, chunk_args, meta, s);
   chunk_saved_.clear();
+  release({kC});
 
   // Gradient of the (post-cp2hp) projection output, section by section.  dhp [T, C_l]
   // L2-norm backward (from the normalised q, k and rstd) and conv backward in one launch: d(qkv
@@ -412,25 +413,31 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   saved_.clear();
 }
 
-// The element-wise steps from hp to the chunk kernel's q and k (L2-normalised), into saved_: the
-// forward's, and the backward's recomputation of them (the same op on the same hp and conv
-// weight, so the same bits). v is the chunk kernels' (GdnArgs.v_conv). wc: conv_weight_slice(&keep).
+// The element-wise steps from hp to the chunk kernel's inputs (the conv output's v columns, the
+// L2-normalised q and k), into saved_: the forward's, and the backward's recomputation of them
+// (the same op on the same hp and conv weight, so the same bits). wc: conv_weight_slice(&keep).
 void GatedDeltaNet::conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta,
-                              const ops::GdnGateFwdViews* gates) {
+                              const ops::GdnGateFwdViews* gates, bool with_v) {
   const Stream s = ctx_.stream;
   const DType A = ctx_.act_dtype;
   const Device dev = ctx_.device;
   const int64_t T = d.T, dk = cfg_.head_k_dim;
   const TensorView hp = saved_[kHp];  // [T, C_l]
 
-  // Causal conv + SiLU over [q | k] with this CP rank's channel slices, and the L2 norm of the
-  // q, k heads in the same pass (no v output: a [T, 0] view).  qn, kn [T, Hk_l, dk]; rstd [T * Hk_l]
+  // Causal conv + SiLU over [q | k | v] with this CP rank's channel slices, and the L2 norm of
+  // the q, k heads in the same pass.       v [T, v_l]; qn, kn [T, Hk_l, dk]; rstd [T * Hk_l]
+  // Without v: over [q | k] alone (their channels' sums are the same, so the same bits).
   for (int i = 0; i < 2; ++i) {
     saved_[kQn + i] = Tensor::empty(Shape{T, hk_l_, dk}, A, dev);
     saved_[kRq + i] = Tensor::empty(Shape{T * hk_l_}, DType::f32, dev);
   }
-  const int64_t ch = 2 * d.qk_l;  // conv channels: q | k
-  ops::causal_conv1d_l2norm_fwd({saved_[kQn], saved_[kKn], saved_[kRq], saved_[kRk], cols(hp, ch, 0)}, cols(hp, 0, ch),
+  const int64_t ch = with_v ? d.conv_l : 2 * d.qk_l;  // conv channels: q | k | v or q | k
+  TensorView v = cols(hp, ch, 0);                     // [T, 0] without v
+  if (with_v) {
+    saved_[kC] = Tensor::empty(Shape{T, d.v_l}, A, dev);
+    v = saved_[kC];
+  }
+  ops::causal_conv1d_l2norm_fwd({saved_[kQn], saved_[kKn], saved_[kRq], saved_[kRk], v}, cols(hp, 0, ch),
                                 rows(wc, 0, ch), TensorView{}, true, 1e-6f, meta, gates, s);
 }
 

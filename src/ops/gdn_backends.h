@@ -52,9 +52,6 @@ DT_GDN_DECLS
 }
 namespace dt::ops::cuda {
 DT_GDN_DECLS
-// Whether gdn_chunk_fwd/bwd apply GdnArgs.v_conv (w) inside their kernels for this v (= x): W = 4,
-// x's rows loadable in place, DT_GDN_V_CONV not 0. Else the dispatcher makes v first.
-bool gdn_fuses_v_conv(const TensorView& x, const TensorView& w);
 }
 
 namespace dt::ops::detail {

@@ -117,41 +117,9 @@ void causal_conv1d_gate_bwd(const TensorView& dx, const TensorView& dw, const Te
                             bool silu, const VarlenMeta& m, const GdnGateBwdViews& gate, Stream s) {
   DT_ROUTE(causal_conv1d_gate_bwd, dx, dx, dw, dbias, dy, x, w, bias, silu, m, gate, s);
 }
-namespace {
-// GdnArgs.v_conv where the backend does not take it in its kernels: v = silu(conv(x, w)) made
-// first by causal_conv1d_fwd into *keep (returned as [T, Hv, dv]), and *a without v_conv; else x.
-// x [T, Hv, dv] with packed [Hv, dv] rows (any token stride); w [Hv * dv, W] f32.
-TensorView v_from_conv(const TensorView& x, const GdnArgs& args, const VarlenMeta& m, Stream s, Tensor* keep,
-                       GdnArgs* a, const char* op) {
-  const TensorView& w = args.v_conv;
-  if (w.data == nullptr) return x;
-  DT_CHECK(x.ndim() == 3 && x.stride[2] == 1 && x.stride[1] == x.shape[2],
-           "{}: with GdnArgs.v_conv, v (the conv's input) must be [T, Hv, dv] with packed [Hv, dv] rows, got {}", op,
-           x.str());
-  const int64_t T = x.shape[0], D = x.shape[1] * x.shape[2];
-  DT_CHECK(w.ndim() == 2 && w.shape[0] == D && w.shape[1] >= 2 && w.shape[1] <= 8 && w.stride[1] == 1 &&
-               w.dtype == DType::f32 && w.device == x.device,
-           "{}: GdnArgs.v_conv must be an f32 [Hv * dv = {}, W] view (2 <= W <= 8, unit inner stride) on {}, got {}",
-           op, D, x.device.str(), w.str());
-#if DELTATRON_HAVE_CUDA
-  if (x.device.is_cuda() && cuda::gdn_fuses_v_conv(x, w)) return x;
-#endif
-  *keep = Tensor::empty(x.shape, x.dtype, x.device);
-  TensorView x2 = x;  // [T, Hv * dv], the same rows
-  x2.shape = Shape{T, D};
-  x2.stride = {x.stride[0], 1};
-  causal_conv1d_fwd(keep->view().reshape(Shape{T, D}), x2, w, TensorView{}, true, m, s);
-  a->v_conv = TensorView{};
-  return keep->view();
-}
-}  // namespace
-
 void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k,
-                   const TensorView& v_in, const TensorView& g, const TensorView& beta, const TensorView& h0,
-                   const GdnArgs& args_in, const VarlenMeta& m, Stream s) {
-  Tensor vt;
-  GdnArgs args = args_in;
-  const TensorView v = v_from_conv(v_in, args_in, m, s, &vt, &args, "gdn_chunk_fwd");
+                   const TensorView& v, const TensorView& g, const TensorView& beta, const TensorView& h0,
+                   const GdnArgs& args, const VarlenMeta& m, Stream s) {
   if (const GdnOutNorm* n = args.norm) {  // the epilogue's views, as gated_rmsnorm_fwd takes them
     constexpr const char* op = "gdn_chunk_fwd (GdnOutNorm)";
     for (const TensorView* a : {&n->y, &n->z})
@@ -170,12 +138,9 @@ void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& 
 }
 void gdn_chunk_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, const TensorView& dg,
                    const TensorView& dbeta, const TensorView& dh0, const TensorView& do_, const TensorView& dht,
-                   const TensorView& q, const TensorView& k, const TensorView& v_in, const TensorView& g,
-                   const TensorView& beta, const TensorView& h0, const GdnArgs& args_in, const VarlenMeta& m,
+                   const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& g,
+                   const TensorView& beta, const TensorView& h0, const GdnArgs& args, const VarlenMeta& m,
                    Stream s) {
-  Tensor vt;
-  GdnArgs args = args_in;
-  const TensorView v = v_from_conv(v_in, args_in, m, s, &vt, &args, "gdn_chunk_bwd");
   if (const GdnOutNormBwd* n = args.norm_bwd) {  // the prologue's views, as gated_rmsnorm_bwd takes them
     constexpr const char* op = "gdn_chunk_bwd (GdnOutNormBwd)";
     const char* names[4] = {"dz", "dy", "o", "z"};

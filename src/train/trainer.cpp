@@ -215,6 +215,7 @@ Trainer::Trainer(const io::Config& cfg) : cfg_(cfg), guard_(cfg.train.max_nonfin
   ctx_.gdn_cp_comm = gdn_cp_comm(cfg_.gdn.cp_comm, cfg_.model, dims_.tp, dims_.cp);
   ctx_.gdn_save_chunk = cfg_.gdn.save_chunk_intermediates;
   ctx_.gdn_recompute = cfg_.gdn.recompute_elementwise;
+  ctx_.gdn_recompute_v = cfg_.gdn.recompute_v;
 
   // Data.
   pc_ = packer_config(cfg_, dims_);

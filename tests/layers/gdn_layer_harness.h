@@ -8,16 +8,15 @@
 // reference (same tol) and against all_to_all (CPU: rel. L2 < 5e-6 for y and dX, < 1e-5 for
 // the gradients, only the fp32 summation order differs; CUDA: tol, as bf16 rounds the partial
 // sums of out_proj and dX over cp before they are added). Each scheme also runs with
-// gdn.recompute_elementwise off (the forward keeps l2norm(q, k)), and on CUDA with
-// DT_GDN_V_CONV=0 (v made by the conv op first instead of inside the chunk kernels), and must
-// give the default's bits: same ops on the same inputs, deterministic kernels.
+// gdn.recompute_elementwise off (the forward keeps conv output, l2norm(q, k) and z), and with
+// gdn.recompute_v off (v kept, q and k rebuilt from the projections' q|k columns alone), and must
+// give the default's (recomputing) bits: same ops on the same inputs, deterministic kernels.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -296,19 +295,17 @@ inline void check_gdn_layout(const GdnLayout& L, const layers::GdnConfig& cfg, c
   const GdnRun& o = outs[0];
   expect_matches_serial(o.y, o.dx, o.grads, y_want, dx_want, R.out.grads, R.specs, mask, L.tp, pg.coord.tp, tol,
                         dev.is_cpu());
-  // The current ctx with the element-wise activations kept instead of recomputed; on CUDA also
-  // with v made before the chunk kernels (DT_GDN_V_CONV=0) instead of inside them.
+  // The current ctx with the element-wise activations kept instead of recomputed, and with v
+  // kept but q, k recomputed (gdn.recompute_v false).
   auto expect_keeping_equal = [&](const GdnRun& recomputed) {
-    for (int variant = 0; variant < (dev.is_cuda() ? 2 : 1); ++variant) {
+    for (int kept_v = 0; kept_v < 2; ++kept_v) {
       layers::RunCtx keep = ctx;
-      keep.gdn_recompute = variant == 1;
-      if (variant == 1) setenv("DT_GDN_V_CONV", "0", 1);
+      keep.gdn_recompute = kept_v == 1;
+      keep.gdn_recompute_v = false;
       layers::GatedDeltaNet layer(cfg, "model.layers.0", keep);
       if (gentle_a_log) set_gentle_a_log(layer, seed, L.tp, pg.coord.tp);
-      const GdnRun run = run_gdn(layer, x_loc, dy_loc, psp, &pg);
-      unsetenv("DT_GDN_V_CONV");
-      expect_bitwise_equal(run, recomputed, R.specs,
-                           variant ? "DT_GDN_V_CONV=0 vs fused" : "gdn.recompute_elementwise false vs true");
+      expect_bitwise_equal(run_gdn(layer, x_loc, dy_loc, psp, &pg), recomputed, R.specs,
+                           kept_v ? "gdn.recompute_v false vs true" : "gdn.recompute_elementwise false vs true");
     }
   };
   {

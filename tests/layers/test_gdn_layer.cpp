@@ -2,8 +2,8 @@
 // of the world size (mpirun -np 1, 2, 4, 8), packed with unequal lengths and alignment padding
 // (fp32, rel. L2 < 1e-5 for y, dX and every weight gradient), each CP layout under both
 // gdn.cp_comm schemes (all_to_all, all_gather; compared with each other too), each bitwise
-// equal with gdn.recompute_elementwise on and off; packed vs per-sequence; what the forward keeps
-// under recompute_elementwise; layout validation messages.
+// equal with gdn.recompute_elementwise on and off and gdn.recompute_v off; packed vs per-sequence;
+// what the forward keeps under recompute_elementwise and recompute_v; layout validation messages.
 // See gdn_layer_harness.h.
 #include "gdn_layer_harness.h"
 
@@ -62,9 +62,9 @@ TEST(GdnLayerPacked, PackedEqualsPerSequence) {
 }
 
 // Bytes the layer holds after its forward (saved for the backward): recompute_elementwise drops
-// exactly l2norm(q, k) and their rstd (64-byte host blocks; the conv output's q|k columns are never
-// stored, nor is v: the chunk rule takes hp's v columns with GdnArgs.v_conv); z stays in place in
-// the projection output.
+// exactly the conv output's v columns [T, v], l2norm(q, k) and their rstd (64-byte host blocks;
+// the conv output's q|k columns are never stored), and with recompute_v=false all of that but v;
+// z stays in place in the projection output.
 TEST(GdnLayerMemory, RecomputeKeepsLessAfterForward) {
   if (dist::world_size() != 1) GTEST_SKIP() << "single-process test";
   const layers::GdnConfig c = gdn_small_config();
@@ -77,19 +77,23 @@ TEST(GdnLayerMemory, RecomputeKeepsLessAfterForward) {
   const int64_t T = cu.back();
   data::PackedSeqParams psp = data::PackedSeqParams::build({cu, cu, 1, T, 1, 1, 0});
   Tensor y = Tensor::empty(x.shape(), DType::f32);
-  auto kept_after_forward = [&](bool recompute) {
+  auto kept_after_forward = [&](bool recompute, bool recompute_v = true) {
     layers::RunCtx ctx;
     ctx.pg = &pg;
     ctx.gdn_recompute = recompute;
+    ctx.gdn_recompute_v = recompute_v;
     layers::GatedDeltaNet layer(c, "model.layers.0", ctx);
     const int64_t before = host_allocator().stats().allocated_bytes;
     layer.forward(y, x, psp);
     return host_allocator().stats().allocated_bytes - before;
   };
   auto block = [](int64_t n) { return (n * 4 + 63) / 64 * 64; };  // f32 elements -> host block bytes
-  const int64_t qk = c.num_k_heads * c.head_k_dim;
-  const int64_t dropped = 2 * block(T * qk) + 2 * block(T * c.num_k_heads);
+  const int64_t qk = c.num_k_heads * c.head_k_dim, v = c.num_v_heads * c.head_v_dim;
+  const int64_t dropped = block(T * v) + 2 * block(T * qk) + 2 * block(T * c.num_k_heads);
   EXPECT_EQ(kept_after_forward(false) - kept_after_forward(true), dropped);
+  // gdn.recompute_v=false keeps v: the forward drops l2norm(q, k) and rstd only
+  EXPECT_EQ(kept_after_forward(false) - kept_after_forward(true, false), dropped - block(T * v));
+  EXPECT_EQ(kept_after_forward(false, false), kept_after_forward(false));  // without recompute it means nothing
 }
 
 TEST(GdnLayerConfig, LayoutRulesNameTheValues) {

@@ -20,7 +20,6 @@
 //     the forward's P and from dvl's
 //   * token-strided v / dv (column views, as the layer passes them) give the contiguous bits
 //   * G == 2's GQA sum in clusters of two CTAs (DT_GDN_GQA_PAIR) gives gsum's bits
-//   * v's conv inside prep and wy (GdnArgs.v_conv) gives the bits of the conv op making v first
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -144,9 +143,8 @@ TensorView view_or_none(const Tensor& t) { return t.shape().ndim > 0 ? t.view() 
 // save: the forward hands its intermediates to the backward (GdnChunkSaved).
 // v_pad > 0 (CUDA): v and dv are token-strided column views [v_pad, v_pad + Hv dv) of
 // [T, Hv dv + 2 v_pad] buffers (as the layer passes them); r.v_wide keeps dv's buffer.
-// v_conv: GdnArgs.v_conv (in.v is then the conv's input x).
 Outputs run(const Case& c, const Inputs& in, Device dev, DType dt, bool backward = true, bool save = false,
-            int64_t v_pad = 0, const TensorView& v_conv = {}) {
+            int64_t v_pad = 0) {
   const int64_t T = c.T(), N = c.N();
   const bool cuda = dev.is_cuda();
   dt::ops::VarlenBatch vb(cu_of(c.lens), dev);
@@ -180,7 +178,6 @@ Outputs run(const Case& c, const Inputs& in, Device dev, DType dt, bool backward
   dt::ops::GdnArgs args;
   dt::ops::GdnChunkSaved saved;
   if (save) args.saved = &saved;
-  args.v_conv = v_conv;
   dt::ops::gdn_chunk_fwd(r.o, r.ht, q, k, vin, g, beta, view_or_none(h0), args, vb.meta());
   if (backward) {
     r.dq = out({T, c.Hk, c.dk}, dt);
@@ -589,61 +586,6 @@ TEST(GdnChunkCuda, StridedVEnvErrors) {
   strided.set("1");
   EXPECT_DEATH(run(c, make_inputs(c, true, 321), Device::cuda(), DType::bf16, true, false, 3),
                "v needs a 16-byte aligned start and a token stride");
-}
-
-// GdnArgs.v_conv: v = silu(conv1d(x)) made inside prep and wy from x's rows gives the bits of
-// causal_conv1d_fwd making v first and the chunk rule reading it: forward and backward, with and
-// without the saved intermediates (the backward's prep then runs it too), x contiguous and as a
-// token-strided column view (the layer's hp columns), sequences of 1-3 tokens (the taps' reach),
-// partial chunks and chunks whose 3 halo rows come from the previous chunk; DT_GDN_V_CONV=0 (v
-// made first inside the op) the same bits; dv is v's gradient either way.
-TEST(GdnChunkCuda, VConvInKernelsEqualsConvFirst) {
-  const ScopedEnv vconv("DT_GDN_V_CONV");
-  const std::vector<Case> cases{
-      {"v_conv d32/64", {65, 1, 2, 3, 200, 64, 0, 130}, 2, 4, 32, 64, true, true},
-      {"v_conv d128 G2", {64, 128, 3, 191, 256}, 2, 4, 128, 128, false, false},
-  };
-  uint64_t salt = 900;
-  for (const Case& c : cases)
-    for (DType dt : {DType::f32, DType::bf16}) {
-      const Inputs in = make_inputs(c, dt == DType::bf16, ++salt);  // in.v: the conv's input x
-      const int64_t T = c.T(), D = c.Hv * c.dv;
-      std::mt19937_64 gen(dt::testing::test_seed() + salt);
-      std::uniform_real_distribution<float> ud(-0.6f, 0.6f);
-      std::vector<float> wv(size_t(D * 4));
-      for (auto& x : wv) x = ud(gen);
-      Tensor w = dt::ops::to_device(host({D, 4}, wv), Device::cuda());
-      // Reference: v made by the conv op on the GPU, then the chunk rule on it.
-      dt::ops::VarlenBatch vb(cu_of(c.lens), Device::cuda());
-      Tensor x = upload(in.v, dt), v = Tensor::empty({T, D}, dt, Device::cuda());
-      dt::ops::causal_conv1d_fwd(v, x.view().reshape({T, D}), w, TensorView{}, true, vb.meta());
-      Inputs made = in;
-      made.v = host({T, c.Hv, c.dv}, dev_vec(v));  // exact: bf16 widened
-      for (bool save : {false, true}) {
-        vconv.set(nullptr);
-        const auto ref = to_vecs(run(c, made, Device::cuda(), dt, true, save));
-        for (const char* mode : {static_cast<const char*>(nullptr), "0"})
-          for (int64_t pad : {int64_t(0), int64_t(dt == DType::bf16 ? 8 : 4)}) {
-            vconv.set(mode);
-            const auto got = to_vecs(run(c, in, Device::cuda(), dt, true, save, pad, w));
-            for (int i = 0; i < 8; ++i)
-              EXPECT_TRUE(bitwise_eq(ref[i], got[i]))
-                  << c.name << " " << dt::dtype_name(dt) << (save ? " saved" : "") << " DT_GDN_V_CONV="
-                  << (mode ? mode : "unset") << " pad " << pad << " " << kNames[i];
-          }
-      }
-    }
-}
-TEST(GdnChunkCuda, VConvErrorsNameTheProblem) {
-  const ScopedEnv vconv("DT_GDN_V_CONV");
-  const Case c{"v_conv", {65, 3}, 1, 2, 32, 32, false, false};
-  const Inputs in = make_inputs(c, true, 950);
-  Tensor w3 = Tensor::zeros({c.Hv * c.dv + 1, 4}, DType::f32, Device::cuda());
-  EXPECT_DEATH(run(c, in, Device::cuda(), DType::bf16, false, false, 0, w3),
-               "GdnArgs.v_conv must be an f32 \\[Hv \\* dv = 64, W\\] view");
-  Tensor w = Tensor::zeros({c.Hv * c.dv, 4}, DType::f32, Device::cuda());
-  vconv.set("2");
-  EXPECT_DEATH(run(c, in, Device::cuda(), DType::bf16, false, false, 0, w), "DT_GDN_V_CONV='2' is not one of: 0 ");
 }
 
 // G == 2: dqk and wy run as clusters of the key head's two v-heads and add dq and dk there

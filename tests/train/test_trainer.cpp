@@ -227,25 +227,28 @@ TEST(Trainer, OverlappedGradReductionIsBitwiseTheSame) {
   }
 }
 
-// gdn.recompute_elementwise through the config: recomputing or not trains the same curve, bit for
-// bit (the layer harness checks each layer's bits), and keeping holds more at the peak, so the key
-// reaches the layers. A layout with CP, where the rebuild runs on each rank's channel slices, at
-// np 2.
+// gdn.recompute_elementwise and gdn.recompute_v, through the config: recomputing all, all but v,
+// or nothing trains the same curve, bit for bit (the layer harness checks each layer's bits),
+// and each keeps more at its peak than the one before, so the keys reach the layers. A layout
+// with CP, where the rebuild runs on each rank's channel slices, at np 2.
 TEST(Trainer, GdnRecomputeSettingsTrainTheSameBits) {
   if (dist::world_size() != 2) GTEST_SKIP() << "runs at np 2";
-  std::vector<double> values[2];  // loss, grad norm per step
-  int64_t peak[2];                // host bytes in use at the steps' peak
-  for (int i = 0; i < 2; ++i) {
+  std::vector<double> values[3];  // loss, grad norm per step
+  int64_t peak[3];                // host bytes in use at the steps' peak
+  for (int i = 0; i < 3; ++i) {
     io::Config c = curve_config({1, 2, 1, false});
     c.train.steps = 3;
-    c.gdn.recompute_elementwise = i == 0;
+    c.gdn.recompute_elementwise = i < 2;
+    c.gdn.recompute_v = i == 0;
     train::Trainer t(c);
     host_allocator().reset_peak();
     values[i] = loss_and_norm_per_step(t, 3);
     peak[i] = host_allocator().stats().peak_bytes;
   }
-  EXPECT_EQ(values[1], values[0]) << "gdn.recompute_elementwise=false";
-  EXPECT_LT(peak[0], peak[1]) << "gdn.recompute_elementwise=false keeps l2norm(q, k)";
+  EXPECT_EQ(values[1], values[0]) << "gdn.recompute_v=false";
+  EXPECT_EQ(values[2], values[0]) << "gdn.recompute_elementwise=false";
+  EXPECT_LT(peak[0], peak[1]) << "gdn.recompute_v=false keeps v";
+  EXPECT_LT(peak[1], peak[2]) << "gdn.recompute_elementwise=false keeps q, k too";
 }
 
 // train.overlap_embedding_reduce: the embedding's dp x cp sum starts after the last forward and

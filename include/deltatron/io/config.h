@@ -80,7 +80,8 @@ struct GdnKernelConfig {  // section `gdn`: how the GatedDeltaNet layers run
   std::string cp_a2a = "fused";         // fused | per_sequence (CP all-to-all; bitwise equal)
   std::string cp_comm = "auto";   // auto | all_to_all | all_gather (CP data movement; docs/parallelism.md)
   bool save_chunk_intermediates = true;  // CUDA: the chunk kernel's forward hands W, U, Tm, h to its backward
-  bool recompute_elementwise = true;     // backward recomputes l2norm(conv(q, k)) from hp
+  bool recompute_elementwise = true;     // backward recomputes conv output, l2norm(q, k) and z from hp
+  bool recompute_v = true;               // with recompute_elementwise: v too (false: the forward keeps v)
 };
 
 struct CheckpointConfig {

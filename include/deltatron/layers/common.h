@@ -27,6 +27,7 @@ struct RunCtx {
   GdnCpComm gdn_cp_comm = GdnCpComm::all_to_all;  // gdn.cp_comm; cp_a2a picks the all-to-all's implementation
   bool gdn_save_chunk = true;  // CUDA: GDN chunk forward intermediates kept for the backward (GdnChunkSaved)
   bool gdn_recompute = true;   // GDN backward recomputes the element-wise activations (conv, l2norm, z) from hp
+  bool gdn_recompute_v = true;  // with gdn_recompute: the conv output's v too (false: kept from the forward)
   ops::AttnBackend attn_backend = ops::AttnBackend::native;  // gated attention kernels on CUDA
   uint64_t seed = 0;
 };

@@ -80,11 +80,11 @@ class GatedDeltaNet {
   std::array<HeadRows, 6> head_rows(const Dims& d) const;
   TensorView out_proj_cols(const TensorView& w) const;  // this CP rank's head columns of out_proj
   TensorView conv_weight_slice(Tensor* keep) const;  // keep: holds a CP slice's copy
-  // hp's q|k columns -> l2norm(conv(q, k)) with their rstd, into saved_ (v: the chunk kernels'
-  // GdnArgs.v_conv). gates: the forward's gates, computed in the conv's launch (null in the
-  // backward's recompute).
+  // hp -> conv output's v columns, l2norm(q, k) with their rstd, into saved_ (with_v false: q, k
+  // alone, from hp's q|k columns). gates: the forward's gates, computed in the conv's launch (null
+  // in the backward's recompute).
   void conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta,
-                 const ops::GdnGateFwdViews* gates = nullptr);
+                 const ops::GdnGateFwdViews* gates = nullptr, bool with_v = true);
   // CP all_gather: a [T, H] partial sum over cp in natural token order -> this rank's zig-zag
   // rows, summed over cp and then tp (reduce-scattered over tp under SP) into out.
   void reduce_partial_to_zigzag(const TensorView& out, const TensorView& partial, const data::PackedSeqParams& psp,

@@ -137,17 +137,8 @@ struct GdnOutNorm {
 struct GdnOutNormBwd {
   TensorView dz, dw, dy, o, z, w, rstd;  // as gated_rmsnorm_bwd's
 };
-// v as its causal conv's input (GdnArgs.v_conv = w, v's rows of the conv weight [Hv * dv, W] f32,
-// unit inner stride, no bias): the `v` argument is then x, and the rule runs on
-// silu(causal_conv1d(x, w)) (section 1 above, per sequence), which is never materialised on CUDA:
-// the kernels that load v (prep, wy) apply the taps to x's rows as they load them, with
-// causal_conv1d_fwd's arithmetic, so the same bits as making v first (v = that op's output). dv
-// stays the gradient of v (the conv's output): causal_conv1d_bwd takes it from there. Where the
-// kernels do not fuse it (CPU; W != 4; x's rows not loadable in place; DT_GDN_V_CONV=0), v is made
-// first with causal_conv1d_fwd into a temporary (gdn_dispatch.cpp). Absent: a default (null) view.
 struct GdnArgs {
   float scale = 0.0f;                        // 0: dk^-0.5
-  TensorView v_conv;                         // optional: see above
   GdnChunkSaved* saved = nullptr;            // optional: see GdnChunkSaved
   const GdnOutNorm* norm = nullptr;          // forward only, optional: see GdnOutNorm
   const GdnOutNormBwd* norm_bwd = nullptr;   // backward only, optional: see GdnOutNormBwd

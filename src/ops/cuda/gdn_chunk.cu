@@ -129,9 +129,6 @@ struct Params {
   const int32_t* chunk_start;  // [NT]
   const int32_t* chunk_off;    // [N+1]
   const int32_t* seq_order;    // [N] sequences by chunk count, longest first
-  const int32_t* chunk_seq;    // [NT] sequence of each chunk (v_conv's halo test)
-  const float* vw;             // GdnArgs.v_conv: v's conv weight rows [Hv * dv, 4] f32 (row stride ldvw), else null
-  int ldvw;
 };
 
 // Serial kernels: one CTA per (sequence, v-head, V tile) on gridDim.x, sequence slowest and
@@ -250,121 +247,26 @@ __device__ __forceinline__ ChunkIdx chunk_idx(const Params& p) {
 
 // s_k[r][:] *= beta_r e^gamma_r, s_v[r][:] *= beta_r (in place, [C][LDD] tiles, 16-byte vectors);
 // each element is rounded once, from_f(to_f(x) * f), exactly as an elementwise loop would.
-// WITH_V false: K alone (v_conv's vconv_rows scales V as it makes it).
-template <class T, bool WITH_V = true>
+template <class T>
 __device__ __forceinline__ void scale_rows(T* s_k, T* s_v, const float* s_beta, const float* s_eg, int tid) {
   constexpr int V = kPad<T>, VPR = D / V;
   for (int idx = tid; idx < C * VPR; idx += kChunkThreads) {
     const int r = idx / VPR, c = (idx - r * VPR) * V;
     const float fv = s_beta[r], fk = fv * s_eg[r];
     uint4* pk = reinterpret_cast<uint4*>(s_k + r * LDD<T> + c);
-    uint4 xk = *pk;
+    uint4* pv = reinterpret_cast<uint4*>(s_v + r * LDD<T> + c);
+    uint4 xk = *pk, xv = *pv;
     T* ek = reinterpret_cast<T*>(&xk);
+    T* ev = reinterpret_cast<T*>(&xv);
 #pragma unroll
-    for (int e = 0; e < V; ++e) ek[e] = from_f<T>(to_f(ek[e]) * fk);
+    for (int e = 0; e < V; ++e) {
+      ek[e] = from_f<T>(to_f(ek[e]) * fk);
+      ev[e] = from_f<T>(to_f(ev[e]) * fv);
+    }
     *pk = xk;
-    if constexpr (WITH_V) {
-      uint4* pv = reinterpret_cast<uint4*>(s_v + r * LDD<T> + c);
-      uint4 xv = *pv;
-      T* ev = reinterpret_cast<T*>(&xv);
-#pragma unroll
-      for (int e = 0; e < V; ++e) ev[e] = from_f<T>(to_f(ev[e]) * fv);
-      *pv = xv;
-    }
+    *pv = xv;
   }
 }
-// ---- v = silu(conv1d(x)) where v is loaded (GdnArgs.v_conv: prep and wy) ----------------------
-// g_v then points at the conv's input x (hp's v columns) and s_v receives the chunk's rows of x
-// (rows >= L zero). Thread tid owns the column pair 2 (tid % 64) and the 16 rows 16 (tid / 64) ..
-// +15 of the [C][D] tile (64 x 4 = kChunkThreads). The W = 4 taps reach 3 rows back: vconv_halo
-// holds the 3 rows before the thread's 16 (the previous chunk's last rows from global memory when
-// it is the same sequence's, else 0, for the first 16; s_v's rows for the others, read before the
-// barrier that precedes vconv_rows), and vconv_rows then overwrites its own rows in order. Each
-// output is causal_conv1d_fwd's: acc = 0, fma over the taps oldest first, acc * sigmoid_f(acc),
-// rounded once (RNE): the bits of the materialised v.
-constexpr int kVConvW = 4;
-static_assert(C / 16 * (D / 2) == kChunkThreads, "vconv: a column pair and 16 rows per thread");
-template <class T>
-using Pair = std::conditional_t<sizeof(T) == 2, __nv_bfloat162, float2>;
-template <class T>
-__device__ __forceinline__ float2 pair_f(Pair<T> x) {
-  if constexpr (sizeof(T) == 2) return __bfloat1622float2(x);
-  else return x;
-}
-template <class T>
-struct VConvHalo {
-  Pair<T> x[kVConvW - 1];  // rows r0 - 3 .. r0 - 1 of the thread's column pair, raw
-  float w[2][kVConvW];     // the pair's taps, oldest first
-};
-// Before cp_wait: the global halo of the first 16 rows (loads in flight while the tiles land);
-// g_x: row ci.bos, column h dv of x.
-template <class T>
-__device__ __forceinline__ void vconv_halo_global(VConvHalo<T>& hl, const Params& p, const T* g_x, const ChunkIdx& ci,
-                                                  int tid) {
-  const int c = 2 * (tid % (D / 2));
-  const bool first = ci.c == 0 || p.chunk_seq[ci.c - 1] != p.chunk_seq[ci.c];  // taps before the start read 0
-#pragma unroll
-  for (int j = 0; j < kVConvW - 1; ++j) {
-    hl.x[j] = Pair<T>{};
-    if (tid < D / 2 && !first && c < p.dv)
-      hl.x[j] = *reinterpret_cast<const Pair<T>*>(g_x + int64_t(j - (kVConvW - 1)) * p.sv + c);
-  }
-}
-// After cp_wait and a barrier, before the barrier ahead of vconv_rows: the other rows' halo from
-// s_v, and the taps of v-head h's columns.
-template <class T>
-__device__ __forceinline__ void vconv_halo_smem(VConvHalo<T>& hl, const Params& p, const T* s_v, int h, int tid) {
-  const int c = 2 * (tid % (D / 2)), r0 = 16 * (tid / (D / 2));
-  if (r0 > 0)
-#pragma unroll
-    for (int j = 0; j < kVConvW - 1; ++j)
-      hl.x[j] = *reinterpret_cast<const Pair<T>*>(s_v + (r0 - (kVConvW - 1) + j) * LDD<T> + c);
-#pragma unroll
-  for (int e = 0; e < 2; ++e)
-#pragma unroll
-    for (int j = 0; j < kVConvW; ++j)
-      hl.w[e][j] = c + e < p.dv ? p.vw[int64_t(h * p.dv + c + e) * p.ldvw + j] : 0.f;
-}
-// The thread's 16 rows of s_v <- silu(conv(x)), times s_scale[r] (prep's beta, rounded a second time
-// as scale_rows does) when given; rows >= L <- 0.
-template <class T>
-__device__ __forceinline__ void vconv_rows(T* s_v, const VConvHalo<T>& hl, int L, int dv, const float* s_scale,
-                                           int tid) {
-  const int c = 2 * (tid % (D / 2)), r0 = 16 * (tid / (D / 2));
-  if (c >= dv) return;
-  float xw[2][kVConvW];  // the window, oldest first; slot 3 takes row r
-#pragma unroll
-  for (int j = 0; j < kVConvW - 1; ++j) {
-    const float2 x = pair_f<T>(hl.x[j]);
-    xw[0][j] = x.x;
-    xw[1][j] = x.y;
-  }
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const int r = r0 + i;
-    Pair<T>* sp = reinterpret_cast<Pair<T>*>(s_v + r * LDD<T> + c);
-    const float2 x = pair_f<T>(*sp);
-    xw[0][kVConvW - 1] = x.x;
-    xw[1][kVConvW - 1] = x.y;
-    float y[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      float acc = 0.f;
-#pragma unroll
-      for (int j = 0; j < kVConvW; ++j) acc = fmaf(hl.w[e][j], xw[e][j], acc);
-      y[e] = to_f(from_f<T>(acc * ew::sigmoid_f(acc)));
-      if (s_scale) y[e] = y[e] * s_scale[r];
-      if (r >= L) y[e] = 0.f;
-    }
-    store2(reinterpret_cast<T*>(sp), y[0], y[1]);
-#pragma unroll
-    for (int j = 0; j < kVConvW - 1; ++j) {
-      xw[0][j] = xw[0][j + 1];
-      xw[1][j] = xw[1][j + 1];
-    }
-  }
-}
-
 // A per-chunk kernel's [ROWS][COLS] tile (kChunkThreads threads): load_tile_full when every element
 // is valid (every chunk but a sequence's last, at dk = dv = D), else load_tile's zero-filling loop.
 // The same copies either way; the full form spends one add per copy on addresses instead of
@@ -526,12 +428,9 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   __syncthreads();
 #endif
 
-  // A is dead: V (with v_conv: its conv's input x) takes its place while Tm is rounded.
-  const T* g_vc = g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv;
-  load_ctile<C, D>(s_v, LDD<T>, g_vc, p.sv, L, p.dv, tid);
+  // A is dead: V takes its place while Tm is rounded.
+  load_ctile<C, D>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
   cp_commit();
-  VConvHalo<T> hl;
-  if (p.vw) vconv_halo_global(hl, p, g_vc, ci, tid);
   // Tm -> T (the MMA operand, over the fp32 Tm through registers, and the backward's copy)
   {
     T* g_tm = g_Tm ? g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C : nullptr;
@@ -557,15 +456,8 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   }
   cp_wait<0>();
   __syncthreads();
-  // K <- K beta e^gamma; V <- V beta (in place); with v_conv V <- silu(conv(x)) beta
-  if (p.vw) {
-    vconv_halo_smem(hl, p, s_v, ci.h, tid);
-    __syncthreads();
-    vconv_rows(s_v, hl, L, p.dv, s_beta, tid);
-    scale_rows<T, false>(s_k, s_v, s_beta, s_eg, tid);
-  } else {
-    scale_rows<T>(s_k, s_v, s_beta, s_eg, tid);
-  }
+  // K <- K beta e^gamma; V <- V beta (in place)
+  scale_rows<T>(s_k, s_v, s_beta, s_eg, tid);
   __syncthreads();
 
   // W = Tm Kb [C, dk], U = Tm Vb [C, dv]
@@ -1953,24 +1845,13 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     prefetch_l2_rows<2>(g_k + qrow * p.dk, int64_t(p.Hk) * p.dk * 2, L, p.dk * 2, tid - 128);
   }
   // Phase I: dDelta, V, Tm, gamma, beta.
-  const T* g_vc = g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv;  // with v_conv: the conv's input x
   load_ctile<C, D>(s_dd, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
-  load_ctile<C, D>(s_v, LDD<T>, g_vc, p.sv, L, p.dv, tid);
+  load_ctile<C, D>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
   load_ctile<C, C>(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, tid);
   load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
   load_col(s_beta, g_beta + vrow, p.Hv, C, L, tid, kChunkThreads);
   cp_commit();
-  if (p.vw) {  // V <- silu(conv(x)) in place
-    VConvHalo<T> hl;
-    vconv_halo_global(hl, p, g_vc, ci, tid);
-    cp_wait<0>();
-    __syncthreads();
-    vconv_halo_smem(hl, p, s_v, ci.h, tid);
-    __syncthreads();
-    vconv_rows(s_v, hl, L, p.dv, static_cast<const float*>(nullptr), tid);
-  } else {
-    cp_wait<0>();
-  }
+  cp_wait<0>();
   __syncthreads();
   if (tid < C) s_eg[tid] = tid < L ? gexp(s_gam[tid]) : 0.f;
   const int tm0 = 16 * (warp & 3), tn0 = 32 * (warp >> 2);  // [C, C] tiling
@@ -2269,9 +2150,6 @@ Params make_params(const Dims& d, const GdnArgs& args, const VarlenMeta& m) {
   p.chunk_start = m.chunk_start_dev;
   p.chunk_off = m.chunk_offsets_dev;
   p.seq_order = m.seq_order_dev;
-  p.chunk_seq = m.chunk_seq_dev;
-  p.vw = args.v_conv.data ? args.v_conv.ptr<float>() : nullptr;
-  p.ldvw = args.v_conv.data ? int(args.v_conv.stride[0]) : 0;
   return p;
 }
 
@@ -2821,19 +2699,6 @@ int64_t token_stride(const TensorView& x, int64_t packed) { return x.numel() > 0
 
 }  // namespace gck
 }  // namespace
-
-// GdnArgs.v_conv inside prep and wy (W = 4: vconv_rows' window) when x's rows load in place with
-// cp.async (16-byte aligned start and token stride) or are copied first (DT_GDN_STRIDED_V=0).
-// DT_GDN_V_CONV=0 makes v first instead (the same bits; for A/B). Read at every call.
-bool gdn_fuses_v_conv(const TensorView& x, const TensorView& w) {
-  if (env::choice("DT_GDN_V_CONV", {{"0", "made first by causal_conv1d_fwd"}, {"1", "in the kernels that load v"}}) ==
-      0)
-    return false;
-  const int64_t vec = 16 / int64_t(dtype_size(x.dtype));
-  const bool rows_ok = !gck::strided_v_in_place() ||
-                       (x.stride[0] % vec == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0);
-  return w.shape[1] == gck::kVConvW && rows_ok && (x.dtype == DType::bf16 || x.dtype == DType::f32);
-}
 
 void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k,
                    const TensorView& v, const TensorView& g, const TensorView& beta, const TensorView& h0,
