@@ -276,13 +276,6 @@ __device__ __forceinline__ void scale_rows(T* s_k, T* s_v, const float* s_beta, 
 #define DT_EXP_TRI_SKIP 0
 #endif
 __device__ __forceinline__ bool lower_block(int r, int c) { return !DT_EXP_TRI_SKIP || (c >> 4) <= (r >> 4); }
-template <class T>
-__device__ __forceinline__ void load_lower_tile(T* s, int lds, const T* g, int tid) {
-  constexpr int V = kPad<T>, VPR = C / V, RSTEP = kChunkThreads / VPR;
-  const int r0 = tid / VPR, c = (tid - r0 * VPR) * V;
-#pragma unroll
-  for (int r = r0; r < C; r += RSTEP) cp_async16(s + r * lds + c, g + r * C + c, lower_block(r, c));
-}
 // A per-chunk kernel's [ROWS][COLS] tile (kChunkThreads threads): load_tile_full when every element
 // is valid (every chunk but a sequence's last, at dk = dv = D), else load_tile's zero-filling loop.
 // The same copies either way; the full form spends one add per copy on addresses instead of
@@ -291,6 +284,20 @@ template <int ROWS, int COLS, class T>
 __device__ __forceinline__ void load_ctile(T* s, int lds, const T* g, int64_t gstride, int nvalid, int ncols, int tid) {
   if (nvalid == ROWS && ncols == COLS) load_tile_full<T, ROWS, COLS, kChunkThreads>(s, lds, g, gstride, tid);
   else load_tile(s, lds, g, gstride, ROWS, nvalid, ncols, COLS, tid, kChunkThreads);
+}
+
+// A [C][C] Tm or P tile from its dense global copy: with DT_EXP_TRI_SKIP the blocks above the
+// diagonal zero-filled instead of read; off, exactly load_ctile's full-tile copies.
+template <class T>
+__device__ __forceinline__ void load_lower_tile(T* s, int lds, const T* g, int tid) {
+#if DT_EXP_TRI_SKIP
+  constexpr int V = kPad<T>, VPR = C / V, RSTEP = kChunkThreads / VPR;
+  const int r0 = tid / VPR, c = (tid - r0 * VPR) * V;
+#pragma unroll
+  for (int r = r0; r < C; r += RSTEP) cp_async16(s + r * lds + c, g + r * C + c, lower_block(r, c));
+#else
+  load_ctile<C, C>(s, lds, g, C, C, C, tid);
+#endif
 }
 
 // =================================================================================== kernels
@@ -1017,11 +1024,7 @@ __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(
     load_ctile<C, D>(s_do, LDD<T>, g_do + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   }
   if (g_P) {
-#if DT_EXP_TRI_SKIP
     if (g_dDl) load_lower_tile(s_p, LDC<T>, g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, tid);
-#else
-    if (g_dDl) load_ctile<C, C>(s_p, LDC<T>, g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, tid);
-#endif
   } else {
     load_ctile<C, D>(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
     load_ctile<C, D>(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
@@ -1868,11 +1871,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
   // Phase I: dDelta, V, Tm, gamma, beta.
   load_ctile<C, D>(s_dd, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   load_ctile<C, D>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
-#if DT_EXP_TRI_SKIP
   load_lower_tile(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, tid);
-#else
-  load_ctile<C, C>(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, tid);
-#endif
   load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
   load_col(s_beta, g_beta + vrow, p.Hv, C, L, tid, kChunkThreads);
   cp_commit();
