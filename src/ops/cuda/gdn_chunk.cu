@@ -129,6 +129,13 @@ struct Params {
   const int32_t* chunk_start;  // [NT]
   const int32_t* chunk_off;    // [N+1]
   const int32_t* seq_order;    // [N] sequences by chunk count, longest first
+  const int32_t* chunk_seq;    // [NT] the sequence of each chunk
+  // Serial -> per-chunk overlap (serial_pdl): the serial kernel's CTAs count themselves done per
+  // sequence here, and the per-chunk kernel after it (launched early through Programmatic
+  // Dependent Launch) waits for done[n] == done_target before it reads the chunk's serial outputs.
+  // Null: no counting, no waiting.
+  int* done;                   // [N]
+  int done_target;             // the serial grid's CTAs per sequence (Hv x its V tiles)
 };
 
 // Serial kernels: one CTA per (sequence, v-head, V tile) on gridDim.x, sequence slowest and
@@ -141,6 +148,39 @@ __device__ __forceinline__ SeqCta seq_cta(const Params& p) {
   const int per_seq = p.Hv * p.nvt, r = blockIdx.x / per_seq, rem = blockIdx.x - r * per_seq;
   return {p.seq_order[r], rem / p.nvt, rem % p.nvt};
 }
+// Serial -> per-chunk overlap (Params.done; serial_pdl). The serial kernels' grids (state, rev)
+// take two waves at the layer's shape: 512 CTAs over 264 slots, so their last ~quarter runs on few
+// SMs while the per-chunk kernel after them (out, dqk) waits for the whole grid. Each serial CTA
+// triggers the dependent launch at its start (all of them resident: the dependent's CTAs then
+// cannot hold a slot a serial CTA needs) and counts itself into done[n] at its end, after its
+// stores (the CTA barrier, then thread 0's gpu-scope fence and atomic: the release). A dependent
+// CTA's thread 0 waits for done[n] == done_target with an acquire load before a barrier, ahead of
+// its first read of the serial outputs; what it loads before that (inputs of earlier kernels)
+// needs no wait. Launched without PDL (or replayed alone by ncu) the counts are complete already.
+__device__ __forceinline__ void serial_pdl_trigger(const Params& p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (p.done) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void serial_done(const Params& p, int n) {
+  if (!p.done) return;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(p.done + n, 1);
+  }
+}
+// Thread 0 only; the caller's next barrier publishes the wait to the CTA.
+__device__ __forceinline__ void serial_wait(const Params& p, int c) {
+  const int* f = p.done + p.chunk_seq[c];
+  for (;;) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
+    if (v >= p.done_target) return;
+    __nanosleep(200);
+  }
+}
+
 // A sequence's chunks c0 .. c1 - 1; chunk c starts at token bos0 + (c - c0) C (VarlenBatch's
 // chunk_start, computed here instead of loaded). The state kernels use it: their per-step global
 // load of chunk_start[c] fed the next tiles' addresses (ncu's source view: ~14% of the wg4 state
@@ -862,8 +902,12 @@ __global__ __launch_bounds__(kChunkThreads, kOutMinBlocks<T>) void out_kernel(
   const bool norm = nrm.z != nullptr;
   // Phase I: Q, h_c, gamma; O = diag(e^gamma) Q h_c   [C, dv], this warp's [32, 32]
   load_ctile<C, D>(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
-  load_ctile<D, D>(s_h, LDD<T>, g_h + (int64_t(ci.c) * p.Hv + ci.h) * p.dk * p.dv, p.dv, p.dk, p.dv, tid);
   load_col(s_gam, g_gam + ci.bos * p.Hv + ci.h, p.Hv, C, L, tid, kChunkThreads);
+  if (p.done) {  // h_c comes from the state kernel (serial_pdl): Q and gamma load meanwhile
+    if (tid == 0) serial_wait(p, ci.c);
+    __syncthreads();
+  }
+  load_ctile<D, D>(s_h, LDD<T>, g_h + (int64_t(ci.c) * p.Hv + ci.h) * p.dk * p.dv, p.dv, p.dk, p.dv, tid);
   cp_commit();
   cp_wait<0>();
   __syncthreads();
@@ -1668,6 +1712,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
       if (p.pair == kPairPull) cluster_wait();
     }
   }
+  if (p.done && tid == 0) serial_wait(p, ci.c);  // dDelta and dS1 come from the rev kernel (serial_pdl)
   __syncthreads();  // dO is dead: dDelta takes its tile
   load_ctile<C, D>(s_x1, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   cp_commit();
@@ -2174,6 +2219,9 @@ Params make_params(const Dims& d, const GdnArgs& args, const VarlenMeta& m) {
   p.chunk_start = m.chunk_start_dev;
   p.chunk_off = m.chunk_offsets_dev;
   p.seq_order = m.seq_order_dev;
+  p.chunk_seq = m.chunk_seq_dev;
+  p.done = nullptr;
+  p.done_target = 0;
   return p;
 }
 
@@ -2334,28 +2382,71 @@ PairMode gqa_pair(const Params& p) {
 // first argument); DT_GDN_CHUNK_SLAB (tests) lowers the slab size to exercise that. With p.pair
 // (dqk, wy) as clusters of the two v-heads of a key head (2 x 1: Hv = 2 Hk is even, so a cluster
 // never straddles chunks).
+// after_serial (out after state, dqk after rev, with Params.done): the first slab through
+// Programmatic Dependent Launch, so that it starts once every serial CTA has (serial_pdl).
 template <class... Exp, class... Act>
-void launch_chunk_kernel(void (*kernel)(Exp...), const Params& p, size_t smem, cudaStream_t st, Act&&... args) {
+void launch_chunk_kernel_ex(bool after_serial, void (*kernel)(Exp...), const Params& p, size_t smem, cudaStream_t st,
+                            Act&&... args) {
   set_smem(kernel, smem);
   const int slab = int(env::whole_number("DT_GDN_CHUNK_SLAB", 1, 65535, 65535, "chunks per per-chunk launch"));
   cudaLaunchConfig_t cfg = {};
   cfg.blockDim = dim3(kChunkThreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 2;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
+  cudaLaunchAttribute attr[2];
+  int na = 0;
+  if (p.pair) {
+    attr[na].id = cudaLaunchAttributeClusterDimension;
+    attr[na].val.clusterDim.x = 2;
+    attr[na].val.clusterDim.y = 1;
+    attr[na].val.clusterDim.z = 1;
+    ++na;
+  }
+  const int pdl = na;
+  if (after_serial) {
+    DT_CHECK(p.done != nullptr, "launch_chunk_kernel_ex: a launch after the serial kernel needs Params.done");
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na].val.programmaticStreamSerializationAllowed = 1;
+    ++na;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = p.pair ? 1 : 0;
   for (int c0 = 0; c0 < p.NT; c0 += slab) {
     Params ps = p;
     ps.c0 = c0;
     cfg.gridDim = dim3(p.Hv, std::min(slab, p.NT - c0));
+    cfg.numAttrs = c0 == 0 ? na : pdl;  // later slabs follow the first one as usual
     DT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ps, args...));
     DT_CUDA_LAUNCH_CHECK();
   }
+}
+template <class... Exp, class... Act>
+void launch_chunk_kernel(void (*kernel)(Exp...), const Params& p, size_t smem, cudaStream_t st, Act&&... args) {
+  launch_chunk_kernel_ex(false, kernel, p, smem, st, std::forward<Act>(args)...);
+}
+
+// DT_GDN_SERIAL_PDL: 1 or unset: the warp-owned serial kernels (state, rev) let the per-chunk kernel
+// after them (out, dqk) start while their last CTAs run, each of its CTAs waiting for its own
+// sequence (Params.done, serial_wait); 0: it starts after the whole serial grid. The same bits.
+// Applies to bf16's warp forms (warp4, warp8, wg4) on sm_90 and newer. Read at every call.
+bool serial_pdl_knob() {
+  return env::choice("DT_GDN_SERIAL_PDL", {{"0", "the per-chunk kernel after the whole serial grid"},
+                                           {"1", "the per-chunk kernel overlapping the serial grid's tail"}}) != 0;
+}
+// Params.done for a serial kernel of `form` and the per-chunk kernel after it, when serial_pdl_knob
+// and the form allow it: `done` gets the zeroed [N] counters (stream-ordered before the serial launch).
+template <class T>
+Params with_serial_pdl(const Params& p, const SerialForm& form, Tensor& done, Device dev, cudaStream_t st) {
+  Params r = p;
+  if (!std::is_same_v<T, bf16> || form.warps == 0 || form.split != 0 || p.N == 0 || p.NT == 0 || !serial_pdl_knob())
+    return r;
+  int d = 0, major = 0;
+  DT_CUDA_CHECK(cudaGetDevice(&d));
+  DT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d));
+  if (major < 9) return r;
+  done = Tensor::zeros(Shape{p.N}, DType::i32, dev, Stream{st});
+  r.done = done.ptr<int>();
+  r.done_target = p.Hv * warp_params(p, form.warps).nvt;
+  return r;
 }
 
 // Forward pieces shared by fwd and bwd: gamma, W, U (and Tm), then the chunk states and Delta.
@@ -2485,12 +2576,14 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
   Tensor h = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);          // [NT, Hv, dk, dv]
   Tensor Dl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv]
   Tensor P = saved ? Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev) : Tensor();   // [NT, Hv, C, C]
-  launch_prep_state<T>(p, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
+  Tensor done;  // [N] int32: the state kernel's CTAs done per sequence, for out (serial_pdl)
+  const Params pf = with_serial_pdl<T>(p, p.N > 0 ? serial_form<T>(p.dk, p.dv) : SerialForm{}, done, dev, st);
+  launch_prep_state<T>(pf, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
                        saved ? Tm.ptr<T>() : nullptr, h.ptr<T>(), Dl.ptr<T>(), tptr<float>(ht), st);
   const OutNorm nrm = out_norm<T>(norm, o, p);
   if (p.NT > 0) {
-    launch_chunk_kernel(out_kernel<T>, p, OutSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k), gam.ptr<float>(),
-                        h.ptr<T>(), Dl.ptr<T>(), tptr<T>(o), saved ? P.ptr<T>() : nullptr, nrm);
+    launch_chunk_kernel_ex(pf.done != nullptr, out_kernel<T>, pf, OutSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k),
+                           gam.ptr<float>(), h.ptr<T>(), Dl.ptr<T>(), tptr<T>(o), saved ? P.ptr<T>() : nullptr, nrm);
   }
   if (norm && !nrm.z) cuda::gated_rmsnorm_fwd(norm->y, norm->rstd, o, norm->z, norm->w, norm->eps, Stream{st});
   // U is not kept: the backward reads it only to recompute h and Delta, which are kept (-1x the
@@ -2558,6 +2651,8 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   const bool rev_wg = std::is_same_v<T, bf16> && form.wg && rev_wgmma_knob();
   const bool rev_ks = rev_wg && rev_ns == 1 && rev_ksplit_knob();
   const bool rev_p = rev_wg && !rev_ks && p.NT > 0 && rev_p_knob();
+  Tensor done;  // [N] int32: the rev kernel's CTAs done per sequence, for dqk (serial_pdl)
+  const Params pr = with_serial_pdl<T>(p, form, done, dev, st);
   const bool p_from_fwd = P.defined();  // the forward's P (saved intermediates)
   if (rev_p && !p_from_fwd) P = Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev);  // [NT, Hv, C, C], from dvl
   Tensor dDl = rev_p ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);  // [T, Hv, dv] dDelta_local
@@ -2608,7 +2703,7 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
       else rev(std::integral_constant<int, 4>{});
     }
     if (nw) {
-      const Params pw = warp_params(p, nw);
+      const Params pw = warp_params(pr, nw);
       const unsigned ctas = rev_ctas;
       auto rev = [&](auto warps, auto stages) {
         constexpr int NW = decltype(warps)::value, NS = decltype(stages)::value;
@@ -2677,7 +2772,7 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   // gsum (bench-0.8b: -2 launches and ~270 MB of traffic per GDN layer); G == 2: the same through
   // clusters of the two v-heads (gqa_pair; dq's f32 partials are not written, dk's are read once
   // and not written back). The same bits.
-  Params pb = p;
+  Params pb = pr;
   pb.pair = gqa_pair<T>(p);
   const bool direct = p.G == 1 || pb.pair;
   Tensor dqh = direct ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);  // [T, Hv, dk] f32
@@ -2687,10 +2782,10 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   Tensor dk2 = direct ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);  // [T, Hv, dk] f32
   Tensor dW = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);                // [T, Hv, dk]
   Tensor dgam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);  // [T, Hv] f32
-  launch_chunk_kernel(dqk_kernel<T>, pb, DqkSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k), gam.ptr<float>(),
-                      tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(),
-                      direct ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(), dW.ptr<T>(),
-                      dgam.ptr<float>());
+  launch_chunk_kernel_ex(pb.done != nullptr, dqk_kernel<T>, pb, DqkSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k),
+                         gam.ptr<float>(), tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(),
+                         direct ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(), dW.ptr<T>(),
+                         dgam.ptr<float>());
   launch_chunk_kernel(wy_kernel<T>, pb, WySmem<T>::bytes, st, tptr<T>(k), tptr<T>(v), tptr<float>(beta),
                       gam.ptr<float>(), Tm.ptr<T>(), dW.ptr<T>(), dD.ptr<T>(), dgam.ptr<float>(), dkh.ptr<float>(),
                       direct ? nullptr : dk2.ptr<float>(), tptr<T>(dk), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));

@@ -303,6 +303,7 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
   constexpr int NTHR = 32 * NW, BVw = WarpTiles<NW>::BV, LDU = WarpTiles<NW>::LDU;
   const SeqCta cta = seq_cta(p);  // p.nvt counts V tiles of BVw
   const int n = cta.n, h = cta.h;
+  serial_pdl_trigger(p);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, mi = lane >> 3, r8 = lane & 7;
   const int v0 = cta.vt * BVw, wv = 16 * warp;  // the warp's rows: v0 + wv .. + 15
   const bool active = wv < min(BVw, p.dv - v0);  // dv % 16 == 0: a warp's rows are all valid or none
@@ -462,6 +463,7 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
   }
   if (g_ht && active)
     state_elems(r_S, p.dk, 0, [&](float& x, int col, int row) { g_ht[state_base + int64_t(col) * p.dv + row] = x; });
+  serial_done(p, n);
 }
 
 // ---- rev (B4), warp-owned rows: dS1[c] = dS; dDelta = dDelta_local + eL (.) (K dS);
@@ -498,6 +500,7 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
   constexpr int NTHR = 32 * NW, BVw = WarpTiles<NW>::BV, LDU = WarpTiles<NW>::LDU;
   const SeqCta cta = seq_cta(p);
   const int n = cta.n, h = cta.h;
+  serial_pdl_trigger(p);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, mi = lane >> 3, r8 = lane & 7;
   const int v0 = cta.vt * BVw, wv = 16 * warp, nv = min(BVw, p.dv - v0);
   const bool active = wv < nv;
@@ -751,4 +754,5 @@ __global__ __launch_bounds__(32 * NW) void rev_warp_kernel(Params p, const bf16*
   }
   if (g_dh0 && active)
     state_elems(r_dS, p.dk, 0, [&](float& x, int col, int row) { g_dh0[state_base + int64_t(col) * p.dv + row] = x; });
+  serial_done(p, n);
 }
