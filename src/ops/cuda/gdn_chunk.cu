@@ -27,6 +27,9 @@
 //             themselves, and with G == 2 they run as clusters of the key head's two v-heads: dqk
 //             stores dq and its [T, Hk, dk] f32 pair sum of dk, wy adds its own pair sum to that
 //             (pair_sum_push, or pair_sum); the same bits either way)
+// Serial -> per-chunk overlap (DT_GDN_SERIAL_PDL, with_serial_pdl): out after state and dqk after rev
+// start through Programmatic Dependent Launch while the serial grid's last CTAs run, each CTA
+// waiting for its own sequence's serial CTAs (Params.done) before it reads their outputs.
 // Tile loads of the serial kernels: rev uses two cp.async stages (chunk c-1's tiles load while
 // chunk c computes) when its grid fits one CTA per SM and the inputs are bf16, else one stage;
 // state always two (they cost it no occupancy). DT_GDN_REV_STAGES=1|2 and DT_GDN_STATE_STAGES=1|2
@@ -130,7 +133,7 @@ struct Params {
   const int32_t* chunk_off;    // [N+1]
   const int32_t* seq_order;    // [N] sequences by chunk count, longest first
   const int32_t* chunk_seq;    // [NT] the sequence of each chunk
-  // Serial -> per-chunk overlap (serial_pdl): the serial kernel's CTAs count themselves done per
+  // Serial -> per-chunk overlap (with_serial_pdl): the serial kernel's CTAs count themselves done per
   // sequence here, and the per-chunk kernel after it (launched early through Programmatic
   // Dependent Launch) waits for done[n] == done_target before it reads the chunk's serial outputs.
   // Null: no counting, no waiting.
@@ -148,7 +151,7 @@ __device__ __forceinline__ SeqCta seq_cta(const Params& p) {
   const int per_seq = p.Hv * p.nvt, r = blockIdx.x / per_seq, rem = blockIdx.x - r * per_seq;
   return {p.seq_order[r], rem / p.nvt, rem % p.nvt};
 }
-// Serial -> per-chunk overlap (Params.done; serial_pdl). The serial kernels' grids (state, rev)
+// Serial -> per-chunk overlap (Params.done; with_serial_pdl). The serial kernels' grids (state, rev)
 // take two waves at the layer's shape: 512 CTAs over 264 slots, so their last ~quarter runs on few
 // SMs while the per-chunk kernel after them (out, dqk) waits for the whole grid. Each serial CTA
 // triggers the dependent launch at its start (all of them resident: the dependent's CTAs then
@@ -903,7 +906,7 @@ __global__ __launch_bounds__(kChunkThreads, kOutMinBlocks<T>) void out_kernel(
   // Phase I: Q, h_c, gamma; O = diag(e^gamma) Q h_c   [C, dv], this warp's [32, 32]
   load_ctile<C, D>(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
   load_col(s_gam, g_gam + ci.bos * p.Hv + ci.h, p.Hv, C, L, tid, kChunkThreads);
-  if (p.done) {  // h_c comes from the state kernel (serial_pdl): Q and gamma load meanwhile
+  if (p.done) {  // h_c comes from the state kernel (with_serial_pdl): Q and gamma load meanwhile
     if (tid == 0) serial_wait(p, ci.c);
     __syncthreads();
   }
@@ -1712,7 +1715,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
       if (p.pair == kPairPull) cluster_wait();
     }
   }
-  if (p.done && tid == 0) serial_wait(p, ci.c);  // dDelta and dS1 come from the rev kernel (serial_pdl)
+  if (p.done && tid == 0) serial_wait(p, ci.c);  // dDelta and dS1 come from the rev kernel (with_serial_pdl)
   __syncthreads();  // dO is dead: dDelta takes its tile
   load_ctile<C, D>(s_x1, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   cp_commit();
@@ -2383,7 +2386,7 @@ PairMode gqa_pair(const Params& p) {
 // (dqk, wy) as clusters of the two v-heads of a key head (2 x 1: Hv = 2 Hk is even, so a cluster
 // never straddles chunks).
 // after_serial (out after state, dqk after rev, with Params.done): the first slab through
-// Programmatic Dependent Launch, so that it starts once every serial CTA has (serial_pdl).
+// Programmatic Dependent Launch, so that it starts once every serial CTA has (with_serial_pdl).
 template <class... Exp, class... Act>
 void launch_chunk_kernel_ex(bool after_serial, void (*kernel)(Exp...), const Params& p, size_t smem, cudaStream_t st,
                             Act&&... args) {
@@ -2432,7 +2435,7 @@ bool serial_pdl_knob() {
   return env::choice("DT_GDN_SERIAL_PDL", {{"0", "the per-chunk kernel after the whole serial grid"},
                                            {"1", "the per-chunk kernel overlapping the serial grid's tail"}}) != 0;
 }
-// Params.done for a serial kernel of `form` and the per-chunk kernel after it, when serial_pdl_knob
+// Params.done (serial_pdl_trigger, serial_done, serial_wait) for a serial kernel of `form` and the per-chunk kernel after it, when serial_pdl_knob
 // and the form allow it: `done` gets the zeroed [N] counters (stream-ordered before the serial launch).
 template <class T>
 Params with_serial_pdl(const Params& p, const SerialForm& form, Tensor& done, Device dev, cudaStream_t st) {
@@ -2576,7 +2579,7 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
   Tensor h = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);          // [NT, Hv, dk, dv]
   Tensor Dl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv]
   Tensor P = saved ? Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev) : Tensor();   // [NT, Hv, C, C]
-  Tensor done;  // [N] int32: the state kernel's CTAs done per sequence, for out (serial_pdl)
+  Tensor done;  // [N] int32: the state kernel's CTAs done per sequence, for out (with_serial_pdl)
   const Params pf = with_serial_pdl<T>(p, p.N > 0 ? serial_form<T>(p.dk, p.dv) : SerialForm{}, done, dev, st);
   launch_prep_state<T>(pf, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
                        saved ? Tm.ptr<T>() : nullptr, h.ptr<T>(), Dl.ptr<T>(), tptr<float>(ht), st);
@@ -2651,7 +2654,7 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   const bool rev_wg = std::is_same_v<T, bf16> && form.wg && rev_wgmma_knob();
   const bool rev_ks = rev_wg && rev_ns == 1 && rev_ksplit_knob();
   const bool rev_p = rev_wg && !rev_ks && p.NT > 0 && rev_p_knob();
-  Tensor done;  // [N] int32: the rev kernel's CTAs done per sequence, for dqk (serial_pdl)
+  Tensor done;  // [N] int32: the rev kernel's CTAs done per sequence, for dqk (with_serial_pdl)
   const Params pr = with_serial_pdl<T>(p, form, done, dev, st);
   const bool p_from_fwd = P.defined();  // the forward's P (saved intermediates)
   if (rev_p && !p_from_fwd) P = Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev);  // [NT, Hv, C, C], from dvl
