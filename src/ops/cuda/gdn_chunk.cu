@@ -1547,7 +1547,10 @@ __device__ __forceinline__ void state_dot(float* s_ws, const T* s_s, const T* g_
   for (int idx = tid * V; idx < rows * dv; idx += kChunkThreads * V) {
     const int r = idx / dv, c = idx - r * dv;
     const uint4 sa = *reinterpret_cast<const uint4*>(s_s + r * LDD<T> + c);
-    const uint4 ga = __ldg(reinterpret_cast<const uint4*>(g_d1 + idx));
+    uint4 ga;  // L2 (.cg), not the read-only path: under serial_wait the rev kernel wrote dS1 during this kernel
+    asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(ga.x), "=r"(ga.y), "=r"(ga.z), "=r"(ga.w)
+                 : "l"(g_d1 + idx));
     const T* es = reinterpret_cast<const T*>(&sa);
     const T* eg = reinterpret_cast<const T*>(&ga);
 #pragma unroll
