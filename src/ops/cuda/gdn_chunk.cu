@@ -310,15 +310,6 @@ __device__ __forceinline__ void scale_rows(T* s_k, T* s_v, const float* s_beta, 
     *pv = xv;
   }
 }
-// Tm and P [C][C] are lower triangular, so their 6 16 x 16 blocks above the diagonal are zero.
-// DT_EXP_TRI_SKIP=1 (measurement switch): Tm's writer (prep) skips those blocks, and the readers
-// of Tm (wy) and P (rev, dvl) zero-fill them (cp.async with no source bytes) instead of reading
-// them: ~0.15 GB less DRAM traffic per fwd+bwd at the issue-4 shape, the same bits. (P's writers
-// keep storing them: skipping there cost the bf16 out kernel 8 bytes of spill and +20 us.)
-#ifndef DT_EXP_TRI_SKIP
-#define DT_EXP_TRI_SKIP 0
-#endif
-__device__ __forceinline__ bool lower_block(int r, int c) { return !DT_EXP_TRI_SKIP || (c >> 4) <= (r >> 4); }
 // A per-chunk kernel's [ROWS][COLS] tile (kChunkThreads threads): load_tile_full when every element
 // is valid (every chunk but a sequence's last, at dk = dv = D), else load_tile's zero-filling loop.
 // The same copies either way; the full form spends one add per copy on addresses instead of
@@ -327,20 +318,6 @@ template <int ROWS, int COLS, class T>
 __device__ __forceinline__ void load_ctile(T* s, int lds, const T* g, int64_t gstride, int nvalid, int ncols, int tid) {
   if (nvalid == ROWS && ncols == COLS) load_tile_full<T, ROWS, COLS, kChunkThreads>(s, lds, g, gstride, tid);
   else load_tile(s, lds, g, gstride, ROWS, nvalid, ncols, COLS, tid, kChunkThreads);
-}
-
-// A [C][C] Tm or P tile from its dense global copy: with DT_EXP_TRI_SKIP the blocks above the
-// diagonal zero-filled instead of read; off, exactly load_ctile's full-tile copies.
-template <class T>
-__device__ __forceinline__ void load_lower_tile(T* s, int lds, const T* g, int tid) {
-#if DT_EXP_TRI_SKIP
-  constexpr int V = kPad<T>, VPR = C / V, RSTEP = kChunkThreads / VPR;
-  const int r0 = tid / VPR, c = (tid - r0 * VPR) * V;
-#pragma unroll
-  for (int r = r0; r < C; r += RSTEP) cp_async16(s + r * lds + c, g + r * C + c, lower_block(r, c));
-#else
-  load_ctile<C, C>(s, lds, g, C, C, C, tid);
-#endif
 }
 
 // =================================================================================== kernels
@@ -507,7 +484,7 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
     for (int j = 0; j < NQ; ++j) {
       const int idx = tid + j * kChunkThreads, r = idx >> 4, c = (idx & 15) * 4;
       r_t[j] = *reinterpret_cast<const float4*>(s_tm + r * LDT + c);
-      if (g_tm && lower_block(r, c)) {
+      if (g_tm) {
         store2(g_tm + 4 * idx, r_t[j].x, r_t[j].y);
         store2(g_tm + 4 * idx + 2, r_t[j].z, r_t[j].w);
       }
@@ -620,8 +597,7 @@ __device__ __forceinline__ void load_state_tiles(unsigned char* base, const Para
 template <int NTHR, class T>
 __device__ __forceinline__ void load_p_sw128(unsigned char* s, const T* g, int tid) {
   static_assert(sizeof(T) == 2 && C == 64, "load_p_sw128: bf16 rows of 64");
-  for (int idx = tid; idx < C * 8; idx += NTHR)
-    cp_async16(s + wg::sw128(idx >> 3, idx & 7), g + 8 * idx, lower_block(idx >> 3, 8 * (idx & 7)));
+  for (int idx = tid; idx < C * 8; idx += NTHR) cp_async16(s + wg::sw128(idx >> 3, idx & 7), g + 8 * idx, true);
 }
 // WITH_K = false: all but K and gamma, which the K-split form loads a step ahead (load_rev_k).
 // RP: the chunk's P (g_Pc, its [C][C] tile) instead of dDelta_local's rows.
@@ -1071,7 +1047,7 @@ __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(
     load_ctile<C, D>(s_do, LDD<T>, g_do + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   }
   if (g_P) {
-    if (g_dDl) load_lower_tile(s_p, LDC<T>, g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, tid);
+    if (g_dDl) load_ctile<C, C>(s_p, LDC<T>, g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, tid);
   } else {
     load_ctile<C, D>(s_q, LDD<T>, g_q + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
     load_ctile<C, D>(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
@@ -1922,7 +1898,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
   // Phase I: dDelta, V, Tm, gamma, beta.
   load_ctile<C, D>(s_dd, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   load_ctile<C, D>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
-  load_lower_tile(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, tid);
+  load_ctile<C, C>(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, tid);
   load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
   load_col(s_beta, g_beta + vrow, p.Hv, C, L, tid, kChunkThreads);
   cp_commit();
