@@ -173,15 +173,21 @@ __device__ __forceinline__ void serial_done(const Params& p, int n) {
     atomicAdd(p.done + n, 1);
   }
 }
-// Thread 0 only; the caller's next barrier publishes the wait to the CTA.
+// Thread 0 only; the caller's next barrier publishes the wait to the CTA. The grid's last CTA
+// also waits for the whole serial grid (griddepcontrol.wait), so that this kernel ends only after
+// it and the stream's next launch follows both: the serial CTAs of zero-length sequences, which no
+// CTA here waits for, still write ht / dh0 and count into done.
 __device__ __forceinline__ void serial_wait(const Params& p, int c) {
   const int* f = p.done + p.chunk_seq[c];
   for (;;) {
     int v;
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
-    if (v >= p.done_target) return;
+    if (v >= p.done_target) break;
     __nanosleep(200);
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (blockIdx.x == gridDim.x - 1 && blockIdx.y == gridDim.y - 1) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 // A sequence's chunks c0 .. c1 - 1; chunk c starts at token bos0 + (c - c0) C (VarlenBatch's
@@ -2384,7 +2390,7 @@ void launch_chunk_kernel_ex(bool after_serial, void (*kernel)(Exp...), const Par
     attr[na].val.clusterDim.z = 1;
     ++na;
   }
-  const int pdl = na;
+  const int n_other = na;  // the attributes of every slab's launch
   if (after_serial) {
     DT_CHECK(p.done != nullptr, "launch_chunk_kernel_ex: a launch after the serial kernel needs Params.done");
     attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -2396,7 +2402,7 @@ void launch_chunk_kernel_ex(bool after_serial, void (*kernel)(Exp...), const Par
     Params ps = p;
     ps.c0 = c0;
     cfg.gridDim = dim3(p.Hv, std::min(slab, p.NT - c0));
-    cfg.numAttrs = c0 == 0 ? na : pdl;  // later slabs follow the first one as usual
+    cfg.numAttrs = c0 == 0 ? na : n_other;  // later slabs follow the first one as usual
     DT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ps, args...));
     DT_CUDA_LAUNCH_CHECK();
   }
@@ -2443,6 +2449,8 @@ void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v
   if (p.N > 0 && (p.NT > 0 || ht)) {
     if constexpr (std::is_same_v<T, bf16>) {
       const SerialForm form = serial_form<T>(p.dk, p.dv);
+      DT_CHECK(!p.done || (form.warps && !form.split), "gdn_chunk: Params.done set for a state kernel that does not "
+                                                       "count itself done (DT_GDN_SERIAL changed during the call?)");
       if (const int sg = form.split) {  // two stages; V tiles of 64
         DT_CHECK(state_stages() == 2, "DT_GDN_STATE_STAGES=1 with DT_GDN_SERIAL=split{}: the split state kernel has "
                                       "two stages only; unset one of them",
@@ -2559,7 +2567,8 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
   Tensor Dl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv]
   Tensor P = saved ? Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev) : Tensor();   // [NT, Hv, C, C]
   Tensor done;  // [N] int32: the state kernel's CTAs done per sequence, for out (with_serial_pdl)
-  const Params pf = with_serial_pdl<T>(p, p.N > 0 ? serial_form<T>(p.dk, p.dv) : SerialForm{}, done, dev, st);
+  const SerialForm form = std::is_same_v<T, bf16> && p.N > 0 ? serial_form<T>(p.dk, p.dv) : SerialForm{};
+  const Params pf = with_serial_pdl<T>(p, form, done, dev, st);
   launch_prep_state<T>(pf, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
                        saved ? Tm.ptr<T>() : nullptr, h.ptr<T>(), Dl.ptr<T>(), tptr<float>(ht), st);
   const OutNorm nrm = out_norm<T>(norm, o, p);
@@ -2749,7 +2758,7 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
     }
   }
   if (p.NT == 0) return;
-  U = Tensor();  // not needed any more
+  U = Tensor();  // not needed any more (rev, which dqk may overlap, never reads U)
   // G == 1 (Hv == Hk): dqk and wy write dq and dk themselves, without the f32 round trip of B12's
   // gsum (bench-0.8b: -2 launches and ~270 MB of traffic per GDN layer); G == 2: the same through
   // clusters of the two v-heads (gqa_pair; dq's f32 partials are not written, dk's are read once
