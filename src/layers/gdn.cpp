@@ -10,6 +10,7 @@
 #include "deltatron/ops/basic.h"
 #include "deltatron/ops/gdn.h"
 #include "deltatron/ops/gemm.h"
+#include "core/env_knob.h"
 
 namespace dt::layers {
 namespace {
@@ -22,6 +23,14 @@ constexpr size_t kInProjs = kConv;  // params_[0, 4): in_proj_qkv, _z, _b, _a, i
 
 // Rows [r0, r0 + n) of a row-major 2-D view.
 TensorView rows(const TensorView& v, int64_t r0, int64_t n) { return v.slice(0, r0, r0 + n); }
+
+// DT_GDN_SIDE_RECOMPUTE: 1: on CUDA the backward's rebuild (gdn.recompute_elementwise) runs on a
+// side stream beside the out_proj GEMMs; 0 or unset: in order, before the chunk backward. The
+// same launches on the same inputs, so the same bits. Off until measured. Read at every call.
+bool side_recompute_knob() {
+  return env::choice("DT_GDN_SIDE_RECOMPUTE", {{"0", "the rebuild in order on the layer's stream (default)"},
+                                               {"1", "the rebuild on a side stream beside the out_proj GEMMs"}}) == 1;
+}
 
 }  // namespace
 
@@ -285,6 +294,18 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
            prefix_, dx.str());
   const ops::VarlenMeta& meta = psp.varlen_meta();
 
+  // gdn.recompute_elementwise: the forward's conv, l2norm and z again (bitwise). With
+  // DT_GDN_SIDE_RECOMPUTE=1 on CUDA this DRAM-bound launch runs on a side stream beside the
+  // out_proj GEMMs below, which it does not depend on (joined before the chunk backward).
+  Tensor wc_keep;
+  const TensorView wc = conv_weight_slice(&wc_keep);
+  const bool rebuild_v = !saved_[kC].defined();
+  Stream side{};
+  if (ctx_.gdn_recompute && dev.is_cuda() && side_recompute_knob()) {
+    side = ops::side_fork(s, dev);
+    conv_norm(d, wc, meta, nullptr, rebuild_v, side);
+  }
+
   // SP: gather dy of the TP group (the adjoint of the reduce-scatter).   dyg [T/cp, H]
   Tensor dyg_t;
   TensorView dyg = dy;
@@ -317,11 +338,10 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
     }
   }
 
-  // gdn.recompute_elementwise: the forward's conv, l2norm and z again (bitwise). Kept or rebuilt,
-  // each is released after its last use below rather than at the end of the backward.
-  Tensor wc_keep;
-  const TensorView wc = conv_weight_slice(&wc_keep);
-  if (ctx_.gdn_recompute) conv_norm(d, wc, meta, nullptr, /*with_v=*/!saved_[kC].defined());
+  // Kept or rebuilt, each of the conv's outputs is released after its last use below rather than
+  // at the end of the backward.
+  if (side.handle) ops::side_join(s, side);
+  else if (ctx_.gdn_recompute) conv_norm(d, wc, meta, nullptr, rebuild_v);
   auto release = [&](std::initializer_list<S> which) {
     for (S i : which) saved_[i] = Tensor();
   };
@@ -417,8 +437,8 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
 // L2-normalised q and k), into saved_: the forward's, and the backward's recomputation of them
 // (the same op on the same hp and conv weight, so the same bits). wc: conv_weight_slice(&keep).
 void GatedDeltaNet::conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta,
-                              const ops::GdnGateFwdViews* gates, bool with_v) {
-  const Stream s = ctx_.stream;
+                              const ops::GdnGateFwdViews* gates, bool with_v, Stream st) {
+  const Stream s = st.handle ? st : ctx_.stream;
   const DType A = ctx_.act_dtype;
   const Device dev = ctx_.device;
   const int64_t T = d.T, dk = cfg_.head_k_dim;

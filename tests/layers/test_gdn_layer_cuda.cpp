@@ -10,6 +10,8 @@
 //    l2norm and dbeta backward (4-10e-2 measured on an H200), so it only bounds bf16 vs bf16.
 //  * every layout and scheme with gdn.recompute_elementwise off vs on (the default): bitwise
 //    equal y, dX and gradients (the same deterministic kernels on the same inputs; harness).
+//  * the graph test: DT_GDN_SIDE_RECOMPUTE=1 (the rebuild on a side stream) gives the same bits,
+//    eager and captured.
 // 1 GPU: (1,F,1). 2 GPUs (mpirun -np 2): (2,F,1), (2,T,1), (1,F,2). 4 GPUs (mpirun -np 4):
 // (2,T,2), (4,T,1), (1,F,4). 8 GPUs: (2,T,2) with dp 2.
 #include <cuda_runtime.h>
@@ -144,6 +146,43 @@ TEST(GdnLayerCuda, ForwardBackwardCaptureIntoAGraph) {
     Tensor g = download_f32(layer.params()[k].grad);
     EXPECT_EQ(std::memcmp(g.data(), g_ref[k].data(), g.nbytes()), 0) << layer.params()[k].spec.name;
   }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+
+  // DT_GDN_SIDE_RECOMPUTE=1: the backward's rebuild on a side stream beside the out_proj GEMMs.
+  // The same launches, so the same bits, eager and as a graph (the fork and join are captured).
+  ASSERT_EQ(setenv("DT_GDN_SIDE_RECOMPUTE", "1", 1), 0);
+  auto expect_reference = [&](const char* what) {
+    Tensor y_s = download_f32(y), dx_s = download_f32(dx);
+    EXPECT_EQ(std::memcmp(y_s.data(), y_ref.data(), y_ref.nbytes()), 0) << what << ": y differs";
+    EXPECT_EQ(std::memcmp(dx_s.data(), dx_ref.data(), dx_ref.nbytes()), 0) << what << ": dx differs";
+    for (size_t k = 0; k < g_ref.size(); ++k) {
+      Tensor g = download_f32(layer.params()[k].grad);
+      EXPECT_EQ(std::memcmp(g.data(), g_ref[k].data(), g.nbytes()), 0) << what << ": " << layer.params()[k].spec.name;
+    }
+  };
+  for (int i = 0; i < 3; ++i) {  // eager, until the allocator holds what the side stream's order needs
+    for (model::Param& p : layer.params()) ops::fill(p.grad, 0.0, s);
+    poison(y, s);
+    poison(dx, s);
+    layer.forward(y, x, psp);
+    layer.backward(dx, dy, psp);
+  }
+  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  expect_reference("side-stream rebuild, eager");
+  for (model::Param& p : layer.params()) ops::fill(p.grad, 0.0, s);
+  poison(y, s);
+  poison(dx, s);
+  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
+  layer.forward(y, x, psp);
+  layer.backward(dx, dy, psp);
+  const cudaError_t cap = cudaStreamEndCapture(st, &graph);
+  unsetenv("DT_GDN_SIDE_RECOMPUTE");
+  ASSERT_EQ(cap, cudaSuccess) << "the side-stream rebuild broke the capture";
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  expect_reference("side-stream rebuild, graph replay");
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(st);

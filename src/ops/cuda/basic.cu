@@ -504,6 +504,42 @@ void memcpy_async(const TensorView& dst, const TensorView& src, Stream s) {
 
 void stream_sync(Stream s) { DT_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(s))); }
 
+// One side stream and its two events per device, made on first use and kept for the process (the
+// events are reused: a wait takes the event's state when it is enqueued). One host thread per
+// process enqueues work (the runtime's model), so no lock.
+namespace {
+struct Side {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+};
+Side& side_of(int device) {
+  constexpr int kDevs = 64;
+  static Side sides[kDevs];
+  DT_CHECK(device >= 0 && device < kDevs, "side_fork: CUDA device {} out of range", device);
+  Side& d = sides[device];
+  if (!d.stream) {
+    DT_CUDA_CHECK(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking));
+    DT_CUDA_CHECK(cudaEventCreateWithFlags(&d.fork, cudaEventDisableTiming));
+    DT_CUDA_CHECK(cudaEventCreateWithFlags(&d.join, cudaEventDisableTiming));
+  }
+  return d;
+}
+}  // namespace
+Stream side_fork(Stream s, int device) {
+  Side& d = side_of(device);
+  DT_CUDA_CHECK(cudaEventRecord(d.fork, cuda_stream(s)));
+  DT_CUDA_CHECK(cudaStreamWaitEvent(d.stream, d.fork, 0));
+  return Stream{d.stream};
+}
+void side_join(Stream s, Stream side) {
+  int device = 0;
+  DT_CUDA_CHECK(cudaGetDevice(&device));
+  Side& d = side_of(device);
+  DT_CHECK(side.handle == d.stream, "side_join: not this device's side stream");
+  DT_CUDA_CHECK(cudaEventRecord(d.join, d.stream));
+  DT_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(s), d.join, 0));
+}
+
 // ---- GEMM (cuBLASLt) ------------------------------------------------------------------
 // Row-major C[M,N] = A[M,K] B[K,N] is column-major C^T[N,M] = B^T A^T: cuBLASLt gets B as its
 // first operand and A as its second, so no data is transposed.
