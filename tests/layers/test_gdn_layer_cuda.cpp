@@ -130,37 +130,36 @@ TEST(GdnLayerCuda, ForwardBackwardCaptureIntoAGraph) {
   poison(y, s);
   poison(dx, s);
 
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
-  layer.forward(y, x, psp);
-  layer.backward(dx, dy, psp);
-  ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess) << "the layer synchronised inside the step";
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-  Tensor y_g = download_f32(y), dx_g = download_f32(dx);
-  EXPECT_EQ(std::memcmp(y_g.data(), y_ref.data(), y_ref.nbytes()), 0) << "graph replay y differs";
-  EXPECT_EQ(std::memcmp(dx_g.data(), dx_ref.data(), dx_ref.nbytes()), 0) << "graph replay dx differs";
-  for (size_t k = 0; k < g_ref.size(); ++k) {
-    Tensor g = download_f32(layer.params()[k].grad);
-    EXPECT_EQ(std::memcmp(g.data(), g_ref[k].data(), g.nbytes()), 0) << layer.params()[k].spec.name;
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-
-  // DT_GDN_SIDE_RECOMPUTE=1: the backward's rebuild on a side stream beside the out_proj GEMMs.
-  // The same launches, so the same bits, eager and as a graph (the fork and join are captured).
-  ASSERT_EQ(setenv("DT_GDN_SIDE_RECOMPUTE", "1", 1), 0);
+  // y, dx and every gradient bitwise equal to the eager run's.
   auto expect_reference = [&](const char* what) {
-    Tensor y_s = download_f32(y), dx_s = download_f32(dx);
-    EXPECT_EQ(std::memcmp(y_s.data(), y_ref.data(), y_ref.nbytes()), 0) << what << ": y differs";
-    EXPECT_EQ(std::memcmp(dx_s.data(), dx_ref.data(), dx_ref.nbytes()), 0) << what << ": dx differs";
+    Tensor y_g = download_f32(y), dx_g = download_f32(dx);
+    EXPECT_EQ(std::memcmp(y_g.data(), y_ref.data(), y_ref.nbytes()), 0) << what << ": y differs";
+    EXPECT_EQ(std::memcmp(dx_g.data(), dx_ref.data(), dx_ref.nbytes()), 0) << what << ": dx differs";
     for (size_t k = 0; k < g_ref.size(); ++k) {
       Tensor g = download_f32(layer.params()[k].grad);
       EXPECT_EQ(std::memcmp(g.data(), g_ref[k].data(), g.nbytes()), 0) << what << ": " << layer.params()[k].spec.name;
     }
   };
+  // forward + backward captured in global mode, replayed once, compared.
+  auto capture_and_replay = [&](const char* what) {
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
+    layer.forward(y, x, psp);
+    layer.backward(dx, dy, psp);
+    ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess) << what << ": the layer synchronised inside the step";
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    expect_reference(what);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  };
+  capture_and_replay("graph replay");
+
+  // DT_GDN_SIDE_RECOMPUTE=1: the backward's rebuild on a side stream beside the out_proj GEMMs.
+  // The same launches, so the same bits, eager and as a graph (the fork and join are captured).
+  ASSERT_EQ(setenv("DT_GDN_SIDE_RECOMPUTE", "1", 1), 0);
   for (int i = 0; i < 3; ++i) {  // eager, until the allocator holds what the side stream's order needs
     for (model::Param& p : layer.params()) ops::fill(p.grad, 0.0, s);
     poison(y, s);
@@ -173,17 +172,7 @@ TEST(GdnLayerCuda, ForwardBackwardCaptureIntoAGraph) {
   for (model::Param& p : layer.params()) ops::fill(p.grad, 0.0, s);
   poison(y, s);
   poison(dx, s);
-  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), cudaSuccess);
-  layer.forward(y, x, psp);
-  layer.backward(dx, dy, psp);
-  const cudaError_t cap = cudaStreamEndCapture(st, &graph);
+  capture_and_replay("side-stream rebuild, graph replay");
   unsetenv("DT_GDN_SIDE_RECOMPUTE");
-  ASSERT_EQ(cap, cudaSuccess) << "the side-stream rebuild broke the capture";
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-  expect_reference("side-stream rebuild, graph replay");
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(st);
 }

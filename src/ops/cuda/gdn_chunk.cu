@@ -2221,16 +2221,25 @@ unsigned seq_ctas(const Params& p) {
   return unsigned(n);
 }
 
-// Multiprocessors of the current device, queried once per device.
-int sm_count() {
-  constexpr int kDevs = 64;
-  static std::atomic<int> cache[kDevs];  // 0: not queried yet
+// An attribute of the current device that never changes (> 0), queried once per device into cache.
+constexpr int kDevs = 64;
+int device_attr(cudaDeviceAttr attr, std::atomic<int> (&cache)[kDevs]) {
   int dev = 0, n = 0;
   DT_CUDA_CHECK(cudaGetDevice(&dev));
   if (dev >= 0 && dev < kDevs && (n = cache[dev].load(std::memory_order_relaxed)) > 0) return n;
-  DT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  DT_CUDA_CHECK(cudaDeviceGetAttribute(&n, attr, dev));
   if (dev >= 0 && dev < kDevs) cache[dev].store(n, std::memory_order_relaxed);
   return n;
+}
+// Multiprocessors of the current device.
+int sm_count() {
+  static std::atomic<int> cache[kDevs];  // 0: not queried yet
+  return device_attr(cudaDevAttrMultiProcessorCount, cache);
+}
+// The current device's compute capability major (9: Hopper).
+int cc_major() {
+  static std::atomic<int> cache[kDevs];
+  return device_attr(cudaDevAttrComputeCapabilityMajor, cache);
 }
 
 // A forced stage count from the environment (`var`=1 or 2; for A/B benchmarks and the one-vs-two
@@ -2280,12 +2289,7 @@ struct SerialForm {
 };
 // Whether this device runs the wgmma kernels: sm_90 exactly (wgmma is sm_90a's; the build's
 // sm_90a code does not run on later majors).
-bool wgmma_device() {
-  int dev = 0, major = 0;
-  DT_CUDA_CHECK(cudaGetDevice(&dev));
-  DT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major == 9;
-}
+bool wgmma_device() { return cc_major() == 9; }
 template <class T>
 SerialForm serial_form(int dk, int dv) {
   const int i = env::choice("DT_GDN_SERIAL", {{kSerialNames[0], "CTA-tiled serial kernels"},
@@ -2353,12 +2357,9 @@ PairMode gqa_pair(const Params& p) {
                                                    {"1", "G = 2 as clusters of two CTAs, pulling"},
                                                    {"2", "G = 2 as clusters, the exchange pushed (st.async; default)"}});
   if (p.G != 2 || knob == 0) return kPairOff;
-  int dev = 0, major = 0;
-  DT_CUDA_CHECK(cudaGetDevice(&dev));
-  DT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   cudaFuncAttributes a{};
   DT_CUDA_CHECK(cudaFuncGetAttributes(&a, dqk_kernel<T>));
-  if (major < 9 || a.ptxVersion < 90) return kPairOff;
+  if (cc_major() < 9 || a.ptxVersion < 90) return kPairOff;
   return knob == 1 ? kPairPull : kPairPush;
 }
 
@@ -2420,17 +2421,15 @@ bool serial_pdl_knob() {
   return env::choice("DT_GDN_SERIAL_PDL", {{"0", "the per-chunk kernel after the whole serial grid"},
                                            {"1", "the per-chunk kernel overlapping the serial grid's tail"}}) != 0;
 }
-// Params.done (serial_pdl_trigger, serial_done, serial_wait) for a serial kernel of `form` and the per-chunk kernel after it, when serial_pdl_knob
-// and the form allow it: `done` gets the zeroed [N] counters (stream-ordered before the serial launch).
+// Params.done (serial_pdl_trigger, serial_done, serial_wait) for a serial kernel of `form` and the
+// per-chunk kernel after it, when serial_pdl_knob and the form allow it: `done` gets the zeroed [N]
+// counters (stream-ordered before the serial launch).
 template <class T>
 Params with_serial_pdl(const Params& p, const SerialForm& form, Tensor& done, Device dev, cudaStream_t st) {
   Params r = p;
-  if (!std::is_same_v<T, bf16> || form.warps == 0 || form.split != 0 || p.N == 0 || p.NT == 0 || !serial_pdl_knob())
+  if (!std::is_same_v<T, bf16> || form.warps == 0 || form.split != 0 || p.N == 0 || p.NT == 0 || !serial_pdl_knob() ||
+      cc_major() < 9)
     return r;
-  int d = 0, major = 0;
-  DT_CUDA_CHECK(cudaGetDevice(&d));
-  DT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d));
-  if (major < 9) return r;
   done = Tensor::zeros(Shape{p.N}, DType::i32, dev, Stream{st});
   r.done = done.ptr<int>();
   r.done_target = p.Hv * warp_params(p, form.warps).nvt;
