@@ -32,6 +32,15 @@ bool side_recompute_knob() {
                                                {"1", "the rebuild on a side stream beside the out_proj GEMMs"}}) == 1;
 }
 
+// DT_GDN_SIDE_WGRAD: 1: on CUDA (cp_comm all_to_all) out_proj's weight gradient, which nothing in
+// the backward reads, runs on a side stream beside the chunk backward (after the out_proj dgrad and
+// the rebuild), joined at the end of the backward; 0 or unset: in order, before the dgrad. The
+// same GEMM on the same inputs, so the same bits. Off until measured. Read at every call.
+bool side_wgrad_knob() {
+  return env::choice("DT_GDN_SIDE_WGRAD", {{"0", "out_proj's weight gradient in order (default)"},
+                                           {"1", "out_proj's weight gradient on a side stream"}}) == 1;
+}
+
 }  // namespace
 
 // Forward activations kept for backward, by index into saved_. Under all_gather, kXg is the
@@ -301,6 +310,7 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   const TensorView wc = conv_weight_slice(&wc_keep);
   const bool rebuild_v = !saved_[kC].defined();
   Stream side{};
+  const bool side_wgrad = dev.is_cuda() && !gather_ && side_wgrad_knob();
   if (ctx_.gdn_recompute && dev.is_cuda() && side_recompute_knob()) {
     side = ops::side_fork(s, dev);
     conv_norm(d, wc, meta, nullptr, rebuild_v, side);
@@ -326,8 +336,9 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
     dyn = Tensor::empty(Shape{T, v_l}, A, dev);
     ops::gemm(dyn, dyf, out_proj_cols(params_[kOut].w()), {}, s);
   } else {
-    // out_proj: dW += dy^T yo;  dyo = dy W.                              dyo [T/cp, v_t]
-    ops::gemm(params_[kOut].grad, dyg, saved_[kYo], {true, false, 1.f, 1.f}, s);
+    // out_proj: dW += dy^T yo (here, or with DT_GDN_SIDE_WGRAD=1 on the side stream below);
+    // dyo = dy W.                                                        dyo [T/cp, v_t]
+    if (!side_wgrad) ops::gemm(params_[kOut].grad, dyg, saved_[kYo], {true, false, 1.f, 1.f}, s);
     Tensor dyo = Tensor::empty(Shape{T_cp, v_t}, A, dev);
     ops::gemm(dyo, dyg, params_[kOut].w(), {}, s);
     if (cp_ > 1) {
@@ -342,6 +353,12 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   // at the end of the backward.
   if (side.handle) ops::side_join(s, side);
   else if (ctx_.gdn_recompute) conv_norm(d, wc, meta, nullptr, rebuild_v);
+  // Forked after the rebuild's join (the same side stream) and the dgrad: beside the chunk backward.
+  Stream side_w{};
+  if (side_wgrad) {
+    side_w = ops::side_fork(s, dev);
+    ops::gemm(params_[kOut].grad, dyg, saved_[kYo], {true, false, 1.f, 1.f}, side_w);
+  }
   auto release = [&](std::initializer_list<S> which) {
     for (S i : which) saved_[i] = Tensor();
   };
@@ -430,6 +447,7 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   ops::gemm(dxg, dproj, in.w, {}, s);
   if (sp) ctx_.pg->tp->reduce_scatter(dx, dxg, dist::ReduceOp::sum, s);
   else if (tp_ > 1) ctx_.pg->tp->all_reduce(dx, dist::ReduceOp::sum, s);
+  if (side_w.handle) ops::side_join(s, side_w);  // before yo and dy (dyg) are released
   saved_.clear();
 }
 

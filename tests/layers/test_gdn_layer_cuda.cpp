@@ -10,11 +10,14 @@
 //    l2norm and dbeta backward (4-10e-2 measured on an H200), so it only bounds bf16 vs bf16.
 //  * every layout and scheme with gdn.recompute_elementwise off vs on (the default): bitwise
 //    equal y, dX and gradients (the same deterministic kernels on the same inputs; harness).
-//  * the graph test: DT_GDN_SIDE_RECOMPUTE=1 (the rebuild on a side stream) gives the same bits,
-//    eager and captured.
+//  * the graph test: DT_GDN_SIDE_RECOMPUTE=1 (the rebuild on a side stream) and
+//    DT_GDN_SIDE_WGRAD=1 (out_proj's weight gradient on it), alone and together, give the same
+//    bits, eager and captured.
 // 1 GPU: (1,F,1). 2 GPUs (mpirun -np 2): (2,F,1), (2,T,1), (1,F,2). 4 GPUs (mpirun -np 4):
 // (2,T,2), (4,T,1), (1,F,4). 8 GPUs: (2,T,2) with dp 2.
 #include <cuda_runtime.h>
+#include <string>
+#include <vector>
 
 #include "deltatron/core/allocator.h"
 #include "gdn_layer_harness.h"
@@ -157,22 +160,32 @@ TEST(GdnLayerCuda, ForwardBackwardCaptureIntoAGraph) {
   };
   capture_and_replay("graph replay");
 
-  // DT_GDN_SIDE_RECOMPUTE=1: the backward's rebuild on a side stream beside the out_proj GEMMs.
-  // The same launches, so the same bits, eager and as a graph (the fork and join are captured).
-  ASSERT_EQ(setenv("DT_GDN_SIDE_RECOMPUTE", "1", 1), 0);
-  for (int i = 0; i < 3; ++i) {  // eager, until the allocator holds what the side stream's order needs
+  // The side-stream knobs, alone and together: DT_GDN_SIDE_RECOMPUTE=1 (the backward's rebuild
+  // beside the out_proj GEMMs), DT_GDN_SIDE_WGRAD=1 (out_proj's weight gradient beside the chunk
+  // backward, with its own cuBLASLt workspace). The same launches, so the same bits, eager and as a
+  // graph (the forks and joins are captured).
+  const std::vector<std::vector<const char*>> sides = {
+      {"DT_GDN_SIDE_RECOMPUTE"}, {"DT_GDN_SIDE_WGRAD"}, {"DT_GDN_SIDE_RECOMPUTE", "DT_GDN_SIDE_WGRAD"}};
+  for (const auto& knobs : sides) {
+    std::string what;
+    for (const char* k : knobs) {
+      ASSERT_EQ(setenv(k, "1", 1), 0);
+      what += std::string(what.empty() ? "" : " + ") + k;
+    }
+    for (int i = 0; i < 3; ++i) {  // eager, until the allocator holds what the side stream's order needs
+      for (model::Param& p : layer.params()) ops::fill(p.grad, 0.0, s);
+      poison(y, s);
+      poison(dx, s);
+      layer.forward(y, x, psp);
+      layer.backward(dx, dy, psp);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    expect_reference((what + ", eager").c_str());
     for (model::Param& p : layer.params()) ops::fill(p.grad, 0.0, s);
     poison(y, s);
     poison(dx, s);
-    layer.forward(y, x, psp);
-    layer.backward(dx, dy, psp);
+    capture_and_replay((what + ", graph replay").c_str());
+    for (const char* k : knobs) unsetenv(k);
   }
-  ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-  expect_reference("side-stream rebuild, eager");
-  for (model::Param& p : layer.params()) ops::fill(p.grad, 0.0, s);
-  poison(y, s);
-  poison(dx, s);
-  capture_and_replay("side-stream rebuild, graph replay");
-  unsetenv("DT_GDN_SIDE_RECOMPUTE");
   cudaStreamDestroy(st);
 }
