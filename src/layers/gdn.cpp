@@ -10,7 +10,6 @@
 #include "deltatron/ops/basic.h"
 #include "deltatron/ops/gdn.h"
 #include "deltatron/ops/gemm.h"
-#include "core/env_knob.h"
 
 namespace dt::layers {
 namespace {
@@ -23,23 +22,6 @@ constexpr size_t kInProjs = kConv;  // params_[0, 4): in_proj_qkv, _z, _b, _a, i
 
 // Rows [r0, r0 + n) of a row-major 2-D view.
 TensorView rows(const TensorView& v, int64_t r0, int64_t n) { return v.slice(0, r0, r0 + n); }
-
-// DT_GDN_SIDE_RECOMPUTE: 1: on CUDA the backward's rebuild (gdn.recompute_elementwise) runs on a
-// side stream beside the out_proj GEMMs; 0 or unset: in order, before the chunk backward. The
-// same launches on the same inputs, so the same bits. Off until measured. Read at every call.
-bool side_recompute_knob() {
-  return env::choice("DT_GDN_SIDE_RECOMPUTE", {{"0", "the rebuild in order on the layer's stream (default)"},
-                                               {"1", "the rebuild on a side stream beside the out_proj GEMMs"}}) == 1;
-}
-
-// DT_GDN_SIDE_WGRAD: 1: on CUDA (cp_comm all_to_all) out_proj's weight gradient, which nothing in
-// the backward reads, runs on a side stream beside the chunk backward (after the out_proj dgrad and
-// the rebuild), joined at the end of the backward; 0 or unset: in order, before the dgrad. The
-// same GEMM on the same inputs, so the same bits. Off until measured. Read at every call.
-bool side_wgrad_knob() {
-  return env::choice("DT_GDN_SIDE_WGRAD", {{"0", "out_proj's weight gradient in order (default)"},
-                                           {"1", "out_proj's weight gradient on a side stream"}}) == 1;
-}
 
 }  // namespace
 
@@ -303,19 +285,6 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
            prefix_, dx.str());
   const ops::VarlenMeta& meta = psp.varlen_meta();
 
-  // gdn.recompute_elementwise: the forward's conv, l2norm and z again (bitwise). With
-  // DT_GDN_SIDE_RECOMPUTE=1 on CUDA this DRAM-bound launch runs on a side stream beside the
-  // out_proj GEMMs below, which it does not depend on (joined before the chunk backward).
-  Tensor wc_keep;
-  const TensorView wc = conv_weight_slice(&wc_keep);
-  const bool rebuild_v = !saved_[kC].defined();
-  Stream side{};
-  const bool side_wgrad = dev.is_cuda() && !gather_ && side_wgrad_knob();
-  if (ctx_.gdn_recompute && dev.is_cuda() && side_recompute_knob()) {
-    side = ops::side_fork(s, dev);
-    conv_norm(d, wc, meta, nullptr, rebuild_v, side);
-  }
-
   // SP: gather dy of the TP group (the adjoint of the reduce-scatter).   dyg [T/cp, H]
   Tensor dyg_t;
   TensorView dyg = dy;
@@ -336,9 +305,8 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
     dyn = Tensor::empty(Shape{T, v_l}, A, dev);
     ops::gemm(dyn, dyf, out_proj_cols(params_[kOut].w()), {}, s);
   } else {
-    // out_proj: dW += dy^T yo (here, or with DT_GDN_SIDE_WGRAD=1 on the side stream below);
-    // dyo = dy W.                                                        dyo [T/cp, v_t]
-    if (!side_wgrad) ops::gemm(params_[kOut].grad, dyg, saved_[kYo], {true, false, 1.f, 1.f}, s);
+    // out_proj: dW += dy^T yo;  dyo = dy W.                              dyo [T/cp, v_t]
+    ops::gemm(params_[kOut].grad, dyg, saved_[kYo], {true, false, 1.f, 1.f}, s);
     Tensor dyo = Tensor::empty(Shape{T_cp, v_t}, A, dev);
     ops::gemm(dyo, dyg, params_[kOut].w(), {}, s);
     if (cp_ > 1) {
@@ -349,16 +317,11 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
     }
   }
 
-  // Kept or rebuilt, each of the conv's outputs is released after its last use below rather than
-  // at the end of the backward.
-  if (side.handle) ops::side_join(s, side);
-  else if (ctx_.gdn_recompute) conv_norm(d, wc, meta, nullptr, rebuild_v);
-  // Forked after the rebuild's join (the same side stream) and the dgrad: beside the chunk backward.
-  Stream side_w{};
-  if (side_wgrad) {
-    side_w = ops::side_fork(s, dev);
-    ops::gemm(params_[kOut].grad, dyg, saved_[kYo], {true, false, 1.f, 1.f}, side_w);
-  }
+  // gdn.recompute_elementwise: the forward's conv, l2norm and z again (bitwise). Kept or rebuilt,
+  // each is released after its last use below rather than at the end of the backward.
+  Tensor wc_keep;
+  const TensorView wc = conv_weight_slice(&wc_keep);
+  if (ctx_.gdn_recompute) conv_norm(d, wc, meta, nullptr, /*with_v=*/!saved_[kC].defined());
   auto release = [&](std::initializer_list<S> which) {
     for (S i : which) saved_[i] = Tensor();
   };
@@ -447,7 +410,6 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   ops::gemm(dxg, dproj, in.w, {}, s);
   if (sp) ctx_.pg->tp->reduce_scatter(dx, dxg, dist::ReduceOp::sum, s);
   else if (tp_ > 1) ctx_.pg->tp->all_reduce(dx, dist::ReduceOp::sum, s);
-  if (side_w.handle) ops::side_join(s, side_w);  // before yo and dy (dyg) are released
   saved_.clear();
 }
 
@@ -455,8 +417,8 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
 // L2-normalised q and k), into saved_: the forward's, and the backward's recomputation of them
 // (the same op on the same hp and conv weight, so the same bits). wc: conv_weight_slice(&keep).
 void GatedDeltaNet::conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta,
-                              const ops::GdnGateFwdViews* gates, bool with_v, Stream st) {
-  const Stream s = st.handle ? st : ctx_.stream;
+                              const ops::GdnGateFwdViews* gates, bool with_v) {
+  const Stream s = ctx_.stream;
   const DType A = ctx_.act_dtype;
   const Device dev = ctx_.device;
   const int64_t T = d.T, dk = cfg_.head_k_dim;

@@ -22,22 +22,6 @@ void check_elementwise(const TensorView& out, const TensorView& a, const char* w
 
 void fill(const TensorView& x, double value, Stream s) { DT_ROUTE(fill, x, x, value, s); }
 
-Stream side_fork(Stream s, Device dev) {
-  if (dev.is_cpu()) return Stream{};
-#if DELTATRON_HAVE_CUDA
-  return cuda::side_fork(s, dev.index);
-#else
-  DT_CHECK(false, "side_fork: {} needs a CUDA build", dev.str());
-  return Stream{};
-#endif
-}
-void side_join(Stream s, Stream side) {
-  if (!side.handle) return;
-#if DELTATRON_HAVE_CUDA
-  cuda::side_join(s, side);
-#endif
-}
-
 void copy(const TensorView& dst, const TensorView& src, Stream s) {
   check_same_shape(dst, src, "copy");
   if (dst.empty()) return;

@@ -25,8 +25,6 @@ DT_BASIC_DECLS
 // Host <-> device (or device <-> device) byte copy of contiguous views, ordered on s.
 void memcpy_async(const TensorView& dst, const TensorView& src, Stream s);
 void stream_sync(Stream s);
-Stream side_fork(Stream s, int device);
-void side_join(Stream s, Stream side);
 }  // namespace dt::ops::cuda
 
 namespace dt::ops {

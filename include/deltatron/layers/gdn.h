@@ -82,9 +82,9 @@ class GatedDeltaNet {
   TensorView conv_weight_slice(Tensor* keep) const;  // keep: holds a CP slice's copy
   // hp -> conv output's v columns, l2norm(q, k) with their rstd, into saved_ (with_v false: q, k
   // alone, from hp's q|k columns). gates: the forward's gates, computed in the conv's launch (null
-  // in the backward's recompute). st: the stream (null: ctx_.stream).
+  // in the backward's recompute).
   void conv_norm(const Dims& d, const TensorView& wc, const ops::VarlenMeta& meta,
-                 const ops::GdnGateFwdViews* gates = nullptr, bool with_v = true, Stream st = {});
+                 const ops::GdnGateFwdViews* gates = nullptr, bool with_v = true);
   // CP all_gather: a [T, H] partial sum over cp in natural token order -> this rank's zig-zag
   // rows, summed over cp and then tp (reduce-scattered over tp under SP) into out.
   void reduce_partial_to_zigzag(const TensorView& out, const TensorView& partial, const data::PackedSeqParams& psp,

@@ -13,14 +13,6 @@ namespace dt::ops {
 // x[:] = value (any dtype; integer types take the value truncated).
 void fill(const TensorView& x, double value, Stream s = {});
 
-// A second stream for work that may overlap the caller's (CUDA: one per device, made on first
-// use; CPU: none, Stream{}). side_fork: the side stream waits for everything enqueued on s so far,
-// and is returned; side_join: s waits for everything enqueued on the side stream so far. Work in
-// between must not free what the other stream still uses (the caching allocator is one pool), and
-// both calls go into a CUDA graph capture like any other stream operation.
-Stream side_fork(Stream s, Device dev);
-void side_join(Stream s, Stream side);
-
 // dst = src. Same shape; any strides (up to kMaxDims dims); same dtype, or a float cast
 // (f32 <-> bf16/f16, round to nearest even). Across devices (host <-> CUDA) both views must
 // be contiguous and of one dtype; the copy is ordered on `s` (the host side must stay alive

@@ -504,42 +504,6 @@ void memcpy_async(const TensorView& dst, const TensorView& src, Stream s) {
 
 void stream_sync(Stream s) { DT_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(s))); }
 
-// One side stream and its two events per device, made on first use and kept for the process (the
-// events are reused: a wait takes the event's state when it is enqueued). One host thread per
-// process enqueues work (the runtime's model), so no lock.
-namespace {
-struct Side {
-  cudaStream_t stream = nullptr;
-  cudaEvent_t fork = nullptr, join = nullptr;
-};
-Side& side_of(int device, bool create = true) {
-  constexpr int kDevs = 64;
-  static Side sides[kDevs];
-  DT_CHECK(device >= 0 && device < kDevs, "side_fork: CUDA device {} out of range", device);
-  Side& d = sides[device];
-  if (!d.stream && create) {
-    DT_CUDA_CHECK(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking));
-    DT_CUDA_CHECK(cudaEventCreateWithFlags(&d.fork, cudaEventDisableTiming));
-    DT_CUDA_CHECK(cudaEventCreateWithFlags(&d.join, cudaEventDisableTiming));
-  }
-  return d;
-}
-}  // namespace
-Stream side_fork(Stream s, int device) {
-  Side& d = side_of(device);
-  DT_CUDA_CHECK(cudaEventRecord(d.fork, cuda_stream(s)));
-  DT_CUDA_CHECK(cudaStreamWaitEvent(d.stream, d.fork, 0));
-  return Stream{d.stream};
-}
-void side_join(Stream s, Stream side) {
-  int device = 0;
-  DT_CUDA_CHECK(cudaGetDevice(&device));
-  Side& d = side_of(device);
-  DT_CHECK(side.handle == d.stream, "side_join: not this device's side stream");
-  DT_CUDA_CHECK(cudaEventRecord(d.join, d.stream));
-  DT_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream(s), d.join, 0));
-}
-
 // ---- GEMM (cuBLASLt) ------------------------------------------------------------------
 // Row-major C[M,N] = A[M,K] B[K,N] is column-major C^T[N,M] = B^T A^T: cuBLASLt gets B as its
 // first operand and A as its second, so no data is transposed.
@@ -548,8 +512,7 @@ constexpr size_t kLtWorkspace = size_t(32) << 20;
 
 struct LtDevice {
   cublasLtHandle_t handle = nullptr;
-  Tensor workspace;       // from the caching allocator
-  Tensor side_workspace;  // for GEMMs on the side stream (side_fork), which may run beside the others
+  Tensor workspace;  // from the caching allocator
 };
 LtDevice& lt_device(int dev) {
   static std::mutex mu;
@@ -602,7 +565,7 @@ std::string algo_ids(const cublasLtMatmulAlgo_t& algo) {
 
 // Times each candidate (1 warm-up, 5 timed runs, beta 0 into a scratch C, so C is untouched) and
 // returns the fastest; logs the table.
-cublasLtMatmulAlgo_t fastest_algo(LtDevice& dev, void* ws, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t l1,
+cublasLtMatmulAlgo_t fastest_algo(LtDevice& dev, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t l1,
                                   cublasLtMatrixLayout_t l2, cublasLtMatrixLayout_t lc,
                                   const cublasLtMatmulHeuristicResult_t* res, int found, const TensorView& c,
                                   const TensorView& a, const TensorView& b, Stream s, int64_t M, int64_t N, int64_t K) {
@@ -618,7 +581,7 @@ cublasLtMatmulAlgo_t fastest_algo(LtDevice& dev, void* ws, cublasLtMatmulDesc_t 
   for (int i = 0; i < found; ++i) {
     auto run = [&] {
       return cublasLtMatmul(dev.handle, desc, &alpha, b.data, l1, a.data, l2, &beta, scratch.data(), lc,
-                            scratch.data(), lc, &res[i].algo, ws, kLtWorkspace, st);
+                            scratch.data(), lc, &res[i].algo, dev.workspace.data(), kLtWorkspace, st);
     };
     if (run() != CUBLAS_STATUS_SUCCESS) continue;
     DT_CUDA_CHECK(cudaEventRecord(e0, st));
@@ -672,14 +635,6 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
   DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l2, in_t, o.trans_a ? M : K, o.trans_a ? K : M, lda));
   DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, c_t, N, M, ldc));
 
-  // A GEMM on the side stream may overlap one on another stream: each gets its own workspace.
-  const cudaStream_t st = cuda_stream(s);
-  Tensor* ws = &dev.workspace;
-  if (st && st == side_of(c.device.index, false).stream) {
-    if (!dev.side_workspace.defined())
-      dev.side_workspace = Tensor::empty(Shape{int64_t(kLtWorkspace)}, DType::u8, c.device);
-    ws = &dev.side_workspace;
-  }
   static std::mutex mu;
   static std::map<AlgoKey, AlgoEntry> cache;
   AlgoKey key{c.device.index, M, N, K, lda, ldb, ldc, int(a.dtype), int(c.dtype),
@@ -693,9 +648,9 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
     } else {
       cublasLtMatmulPreference_t pref;
       DT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-      uint64_t ws_bytes = kLtWorkspace;
+      uint64_t ws = kLtWorkspace;
       uint32_t a1 = al_b, a2 = al_a, a3 = al_c;
-      DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
+      DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
       DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a1, sizeof(a1)));
       DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &a2, sizeof(a2)));
       DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &a3, sizeof(a3)));
@@ -714,13 +669,13 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
       DT_CHECK(found > 0, "cuBLASLt found no algorithm for C {} = op(A) {} op(B) {} (trans_a {}, trans_b {})", c.str(),
                a.str(), b.str(), o.trans_a, o.trans_b);
       algo = res[0].algo;
-      if (found > 1) algo = fastest_algo(dev, ws->data(), desc, l1, l2, lc, res, found, c, a, b, s, M, N, K);
+      if (found > 1) algo = fastest_algo(dev, desc, l1, l2, lc, res, found, c, a, b, s, M, N, K);
       cache.emplace(key, AlgoEntry{algo});
     }
   }
   float alpha = o.alpha, beta = o.beta;
   DT_CUBLAS_CHECK(cublasLtMatmul(dev.handle, desc, &alpha, b.data, l1, a.data, l2, &beta, c.data, lc, c.data, lc, &algo,
-                                 ws->data(), kLtWorkspace, st));
+                                 dev.workspace.data(), kLtWorkspace, cuda_stream(s)));
   cublasLtMatrixLayoutDestroy(l1);
   cublasLtMatrixLayoutDestroy(l2);
   cublasLtMatrixLayoutDestroy(lc);
