@@ -1,6 +1,8 @@
 #include "core/env_knob.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -31,6 +33,27 @@ int64_t whole_number(const char* var, int64_t lo, int64_t hi, int64_t dflt, cons
   DT_CHECK(end != e && *end == '\0' && errno == 0 && v >= lo && v <= hi,
            "{}='{}' is not a whole number in [{}, {}] ({}); unset it for the default", var, e, lo, hi, what);
   return v;
+}
+
+int shape_index(const char* var, int64_t m, int64_t n, int64_t k, int hi, const char* what) {
+  const char* e = std::getenv(var);
+  if (e == nullptr || *e == '\0') return -1;
+  int found = -1;
+  const std::string all(e);
+  size_t at = 0;
+  while (at <= all.size()) {  // every entry is checked, so a malformed one fails even after a match
+    const size_t comma = std::min(all.find(',', at), all.size());
+    const std::string entry = all.substr(at, comma - at);
+    long long em = 0, en = 0, ek = 0;
+    int ei = 0, used = 0;
+    const bool ok = std::sscanf(entry.c_str(), "%lldx%lldx%lld:%d%n", &em, &en, &ek, &ei, &used) == 4 &&
+                    used == int(entry.size()) && em > 0 && en > 0 && ek > 0 && ei >= 0 && ei <= hi;
+    DT_CHECK(ok, "{}='{}': entry '{}' is not MxNxK:i with i in [0, {}] ({}); unset it for the default", var, e, entry,
+             hi, what);
+    if (em == m && en == n && ek == k) found = ei;
+    at = comma + 1;
+  }
+  return found;
 }
 
 }  // namespace dt::env

@@ -21,4 +21,10 @@ int choice(const char* var, std::initializer_list<Choice> choices);
 // "VAR='x' is not a whole number in [lo, hi] (what); unset it for the default".
 int64_t whole_number(const char* var, int64_t lo, int64_t hi, int64_t dflt, const char* what);
 
+// A list of per-shape indices, "MxNxK:i[,MxNxK:i...]" (e.g. DT_GEMM_ALGO="32768x2048x12352:3"):
+// the index given for the shape (m, n, k), or -1 when the variable is unset, empty or names no
+// such shape. Each index must be in [0, hi]; anything malformed fails, naming the entry and the
+// form ("VAR='...': entry 'x' is not MxNxK:i with i in [0, hi] (what); unset it for the default").
+int shape_index(const char* var, int64_t m, int64_t n, int64_t k, int hi, const char* what);
+
 }  // namespace dt::env

@@ -214,5 +214,20 @@ TEST(EnvKnob, ChoicesAndWholeNumbers) {
     setenv(var, bad, 1);
     EXPECT_DEATH(num(), std::string(var) + "='" + bad + "' is not a whole number in .1, 1048576. .blocks.");
   }
+  // Per-shape indices (DT_GEMM_ALGO's form): the matching entry's index, -1 for none.
+  const auto idx = [&] { return env::shape_index(var, 32768, 2048, 12352, 7, "candidate"); };
+  unsetenv(var);
+  EXPECT_EQ(idx(), -1);
+  setenv(var, "32768x2048x12352:3", 1);
+  EXPECT_EQ(idx(), 3);
+  setenv(var, "2048x4096x32768:1,32768x2048x12352:0", 1);
+  EXPECT_EQ(idx(), 0);
+  setenv(var, "2048x4096x32768:1", 1);
+  EXPECT_EQ(idx(), -1);
+  for (const char* bad : {"32768x2048x12352:8", "32768x2048x12352", "32768x2048:1", "32768x2048x12352:1,",
+                          "0x1x1:1", "32768x2048x12352:1x", "32768x2048x12352:-1"}) {
+    setenv(var, bad, 1);
+    EXPECT_DEATH(idx(), std::string(var) + "='" + bad + "': entry '.*' is not MxNxK:i with i in .0, 7. .candidate.");
+  }
   unsetenv(var);
 }

@@ -253,6 +253,27 @@ TEST(BasicCuda, GemmAutotuneMatchesCpu) {
   ::unsetenv("DT_GEMM_AUTOTUNE");
 }
 
+// DT_GEMM_ALGO pins a shape's cuBLASLt candidate (flipped between calls here): each gives C one
+// product, the CPU's within fp32 summation order. (The parser's errors: test_core.)
+TEST(BasicCuda, GemmPinnedCandidateMatchesCpu) {
+  const int64_t M = 263, N = 411, K = 777;  // a shape no other test uses
+  ops::GemmOpts o{false, true, 0.5f, 1.f};
+  Tensor a = as(as(rand_host(Shape{M, K}), DType::bf16), DType::f32);
+  Tensor b = as(as(rand_host(Shape{N, K}), DType::bf16), DType::f32);
+  Tensor c = rand_host(Shape{M, N});
+  Tensor ref = rand_host(Shape{M, N});
+  ops::copy(ref, c);
+  ops::gemm(ref, a, b, o);
+  const std::string shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
+  for (int i = 0; i < 2; ++i) {
+    ::setenv("DT_GEMM_ALGO", (shape + ":" + std::to_string(i)).c_str(), 1);
+    Tensor dc = dev(c);
+    ops::gemm(dc, dev(as(a, DType::bf16)), dev(as(b, DType::bf16)), o);
+    EXPECT_TRUE(close_rel(dc, ref, 1e-6)) << "candidate " << i;
+  }
+  ::unsetenv("DT_GEMM_ALGO");
+}
+
 TEST(BasicCuda, CachingAllocatorHasNoRawAllocsInSteadyState) {
   Allocator& al = cuda_allocator(0);
   auto step = [&] {  // a "training step": the same pattern of temporaries every time

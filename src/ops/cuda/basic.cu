@@ -526,7 +526,7 @@ LtDevice& lt_device(int dev) {
   return d;
 }
 
-using AlgoKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, int, int>;
+using AlgoKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, int, int, int>;
 struct AlgoEntry {
   cublasLtMatmulAlgo_t algo;
 };
@@ -635,10 +635,15 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
   DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l2, in_t, o.trans_a ? M : K, o.trans_a ? K : M, lda));
   DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, c_t, N, M, ldc));
 
+  // DT_GEMM_ALGO="MxNxK:i,...": this shape's i-th heuristic candidate instead of the first (read at
+  // every call and part of the cache key, so an A/B may flip it between calls).
+  constexpr int kMaxCandidates = 8;
+  const int pin = env::shape_index("DT_GEMM_ALGO", M, N, K, kMaxCandidates - 1,
+                                   "the shape's cuBLASLt heuristic candidate, 0 the default's first");
   static std::mutex mu;
   static std::map<AlgoKey, AlgoEntry> cache;
   AlgoKey key{c.device.index, M, N, K, lda, ldb, ldc, int(a.dtype), int(c.dtype),
-              int(o.trans_a) | (int(o.trans_b) << 1) | (int(o.allow_tf32) << 2), al_a, al_b, al_c};
+              int(o.trans_a) | (int(o.trans_b) << 1) | (int(o.allow_tf32) << 2), al_a, al_b, al_c, pin};
   cublasLtMatmulAlgo_t algo;
   {
     std::lock_guard<std::mutex> g(mu);
@@ -661,15 +666,24 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
                                                          {"1", "time up to 8 candidates per shape"}}) == 1;
       cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
       DT_CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(s), &cap));
-      const int want = tune && cap == cudaStreamCaptureStatusNone ? 8 : 1;
-      cublasLtMatmulHeuristicResult_t res[8] = {};
+      const int want = pin >= 0 ? pin + 1 : tune && cap == cudaStreamCaptureStatusNone ? kMaxCandidates : 1;
+      cublasLtMatmulHeuristicResult_t res[kMaxCandidates] = {};
       int found = 0;
       DT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(dev.handle, desc, l1, l2, lc, lc, pref, want, res, &found));
       cublasLtMatmulPreferenceDestroy(pref);
       DT_CHECK(found > 0, "cuBLASLt found no algorithm for C {} = op(A) {} op(B) {} (trans_a {}, trans_b {})", c.str(),
                a.str(), b.str(), o.trans_a, o.trans_b);
-      algo = res[0].algo;
-      if (found > 1) algo = fastest_algo(dev, desc, l1, l2, lc, res, found, c, a, b, s, M, N, K);
+      if (pin >= 0) {
+        if (found <= pin)
+          user_error(fmt::format("DT_GEMM_ALGO pins candidate {} for M {} N {} K {}, but cuBLASLt offers {} ({} to {}); "
+                                 "pick one of them or unset it",
+                                 pin, M, N, K, found, 0, found - 1));
+        algo = res[pin].algo;
+        spdlog::info("gemm M {} N {} K {}: candidate {} {} (DT_GEMM_ALGO)", M, N, K, pin, algo_ids(algo));
+      } else {
+        algo = res[0].algo;
+        if (found > 1) algo = fastest_algo(dev, desc, l1, l2, lc, res, found, c, a, b, s, M, N, K);
+      }
       cache.emplace(key, AlgoEntry{algo});
     }
   }
