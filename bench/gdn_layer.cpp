@@ -23,6 +23,8 @@
 //                       median and the median of the paired differences, with how many rounds 1 won
 //                       (for changes of ~0.1 ms, under the ~0.2-0.4 ms the eager layer varies by
 //                       between runs)
+//                       (DT_GEMM_ALGO=1x1x1:0,MxNxK:i A/Bs a GEMM shape's pinned candidate against the
+//                       default: scripts/gemm_tune.sh)
 //   --profile:          then one more fwd+bwd between cudaProfilerStart/Stop, for per-kernel times
 //                       under `ncu --profile-from-start off --metrics gpu__time_duration.sum --csv
 //                       --page raw` (scripts/ncu_summary.py makes the table)
