@@ -226,9 +226,10 @@ int main(int argc, char** argv) {
     }, st);
   }
   if (dist::world_rank() == 0) {
-    std::printf("gdn_layer tp %d sp %d cp %d: %lld tokens/GPU (global T %lld, %zu seqs), bf16, recompute %d\n", tp,
+    const char* pins = std::getenv("DT_GEMM_ALGO");  // tuned GEMM candidates, named so a log says so
+    std::printf("gdn_layer tp %d sp %d cp %d: %lld tokens/GPU (global T %lld, %zu seqs), bf16, recompute %d%s%s\n", tp,
                 int(sp), cp, static_cast<long long>(T / (int64_t(cp) * tp)), static_cast<long long>(T), cu.size() - 1,
-                int(recompute));
+                int(recompute), pins && *pins ? ", DT_GEMM_ALGO=" : "", pins && *pins ? pins : "");
     std::printf("  fwd %.2f ms | fwd+bwd %.2f ms | %.0f tokens/s per GPU (fwd+bwd)", fwd, fb,
                 double(T) / (cp * tp) / (fb * 1e-3));
     if (graph) std::printf(" | fwd+bwd as one CUDA graph %.2f ms", fb_graph);
