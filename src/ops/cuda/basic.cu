@@ -675,9 +675,9 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
                a.str(), b.str(), o.trans_a, o.trans_b);
       if (pin >= 0) {
         if (found <= pin)
-          user_error(fmt::format("DT_GEMM_ALGO pins candidate {} for M {} N {} K {}, but cuBLASLt offers {} ({} to {}); "
+          user_error(fmt::format("DT_GEMM_ALGO pins candidate {} for M {} N {} K {}, but cuBLASLt offers {} (0 to {}); "
                                  "pick one of them or unset it",
-                                 pin, M, N, K, found, 0, found - 1));
+                                 pin, M, N, K, found, found - 1));
         algo = res[pin].algo;
         spdlog::info("gemm M {} N {} K {}: candidate {} {} (DT_GEMM_ALGO)", M, N, K, pin, algo_ids(algo));
       } else {
