@@ -5,8 +5,10 @@
 # v0.25.0, v0.28.0), so every candidate is A/B'd inside the layer against the default's first
 # (`gdn_layer --ab DT_GEMM_ALGO=...`, 40 rounds ABBA, median of the paired differences), then
 # the winners together. Prints the DT_GEMM_ALGO value to run with (empty: keep the defaults).
-#   BUILD_DIR=build-gpu CANDIDATES="1 2 3 4 5 6 7" SHAPES="MxNxK ..." LOG=dir  bash scripts/gemm_tune.sh [gdn_layer args]
-# SHAPES: only these of the layer's shapes (default: all six).
+#   BUILD_DIR=build-gpu CANDIDATES="1 2 3 4 5 6 7" SHAPES="MxNxK ..." LOG=dir KEEP=0  bash scripts/gemm_tune.sh [gdn_layer args]
+# SHAPES: only these of the layer's shapes (default: all six). CANDIDATES: heuristic indices (up to
+# 31; the autotune log lists what each one is). KEEP=1: add to an earlier run's $LOG/gemm_tune_ab.txt
+# (same machine) and pick the winners from both, so that a long search can span several calls.
 # A candidate wins its shape when its median gain exceeds MIN_GAIN_MS (0.015) and it is faster
 # in at least MIN_WINS (24) of the 40 rounds. ~10 s per A/B: 6 shapes x 7 candidates ~7 min.
 set -uo pipefail
@@ -26,7 +28,7 @@ if [ -n "${SHAPES:-}" ]; then
   done
   shapes=$SHAPES
 fi
-: > "$LOG/gemm_tune_ab.txt"
+[ "${KEEP:-0}" = 1 ] || : > "$LOG/gemm_tune_ab.txt"
 for s in $shapes; do
   for i in ${CANDIDATES:-1 2 3 4 5 6 7}; do
     # "1x1x1:0" matches no shape: the defaults, as a value the A/B can set

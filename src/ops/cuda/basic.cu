@@ -637,7 +637,7 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
 
   // DT_GEMM_ALGO="MxNxK:i,...": this shape's i-th heuristic candidate instead of the first (read at
   // every call and part of the cache key, so an A/B may flip it between calls).
-  constexpr int kMaxCandidates = 8;
+  constexpr int kMaxCandidates = 32;
   const int pin = env::shape_index("DT_GEMM_ALGO", M, N, K, kMaxCandidates - 1,
                                    "the shape's cuBLASLt heuristic candidate, 0 the default's first");
   static std::mutex mu;
@@ -663,7 +663,7 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
       // DT_GEMM_AUTOTUNE=1: time the heuristic's first candidates once per shape and keep the
       // fastest (off by default: the choice then depends on timing, so two runs may differ in bits).
       const bool tune = env::choice("DT_GEMM_AUTOTUNE", {{"0", "cuBLASLt's first heuristic (default)"},
-                                                         {"1", "time up to 8 candidates per shape"}}) == 1;
+                                                         {"1", "time up to 32 candidates per shape"}}) == 1;
       cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
       DT_CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(s), &cap));
       const int want = pin >= 0 ? pin + 1 : tune && cap == cudaStreamCaptureStatusNone ? kMaxCandidates : 1;
