@@ -25,6 +25,11 @@
 //                       between runs)
 //                       (DT_GEMM_ALGO=1x1x1:0,MxNxK:i A/Bs a GEMM shape's pinned candidate against the
 //                       default: scripts/gemm_tune.sh)
+//   --ab-block N:       each side of a round is the median of N fwd+bwd after N warm-ups (default 1
+//                       and 1): with N ~10 each side runs long enough for the power cap to settle
+//                       on its own draw, as a steady run does (v0.29.0: one-iteration sides
+//                       alternate too fast for that and can rank changes the steady run does not)
+//   --ab-rounds R:      rounds of the A/B (default 40)
 //   --profile:          then one more fwd+bwd between cudaProfilerStart/Stop, for per-kernel times
 //                       under `ncu --profile-from-start off --metrics gpu__time_duration.sum --csv
 //                       --page raw` (scripts/ncu_summary.py makes the table)
@@ -61,6 +66,7 @@ int main(int argc, char** argv) {
   layers::GdnCpComm cp_comm = layers::GdnCpComm::all_to_all;
   int64_t tokens_per_gpu = 32768;
   std::string ab, ab_val[2] = {"0", "1"};  // --ab VAR[=A,B]
+  int ab_block = 1, ab_rounds = 40;        // --ab-block N, --ab-rounds R
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--tp") && i + 1 < argc) tp = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--cp") && i + 1 < argc) cp = std::atoi(argv[++i]);
@@ -82,6 +88,8 @@ int main(int argc, char** argv) {
         ab.resize(eq);
       }
     }
+    else if (!std::strcmp(argv[i], "--ab-block") && i + 1 < argc) ab_block = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--ab-rounds") && i + 1 < argc) ab_rounds = std::max(2, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_per_gpu = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--cp-comm") && i + 1 < argc) {
       const std::string v = argv[++i];
@@ -168,7 +176,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!ab.empty()) {
-    constexpr int kRounds = 40;
+    const int kRounds = ab_rounds;
     const char* before = std::getenv(ab.c_str());
     const std::string saved = before ? before : "";
     std::vector<float> ms[2], diff;
@@ -177,7 +185,7 @@ int main(int argc, char** argv) {
       for (int k = 0; k < 2; ++k) {
         const int v = (r & 1) ? 1 - k : k;  // ABBA
         setenv(ab.c_str(), ab_val[v].c_str(), 1);
-        t[v] = bench::median_ms([&] { forward(); layer.backward(dx, dy, psp); }, st, 1, 1);
+        t[v] = bench::median_ms([&] { forward(); layer.backward(dx, dy, psp); }, st, ab_block, ab_block);
         ms[v].push_back(t[v]);
       }
       diff.push_back(t[1] - t[0]);
@@ -186,9 +194,9 @@ int main(int argc, char** argv) {
     else unsetenv(ab.c_str());
     const int wins = int(std::count_if(diff.begin(), diff.end(), [](float d) { return d < 0.f; }));
     if (dist::world_rank() == 0)
-      std::printf("A/B %s (fwd+bwd, %d rounds ABBA): %s: %.3f ms | %s: %.3f ms | median of (%s - %s) %+.3f ms | %s "
+      std::printf("A/B %s (fwd+bwd, %d rounds ABBA, blocks of %d + %d): %s: %.3f ms | %s: %.3f ms | median of (%s - %s) %+.3f ms | %s "
                   "faster in %d of %d\n",
-                  ab.c_str(), kRounds, ab_val[0].c_str(), bench::median(ms[0]), ab_val[1].c_str(), bench::median(ms[1]),
+                  ab.c_str(), kRounds, ab_block, ab_block, ab_val[0].c_str(), bench::median(ms[0]), ab_val[1].c_str(), bench::median(ms[1]),
                   ab_val[1].c_str(), ab_val[0].c_str(), bench::median(diff), ab_val[1].c_str(), wins, kRounds);
   }
   if (profile) {
