@@ -4,10 +4,7 @@
 // Under gdn.cp_comm = all_gather the hp layout is computed directly (head_rows).
 #include "deltatron/layers/gdn.h"
 
-#include <algorithm>
 #include <cmath>
-
-#include "core/env_knob.h"
 
 #include "deltatron/ops/attention.h"
 #include "deltatron/ops/basic.h"
@@ -297,14 +294,6 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
     else ops::copy(dyg_t, dy, s);
     dyg = dyg_t;
   }
-  // DT_GDN_WGRAD_AT: where out_proj's dW += dy^T yo runs (not under all_gather): first (default),
-  // after the chunk backward, or last. The same GEMM on the same operands, so the same bits; only
-  // the order of the backward's GEMMs and memory-bound launches changes (an A/B of the power cap).
-  const int wgrad_at = gather_ ? 0
-                               : std::max(0, env::choice("DT_GDN_WGRAD_AT", {{"0", "first (default)"},
-                                                                            {"1", "after the chunk backward"},
-                                                                            {"2", "after the input projections' GEMMs"}}));
-  auto out_proj_wgrad = [&] { ops::gemm(params_[kOut].grad, dyg, saved_[kYo], {true, false, 1.f, 1.f}, s); };
   Tensor dyn;
   if (gather_) {
     // CP all_gather: dy of every token in natural order (the adjoint of the reduce-scatter and
@@ -317,7 +306,7 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
     ops::gemm(dyn, dyf, out_proj_cols(params_[kOut].w()), {}, s);
   } else {
     // out_proj: dW += dy^T yo;  dyo = dy W.                              dyo [T/cp, v_t]
-    if (wgrad_at == 0) out_proj_wgrad();
+    ops::gemm(params_[kOut].grad, dyg, saved_[kYo], {true, false, 1.f, 1.f}, s);
     Tensor dyo = Tensor::empty(Shape{T_cp, v_t}, A, dev);
     ops::gemm(dyo, dyg, params_[kOut].w(), {}, s);
     if (cp_ > 1) {
@@ -357,7 +346,6 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
                      saved_[kBeta], TensorView{}, chunk_args, meta, s);
   chunk_saved_.clear();
   release({kC});
-  if (wgrad_at == 1) out_proj_wgrad();
 
   // Gradient of the (post-cp2hp) projection output, section by section.  dhp [T, C_l]
   // L2-norm backward (from the normalised q, k and rstd) and conv backward in one launch: d(qkv
@@ -420,7 +408,6 @@ void GatedDeltaNet::backward(const TensorView& dx, const TensorView& dy, const d
   const model::JoinedRows in = model::rows_joined(&params_[kQkv], kInProjs);
   ops::gemm(in.grad, dproj, saved_[kXg], {true, false, 1.f, 1.f}, s);
   ops::gemm(dxg, dproj, in.w, {}, s);
-  if (wgrad_at == 2) out_proj_wgrad();
   if (sp) ctx_.pg->tp->reduce_scatter(dx, dxg, dist::ReduceOp::sum, s);
   else if (tp_ > 1) ctx_.pg->tp->all_reduce(dx, dist::ReduceOp::sum, s);
   saved_.clear();

@@ -11,14 +11,12 @@
 // gdn.recompute_elementwise off (the forward keeps conv output, l2norm(q, k) and z), and with
 // gdn.recompute_v off (v kept, q and k rebuilt from the projections' q|k columns alone), and must
 // give the default's (recomputing) bits: same ops on the same inputs, deterministic kernels.
-// all_to_all also runs with out_proj's dW later in the backward (DT_GDN_WGRAD_AT=1, 2): the same bits.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -314,15 +312,6 @@ inline void check_gdn_layout(const GdnLayout& L, const layers::GdnConfig& cfg, c
     SCOPED_TRACE("gdn.cp_comm = all_to_all");
     ctx.cp_a2a = ops::CpA2aImpl::fused;
     expect_keeping_equal(o);
-    // out_proj's dW later in the backward (DT_GDN_WGRAD_AT): the same GEMM on the same operands.
-    for (const char* at : {"1", "2"}) {
-      ::setenv("DT_GDN_WGRAD_AT", at, 1);
-      layers::GatedDeltaNet layer(cfg, "model.layers.0", ctx);
-      if (gentle_a_log) set_gentle_a_log(layer, seed, L.tp, pg.coord.tp);
-      expect_bitwise_equal(run_gdn(layer, x_loc, dy_loc, psp, &pg), o, R.specs,
-                           std::string("DT_GDN_WGRAD_AT=") + at + " vs 0");
-    }
-    ::unsetenv("DT_GDN_WGRAD_AT");
   }
   if (cp > 1) {
     SCOPED_TRACE("gdn.cp_comm = all_gather");
