@@ -18,6 +18,7 @@ B=${BUILD_DIR:-build-gpu}/bench/gdn_layer
 LOG=${LOG:-${OUT:-/tmp}}
 mkdir -p "$LOG"
 export NCCL_NVLS_ENABLE=0
+export DT_GEMM_TUNED=0  # against cuBLASLt's first, not the built-in table (src/ops/gemm_tuned.cpp)
 # The layer's GEMM shapes, from the autotune log of one run (M N K as gemm() sees them).
 DT_GEMM_AUTOTUNE=1 "$B" "$@" > "$LOG/gemm_tune_autotune.log" 2>&1 || { tail "$LOG/gemm_tune_autotune.log"; exit 1; }
 shapes=$(sed -n 's/.*gemm autotune M \([0-9]*\) N \([0-9]*\) K \([0-9]*\):.*/\1x\2x\3/p' "$LOG/gemm_tune_autotune.log")

@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "deltatron/core/numeric.h"
 #include "deltatron/ops/basic.h"
 #include "deltatron/ops/gemm.h"
+#include "ops/gemm_tuned.h"
 #include "test_util.h"
 
 using namespace dt;
@@ -111,4 +113,36 @@ TEST(BasicCpu, SumSquaresList) {
                "sum_squares_list: xs\\[0\\] must be contiguous, got f32\\[9, 7\\]");
   EXPECT_DEATH(ops::sum_squares_list(o16, xs), "sum_squares_list out: expected dtype f32, got bf16\\[1\\]");
   EXPECT_DEATH(ops::sum_squares_list(b, xs), "sum_squares_list: out must hold 1 element, got f32\\[65537\\]");
+}
+
+// The tuned GEMM table (ops/gemm_tuned.h): well-formed, one entry per (device, shape, transposes),
+// found only on an exact match, and off with DT_GEMM_TUNED=0.
+TEST(BasicCpu, TunedGemmTableMatchesExactly) {
+  const auto table = ops::tuned_gemm_table();
+  ASSERT_FALSE(table.empty());
+  ::unsetenv("DT_GEMM_TUNED");
+  for (size_t i = 0; i < table.size(); ++i) {
+    const ops::TunedGemm& e = table[i];
+    EXPECT_TRUE(e.candidate >= 1 && e.candidate <= 31) << "entry " << i << ": candidate " << e.candidate;
+    EXPECT_TRUE(e.trans >= 0 && e.trans <= 3) << "entry " << i;
+    EXPECT_TRUE(e.m > 0 && e.n > 0 && e.k > 0 && e.tile > 0 && e.stages > 0 && e.cluster > 0) << "entry " << i;
+    EXPECT_EQ(ops::tuned_gemm(e.device, e.m, e.n, e.k, e.trans), &e) << "entry " << i << " (a duplicate before it?)";
+  }
+  const ops::TunedGemm& e = table[0];
+  EXPECT_EQ(ops::tuned_gemm("NVIDIA H100 PCIe", e.m, e.n, e.k, e.trans), nullptr);
+  EXPECT_EQ(ops::tuned_gemm(e.device, e.m + 1, e.n, e.k, e.trans), nullptr);
+  EXPECT_EQ(ops::tuned_gemm(e.device, e.m, e.n, e.k + 1, e.trans), nullptr);
+  EXPECT_EQ(ops::tuned_gemm(e.device, e.m, e.n, e.k, e.trans ^ 1), nullptr);
+  ::setenv("DT_GEMM_TUNED", "0", 1);
+  EXPECT_EQ(ops::tuned_gemm(e.device, e.m, e.n, e.k, e.trans), nullptr);
+  ::setenv("DT_GEMM_TUNED", "1", 1);
+  EXPECT_EQ(ops::tuned_gemm(e.device, e.m, e.n, e.k, e.trans), &e);
+  ::unsetenv("DT_GEMM_TUNED");
+}
+
+TEST(BasicCpuDeathTest, TunedGemmKnobNamesItsChoices) {
+  ::setenv("DT_GEMM_TUNED", "yes", 1);
+  const ops::TunedGemm& e = ops::tuned_gemm_table()[0];
+  EXPECT_DEATH(ops::tuned_gemm(e.device, e.m, e.n, e.k, e.trans), "DT_GEMM_TUNED='yes' is not one of: 0 .*, 1 ");
+  ::unsetenv("DT_GEMM_TUNED");
 }

@@ -24,6 +24,7 @@
 #include "deltatron/core/numeric.h"
 #include "deltatron/core/rng.h"
 #include "ops/basic_backends.h"
+#include "ops/gemm_tuned.h"
 
 namespace dt::ops::cuda {
 namespace {
@@ -513,6 +514,7 @@ constexpr size_t kLtWorkspace = size_t(32) << 20;
 struct LtDevice {
   cublasLtHandle_t handle = nullptr;
   Tensor workspace;  // from the caching allocator
+  std::string name;  // cudaDeviceProp::name, for the tuned table (gemm_tuned.h)
 };
 LtDevice& lt_device(int dev) {
   static std::mutex mu;
@@ -522,6 +524,9 @@ LtDevice& lt_device(int dev) {
   if (!d.handle) {
     DT_CUBLAS_CHECK(cublasLtCreate(&d.handle));
     d.workspace = Tensor::empty(Shape{int64_t(kLtWorkspace)}, DType::u8, Device::cuda(dev));
+    cudaDeviceProp prop{};
+    DT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    d.name = prop.name;
   }
   return d;
 }
@@ -548,15 +553,16 @@ cudaDataType_t lt_type(DType t) {
 }
 // The candidate's kernel configuration as cuBLASLt names it (0 where an attribute is not set), so
 // the autotune log tells which tile, stage count and cluster shape won.
+uint64_t algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  uint64_t v = 0;  // 16- to 64-bit unsigned attributes, asked with their own size (little-endian)
+  size_t size = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &size) != CUBLAS_STATUS_SUCCESS ||
+      size > sizeof(v) || cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, size, &size) != CUBLAS_STATUS_SUCCESS)
+    return 0;
+  return v;
+}
 std::string algo_ids(const cublasLtMatmulAlgo_t& algo) {
-  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr) -> uint64_t {
-    uint64_t v = 0;  // 16- to 64-bit unsigned attributes, asked with their own size (little-endian)
-    size_t size = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &size) != CUBLAS_STATUS_SUCCESS ||
-        size > sizeof(v) || cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, size, &size) != CUBLAS_STATUS_SUCCESS)
-      return 0;
-    return v;
-  };
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr) { return algo_attr(algo, attr); };
   return fmt::format("(id {} tile {} stages {} cluster {} splitk {} swizzle {})", get(CUBLASLT_ALGO_CONFIG_ID),
                      get(CUBLASLT_ALGO_CONFIG_TILE_ID), get(CUBLASLT_ALGO_CONFIG_STAGES_ID),
                      get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
@@ -640,10 +646,19 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
   constexpr int kMaxCandidates = 32;
   const int pin = env::shape_index("DT_GEMM_ALGO", M, N, K, kMaxCandidates - 1,
                                    "the shape's cuBLASLt heuristic candidate, 0 the default's first");
+  // DT_GEMM_AUTOTUNE=1: time the heuristic's first candidates once per shape and keep the
+  // fastest (off by default: the choice then depends on timing, so two runs may differ in bits).
+  const bool tune = env::choice("DT_GEMM_AUTOTUNE", {{"0", "cuBLASLt's first heuristic (default)"},
+                                                     {"1", "time up to 32 candidates per shape"}}) == 1;
+  // Else the tuned table's candidate (gemm_tuned.h) where this device, shape and bf16 GEMM match.
+  const int trans = int(o.trans_a) | (int(o.trans_b) << 1);
+  const TunedGemm* tuned = pin < 0 && !tune && a.dtype == DType::bf16 && c.dtype == DType::bf16
+                               ? tuned_gemm(dev.name, M, N, K, trans)
+                               : nullptr;
   static std::mutex mu;
   static std::map<AlgoKey, AlgoEntry> cache;
   AlgoKey key{c.device.index, M, N, K, lda, ldb, ldc, int(a.dtype), int(c.dtype),
-              int(o.trans_a) | (int(o.trans_b) << 1) | (int(o.allow_tf32) << 2), al_a, al_b, al_c, pin};
+              trans | (int(o.allow_tf32) << 2), al_a, al_b, al_c, pin >= 0 ? pin : tuned ? -2 : -1};
   cublasLtMatmulAlgo_t algo;
   {
     std::lock_guard<std::mutex> g(mu);
@@ -660,13 +675,12 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
       DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &a2, sizeof(a2)));
       DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &a3, sizeof(a3)));
       DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &a3, sizeof(a3)));
-      // DT_GEMM_AUTOTUNE=1: time the heuristic's first candidates once per shape and keep the
-      // fastest (off by default: the choice then depends on timing, so two runs may differ in bits).
-      const bool tune = env::choice("DT_GEMM_AUTOTUNE", {{"0", "cuBLASLt's first heuristic (default)"},
-                                                         {"1", "time up to 32 candidates per shape"}}) == 1;
       cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
       DT_CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(s), &cap));
-      const int want = pin >= 0 ? pin + 1 : tune && cap == cudaStreamCaptureStatusNone ? kMaxCandidates : 1;
+      const int want = pin >= 0   ? pin + 1
+                       : tuned     ? tuned->candidate + 1
+                       : tune && cap == cudaStreamCaptureStatusNone ? kMaxCandidates
+                                                                    : 1;
       cublasLtMatmulHeuristicResult_t res[kMaxCandidates] = {};
       int found = 0;
       DT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(dev.handle, desc, l1, l2, lc, lc, pref, want, res, &found));
@@ -680,6 +694,21 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
                                  pin, M, N, K, found, found - 1));
         algo = res[pin].algo;
         spdlog::info("gemm M {} N {} K {}: candidate {} {} (DT_GEMM_ALGO)", M, N, K, pin, algo_ids(algo));
+      } else if (tuned) {
+        // The table's candidate only while the heuristic still offers the kernel that was measured.
+        const int i = tuned->candidate;
+        const bool same = found > i && algo_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == uint64_t(tuned->tile) &&
+                          algo_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID) == uint64_t(tuned->stages) &&
+                          algo_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID) == uint64_t(tuned->cluster);
+        algo = res[same ? i : 0].algo;
+        if (same)
+          spdlog::info("gemm M {} N {} K {}: tuned candidate {} {} (DT_GEMM_TUNED=0 for the first)", M, N, K, i,
+                       algo_ids(algo));
+        else
+          spdlog::warn("gemm M {} N {} K {}: the tuned table's candidate {} (tile {} stages {} cluster {}) is not what "
+                       "this cuBLASLt offers there ({}); using its first",
+                       M, N, K, i, tuned->tile, tuned->stages, tuned->cluster,
+                       found > i ? algo_ids(res[i].algo) : fmt::format("{} candidates", found));
       } else {
         algo = res[0].algo;
         if (found > 1) algo = fastest_algo(dev, desc, l1, l2, lc, res, found, c, a, b, s, M, N, K);
