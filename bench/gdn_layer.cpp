@@ -33,8 +33,9 @@
 //   --profile:          then one more fwd+bwd between cudaProfilerStart/Stop, for per-kernel times
 //                       under `ncu --profile-from-start off --metrics gpu__time_duration.sum --csv
 //                       --page raw` (scripts/ncu_summary.py makes the table)
-// Prints median fwd and fwd+bwd ms (CUDA events, 3 warm-ups, 20 reps), tokens/s per GPU,
-// and for cp > 1 the time of the scheme's CP data movement alone (fwd and bwd, same shapes)
+// Prints median fwd and fwd+bwd ms (CUDA events, 3 warm-ups, 20 reps), tokens/s per GPU, the
+// energy per fwd+bwd over 30 back-to-back steps with their average power and time (NVML's
+// counter, bench/energy_meter.h; --ab prints each side's too), and for cp > 1 the time of the scheme's CP data movement alone (fwd and bwd, same shapes)
 // as a share of fwd+bwd: cp2hp + hp2cp (all_to_all), or the all-gathers, reduce-scatters and
 // row permutations of x, y and their gradients (all_gather). Reference on one H200 (issue 4):
 // a Megatron-style layer of PyTorch GEMMs + FLA kernels takes 6.9 ms fwd and 22.4 ms fwd+bwd;
@@ -49,6 +50,7 @@
 #include <cuda_profiler_api.h>
 
 #include "bench_util.h"
+#include "energy_meter.h"
 #include "kernel_trace.h"
 #include "deltatron/data/packed_seq.h"
 #include "deltatron/dist/comm.h"
@@ -149,6 +151,34 @@ int main(int argc, char** argv) {
   float fwd = bench::median_ms([&] { forward(); }, st);
   float fb = bench::median_ms([&] { forward(); layer.backward(dx, dy, psp); }, st);
 
+  // Energy per fwd+bwd (NVML), over back-to-back steps as training runs them: at the power cap the
+  // steady time follows it (v0.29.0).
+  bench::EnergyMeter em(dev.index);
+  double energy_j = 0, energy_w = 0, b2b_ms = 0;
+  if (em.ok()) {
+    constexpr int kSteps = 30;
+    cudaEvent_t e0, e1;
+    DT_CUDA_CHECK(cudaEventCreate(&e0));
+    DT_CUDA_CHECK(cudaEventCreate(&e1));
+    DT_CUDA_CHECK(cudaStreamSynchronize(st));
+    const long long mj0 = em.read_mj();
+    DT_CUDA_CHECK(cudaEventRecord(e0, st));
+    for (int i = 0; i < kSteps; ++i) {
+      forward();
+      layer.backward(dx, dy, psp);
+    }
+    DT_CUDA_CHECK(cudaEventRecord(e1, st));
+    DT_CUDA_CHECK(cudaEventSynchronize(e1));
+    const long long mj1 = em.read_mj();
+    float ms = 0;
+    DT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    DT_CUDA_CHECK(cudaEventDestroy(e0));
+    DT_CUDA_CHECK(cudaEventDestroy(e1));
+    b2b_ms = ms / kSteps;
+    energy_j = 1e-3 * double(mj1 - mj0) / kSteps;
+    energy_w = double(mj1 - mj0) / ms;  // mJ / ms
+  }
+
   float fb_graph = 0.f;
   if (graph) {  // after the warm-ups above: the allocator holds every block the step needs
     cudaGraph_t g;
@@ -180,12 +210,16 @@ int main(int argc, char** argv) {
     const char* before = std::getenv(ab.c_str());
     const std::string saved = before ? before : "";
     std::vector<float> ms[2], diff;
+    long long mj[2] = {0, 0};  // each side's energy over all its steps (warm-ups included)
     for (int r = 0; r < kRounds; ++r) {
       float t[2];
       for (int k = 0; k < 2; ++k) {
         const int v = (r & 1) ? 1 - k : k;  // ABBA
         setenv(ab.c_str(), ab_val[v].c_str(), 1);
+        DT_CUDA_CHECK(cudaStreamSynchronize(st));
+        const long long e0 = em.read_mj();
         t[v] = bench::median_ms([&] { forward(); layer.backward(dx, dy, psp); }, st, ab_block, ab_block);
+        mj[v] += em.read_mj() - e0;  // median_ms ends synchronised
         ms[v].push_back(t[v]);
       }
       diff.push_back(t[1] - t[0]);
@@ -198,6 +232,10 @@ int main(int argc, char** argv) {
                   "faster in %d of %d\n",
                   ab.c_str(), kRounds, ab_block, ab_block, ab_val[0].c_str(), bench::median(ms[0]), ab_val[1].c_str(), bench::median(ms[1]),
                   ab_val[1].c_str(), ab_val[0].c_str(), bench::median(diff), ab_val[1].c_str(), wins, kRounds);
+    if (dist::world_rank() == 0 && em.ok())  // the counter's step (~ms) is small against 2 N kRounds steps
+      std::printf("A/B %s energy per fwd+bwd (NVML, warm-ups included): %s: %.3f J | %s: %.3f J\n", ab.c_str(),
+                  ab_val[0].c_str(), 1e-3 * double(mj[0]) / (2.0 * ab_block * kRounds), ab_val[1].c_str(),
+                  1e-3 * double(mj[1]) / (2.0 * ab_block * kRounds));
   }
   if (profile) {
     DT_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -246,6 +284,11 @@ int main(int argc, char** argv) {
                   100.0 * a2a / fb);
     else if (cp > 1)
       std::printf(" | all-to-all (cp2hp+hp2cp, fwd+bwd) %.2f ms = %.0f%%", a2a, 100.0 * a2a / fb);
+    if (em.ok())
+      std::printf("\n  energy (NVML, 30 fwd+bwd back to back): %.2f J per fwd+bwd, %.0f W average, %.2f ms each", energy_j,
+                  energy_w, b2b_ms);
+    else
+      std::printf("\n  energy: n/a (%s)", em.why().c_str());
     std::printf("\n  reference (1 H200, Megatron-style PyTorch + FLA): fwd 6.9 ms, fwd+bwd 22.4 ms; target fwd+bwd <= 15 ms\n");
   }
   dist::finalize();
