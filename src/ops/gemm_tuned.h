@@ -6,7 +6,9 @@
 // kernel configuration it had then (tile, stages, cluster). The CUDA gemm uses an entry only
 // where the device's name, the shape, the transposes and the dtypes (bf16 in and out) all match
 // and the heuristic's candidate still has that configuration; anything else gets the first.
-// DT_GEMM_ALGO pins override the table; DT_GEMM_TUNED=0 turns it off (read at every call).
+// DT_GEMM_ALGO pins and DT_GEMM_AUTOTUNE=1 override the table; DT_GEMM_TUNED=0 turns it off (read
+// at every call). An entry matches on shape alone, so another layer's GEMM of the same shape,
+// transposes and dtypes gets the same candidate.
 #pragma once
 #include <cstdint>
 #include <span>

@@ -645,20 +645,24 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
   // every call and part of the cache key, so an A/B may flip it between calls).
   constexpr int kMaxCandidates = 32;
   const int pin = env::shape_index("DT_GEMM_ALGO", M, N, K, kMaxCandidates - 1,
-                                   "the shape's cuBLASLt heuristic candidate, 0 the default's first");
+                                   "the shape's cuBLASLt heuristic candidate, 0 its first");
   // DT_GEMM_AUTOTUNE=1: time the heuristic's first candidates once per shape and keep the
   // fastest (off by default: the choice then depends on timing, so two runs may differ in bits).
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  DT_CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(s), &cap));
   const bool tune = env::choice("DT_GEMM_AUTOTUNE", {{"0", "cuBLASLt's first heuristic (default)"},
-                                                     {"1", "time up to 32 candidates per shape"}}) == 1;
+                                                     {"1", "time up to 32 candidates per shape"}}) == 1 &&
+                    cap == cudaStreamCaptureStatusNone;  // no timing inside a capture
   // Else the tuned table's candidate (gemm_tuned.h) where this device, shape and bf16 GEMM match.
   const int trans = int(o.trans_a) | (int(o.trans_b) << 1);
   const TunedGemm* tuned = pin < 0 && !tune && a.dtype == DType::bf16 && c.dtype == DType::bf16
                                ? tuned_gemm(dev.name, M, N, K, trans)
                                : nullptr;
+  if (tuned && tuned->candidate >= kMaxCandidates) tuned = nullptr;  // (the table's test bounds it too)
   static std::mutex mu;
   static std::map<AlgoKey, AlgoEntry> cache;
   AlgoKey key{c.device.index, M, N, K, lda, ldb, ldc, int(a.dtype), int(c.dtype),
-              trans | (int(o.allow_tf32) << 2), al_a, al_b, al_c, pin >= 0 ? pin : tuned ? -2 : -1};
+              trans | (int(o.allow_tf32) << 2), al_a, al_b, al_c, pin >= 0 ? pin : tuned ? -2 : tune ? -3 : -1};
   cublasLtMatmulAlgo_t algo;
   {
     std::lock_guard<std::mutex> g(mu);
@@ -675,12 +679,7 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
       DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &a2, sizeof(a2)));
       DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &a3, sizeof(a3)));
       DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &a3, sizeof(a3)));
-      cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-      DT_CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(s), &cap));
-      const int want = pin >= 0   ? pin + 1
-                       : tuned     ? tuned->candidate + 1
-                       : tune && cap == cudaStreamCaptureStatusNone ? kMaxCandidates
-                                                                    : 1;
+      const int want = pin >= 0 ? pin + 1 : tuned ? tuned->candidate + 1 : tune ? kMaxCandidates : 1;
       cublasLtMatmulHeuristicResult_t res[kMaxCandidates] = {};
       int found = 0;
       DT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(dev.handle, desc, l1, l2, lc, lc, pref, want, res, &found));
