@@ -13,7 +13,8 @@
 //                    `ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw`
 // Prints the median step ms, tokens/s (real tokens over the timed steps' total time), TFLOP/s per
 // GPU and MFU by the model-FLOP count of docs/training.md, and the peak of the caching allocator
-// (max over ranks). Each timed step ends with a device synchronisation.
+// (max over ranks), and rank 0's GPU energy per step and average power (NVML's counter,
+// bench/energy_meter.h). Each timed step ends with a device synchronisation.
 // Issue 6 reference on one H200, this config: HF transformers Qwen3_5ForCausalLM (FLA GDN kernels,
 // sdpa, fused AdamW, bf16) trains 33.3k tokens/s at 8192 tokens per step with a 52 GiB peak;
 // target >= 67k tokens/s and <= 26 GiB; CP = 2 on two GPUs >= 1.8x one GPU.
@@ -32,6 +33,7 @@
 #include <cuda_runtime.h>
 
 #include "bench_util.h"
+#include "energy_meter.h"
 #include "core/cuda_check.h"
 #include "deltatron/core/allocator.h"
 #include "deltatron/data/indexed_dataset.h"
@@ -232,11 +234,18 @@ void run(int argc, char** argv) {
   std::vector<double> ms;
   double total_s = 0, flops = 0;
   int64_t tokens = 0;
+  bench::EnergyMeter em(t.device().index);  // this rank's GPU; at the power cap time follows energy
+  long long step_mj = 0;
+  bool mj_ok = em.ok();
   for (int64_t i = 0; i < steps; ++i) {
+    const long long e0 = em.read_mj();
     const auto t0 = std::chrono::steady_clock::now();
     const train::StepResult r = t.step();
     t.synchronize();
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    const long long e1 = em.read_mj();
+    mj_ok = mj_ok && e0 >= 0 && e1 >= e0;
+    step_mj += e1 - e0;
     total_s += ms.back() * 1e-3;
     tokens += r.tokens;
     flops += r.flops.model();
@@ -257,8 +266,14 @@ void run(int argc, char** argv) {
                 static_cast<long long>(cfg.data.max_tokens), static_cast<long long>(cfg.train.grad_accum),
                 bench::median(ms), double(tokens) / total_s, double(tokens) / total_s / world, tflops);
     if (t.peak_tflops() > 0) std::printf(" | MFU %.1f%%", 100 * tflops / t.peak_tflops());
-    std::printf(" | peak %.2f GiB (reserved %.2f GiB)\n", double(peak.ptr<int64_t>()[0]) / double(int64_t(1) << 30),
+    std::printf(" | peak %.2f GiB (reserved %.2f GiB)", double(peak.ptr<int64_t>()[0]) / double(int64_t(1) << 30),
                 double(peak.ptr<int64_t>()[1]) / double(int64_t(1) << 30));
+    if (mj_ok)
+      std::printf(" | rank 0's GPU %.2f J per step, %.0f W (NVML)", 1e-3 * double(step_mj) / double(steps),
+                  double(step_mj) / (total_s * 1e3));
+    else
+      std::printf(" | energy n/a (%s)", em.ok() ? "an NVML read failed" : em.why().c_str());
+    std::printf("\n");
     std::printf("  issue 6 (bench-0.8b, one H200, 8192 tokens): HF transformers 33.3k tokens/s, 52 GiB; target >= 67k "
                 "tokens/s, <= 26 GiB; CP = 2 on two GPUs >= 1.8x one GPU\n");
   }
