@@ -167,7 +167,7 @@ if [ "${LAYER:-0}" = 1 ]; then
     left "layer round $r" || break
     for n in "${names[@]}"; do
       ".ab/build-$n/bench/gdn_layer" > "$L/layer_${n}_$r.log" 2>&1
-      echo "$n: $(grep -h '  fwd ' "$L/layer_${n}_$r.log")"
+      echo "$n: $(grep -h -e '  fwd ' -e 'back to back' "$L/layer_${n}_$r.log" | tr -s ' \n' ' ')"
     done
   done
   t layer

@@ -85,4 +85,4 @@ for n in "${names[@]}"; do
   esac
 done
 echo "== headlines ($LOG)"
-grep -E "^\(|^ *\(|median|ratio|TFLOP/s|tokens/s|phases|share|GB/s" "$LOG" | grep -v "^==" | head -80
+grep -E "^\(|^ *\(|median|ratio|TFLOP/s|tokens/s|phases|share|GB/s|back to back" "$LOG" | grep -v "^==" | head -80
