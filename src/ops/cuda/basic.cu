@@ -648,11 +648,13 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
                                    "the shape's cuBLASLt heuristic candidate, 0 its first");
   // DT_GEMM_AUTOTUNE=1: time the heuristic's first candidates once per shape and keep the
   // fastest (off by default: the choice then depends on timing, so two runs may differ in bits).
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  DT_CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(s), &cap));
-  const bool tune = env::choice("DT_GEMM_AUTOTUNE", {{"0", "cuBLASLt's first heuristic (default)"},
-                                                     {"1", "time up to 32 candidates per shape"}}) == 1 &&
-                    cap == cudaStreamCaptureStatusNone;  // no timing inside a capture
+  bool tune = env::choice("DT_GEMM_AUTOTUNE", {{"0", "cuBLASLt's first heuristic (default)"},
+                                               {"1", "time up to 32 candidates per shape"}}) == 1;
+  if (tune) {  // no timing inside a capture (asked only when autotuning)
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    DT_CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(s), &cap));
+    tune = cap == cudaStreamCaptureStatusNone;
+  }
   // Else the tuned table's candidate (gemm_tuned.h) where this device, shape and bf16 GEMM match.
   const int trans = int(o.trans_a) | (int(o.trans_b) << 1);
   const TunedGemm* tuned = pin < 0 && !tune && a.dtype == DType::bf16 && c.dtype == DType::bf16
