@@ -1,6 +1,8 @@
 // CUDA basic ops against the CPU backend on fresh random data; RNG bit equality; the
 // caching allocator performs no cudaMalloc in a repeated step and splits/merges its segments;
-// cuBLASLt GEMM in bf16/fp32.
+// cuBLASLt GEMM in bf16/fp32, a pinned heuristic candidate, and the tuned table's candidates
+// (where the GPU has entries) against the heuristic's first.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "deltatron/core/numeric.h"
 #include "deltatron/ops/basic.h"
 #include "deltatron/ops/gemm.h"
+#include "ops/gemm_tuned.h"
 #include "test_util.h"
 
 using namespace dt;
@@ -272,6 +275,33 @@ TEST(BasicCuda, GemmPinnedCandidateMatchesCpu) {
     EXPECT_TRUE(close_rel(dc, ref, 1e-6)) << "candidate " << i;
   }
   ::unsetenv("DT_GEMM_ALGO");
+}
+
+// The tuned table's entries for this GPU (src/ops/gemm_tuned.cpp; none: skipped): each tuned
+// candidate's product equals the heuristic's first within bf16 output rounding (rel. L2 < 1e-2;
+// the same accumulation in fp32, rounded once). On random bf16 operands at the entry's shape.
+TEST(BasicCuda, TunedGemmCandidatesAgreeWithTheFirst) {
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  int n = 0;
+  for (const ops::TunedGemm& e : ops::tuned_gemm_table()) {
+    if (std::string(prop.name) != e.device) continue;
+    ++n;
+    const bool ta = e.trans & 1, tb = e.trans & 2;
+    Tensor a = Tensor::empty(ta ? Shape{e.k, e.m} : Shape{e.m, e.k}, DType::bf16, kGpu);
+    Tensor b = Tensor::empty(tb ? Shape{e.n, e.k} : Shape{e.k, e.n}, DType::bf16, kGpu);
+    ops::rng_normal(a, 7, 1, 0.f, 1.f, ops::RngSlice::whole(a));
+    ops::rng_normal(b, 7, 2, 0.f, 1.f, ops::RngSlice::whole(b));
+    Tensor c[2] = {Tensor::empty(Shape{e.m, e.n}, DType::bf16, kGpu), Tensor::empty(Shape{e.m, e.n}, DType::bf16, kGpu)};
+    for (int tuned = 0; tuned < 2; ++tuned) {
+      ::setenv("DT_GEMM_TUNED", tuned ? "1" : "0", 1);
+      ops::gemm(c[tuned], a, b, ops::GemmOpts{ta, tb});
+    }
+    ::unsetenv("DT_GEMM_TUNED");
+    EXPECT_TRUE(close_rel(as(host(c[1]), DType::f32), as(host(c[0]), DType::f32), 1e-2))
+        << e.m << "x" << e.n << "x" << e.k << " candidate " << e.candidate;
+  }
+  if (n == 0) GTEST_SKIP() << "no tuned GEMM entries for " << prop.name;
 }
 
 TEST(BasicCuda, CachingAllocatorHasNoRawAllocsInSteadyState) {
