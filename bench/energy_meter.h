@@ -4,7 +4,7 @@
 // NVML comes from the driver (libnvidia-ml.so.1), opened at run time: the build needs no NVML
 // header or stub library, and where it is missing ok() is false and why() says so.
 //   bench::EnergyMeter em(device_index);
-//   const long long e0 = em.read_mj(); work(); sync; const long long e1 = em.read_mj();
+//   const long long mj = em.measure([&] { work(); sync(); });  // -1: unavailable
 #pragma once
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -67,6 +67,15 @@ class EnergyMeter {
   long long read_mj() const {
     unsigned long long mj = 0;
     return ok_ && energy_(dev_, &mj) == 0 ? static_cast<long long>(mj) : -1;
+  }
+  // The energy of f() in mJ (f must leave the GPU synchronised), or -1 where a read failed. f runs
+  // either way.
+  template <class F>
+  long long measure(F&& f) const {
+    const long long e0 = read_mj();
+    f();
+    const long long e1 = read_mj();
+    return e0 >= 0 && e1 >= e0 ? e1 - e0 : -1;
   }
 
  private:

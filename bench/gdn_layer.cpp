@@ -35,8 +35,8 @@
 //                       --page raw` (scripts/ncu_summary.py makes the table)
 // Prints median fwd and fwd+bwd ms (CUDA events, 3 warm-ups, 20 reps), tokens/s per GPU, the
 // energy per fwd+bwd over 30 back-to-back steps with their average power and time (NVML's
-// counter, bench/energy_meter.h; --ab prints each side's too), and for cp > 1 the time of the scheme's CP data movement alone (fwd and bwd, same shapes)
-// as a share of fwd+bwd: cp2hp + hp2cp (all_to_all), or the all-gathers, reduce-scatters and
+// counter, bench/energy_meter.h; --ab prints each side's too), and for cp > 1 the time of the
+// scheme's CP data movement alone (fwd and bwd, same shapes) as a share of fwd+bwd: cp2hp + hp2cp (all_to_all), or the all-gathers, reduce-scatters and
 // row permutations of x, y and their gradients (all_gather). Reference on one H200 (issue 4):
 // a Megatron-style layer of PyTorch GEMMs + FLA kernels takes 6.9 ms fwd and 22.4 ms fwd+bwd;
 // target fwd+bwd <= 15 ms.
@@ -162,23 +162,23 @@ int main(int argc, char** argv) {
     DT_CUDA_CHECK(cudaEventCreate(&e0));
     DT_CUDA_CHECK(cudaEventCreate(&e1));
     DT_CUDA_CHECK(cudaStreamSynchronize(st));
-    const long long mj0 = em.read_mj();
-    DT_CUDA_CHECK(cudaEventRecord(e0, st));
-    for (int i = 0; i < kSteps; ++i) {
-      forward();
-      layer.backward(dx, dy, psp);
-    }
-    DT_CUDA_CHECK(cudaEventRecord(e1, st));
-    DT_CUDA_CHECK(cudaEventSynchronize(e1));
-    const long long mj1 = em.read_mj();
+    const long long mj = em.measure([&] {
+      DT_CUDA_CHECK(cudaEventRecord(e0, st));
+      for (int i = 0; i < kSteps; ++i) {
+        forward();
+        layer.backward(dx, dy, psp);
+      }
+      DT_CUDA_CHECK(cudaEventRecord(e1, st));
+      DT_CUDA_CHECK(cudaEventSynchronize(e1));
+    });
     float ms = 0;
     DT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     DT_CUDA_CHECK(cudaEventDestroy(e0));
     DT_CUDA_CHECK(cudaEventDestroy(e1));
     b2b_ms = ms / kSteps;
-    if (mj0 >= 0 && mj1 >= mj0) {
-      energy_j = 1e-3 * double(mj1 - mj0) / kSteps;
-      energy_w = double(mj1 - mj0) / ms;  // mJ / ms
+    if (mj >= 0) {
+      energy_j = 1e-3 * double(mj) / kSteps;
+      energy_w = double(mj) / ms;  // mJ / ms
     }
   }
 
@@ -221,11 +221,11 @@ int main(int argc, char** argv) {
         const int v = (r & 1) ? 1 - k : k;  // ABBA
         setenv(ab.c_str(), ab_val[v].c_str(), 1);
         DT_CUDA_CHECK(cudaStreamSynchronize(st));
-        const long long e0 = em.read_mj();
-        t[v] = bench::median_ms([&] { forward(); layer.backward(dx, dy, psp); }, st, ab_block, ab_block);
-        const long long e1 = em.read_mj();  // median_ms ends synchronised
-        mj_ok = mj_ok && e0 >= 0 && e1 >= e0;
-        mj[v] += e1 - e0;
+        const long long e = em.measure([&] {  // median_ms ends synchronised
+          t[v] = bench::median_ms([&] { forward(); layer.backward(dx, dy, psp); }, st, ab_block, ab_block);
+        });
+        mj_ok = mj_ok && e >= 0;
+        mj[v] += e;
         ms[v].push_back(t[v]);
       }
       diff.push_back(t[1] - t[0]);
@@ -234,15 +234,16 @@ int main(int argc, char** argv) {
     else unsetenv(ab.c_str());
     const int wins = int(std::count_if(diff.begin(), diff.end(), [](float d) { return d < 0.f; }));
     if (dist::world_rank() == 0)
-      std::printf("A/B %s (fwd+bwd, %d rounds ABBA, blocks of %d + %d): %s: %.3f ms | %s: %.3f ms | median of (%s - %s) %+.3f ms | %s "
-                  "faster in %d of %d\n",
-                  ab.c_str(), kRounds, ab_block, ab_block, ab_val[0].c_str(), bench::median(ms[0]), ab_val[1].c_str(), bench::median(ms[1]),
-                  ab_val[1].c_str(), ab_val[0].c_str(), bench::median(diff), ab_val[1].c_str(), wins, kRounds);
+      std::printf("A/B %s (fwd+bwd, %d rounds ABBA, blocks of %d + %d): %s: %.3f ms | %s: %.3f ms | median of (%s - %s) "
+                  "%+.3f ms | %s faster in %d of %d\n",
+                  ab.c_str(), kRounds, ab_block, ab_block, ab_val[0].c_str(), bench::median(ms[0]), ab_val[1].c_str(),
+                  bench::median(ms[1]), ab_val[1].c_str(), ab_val[0].c_str(), bench::median(diff), ab_val[1].c_str(), wins,
+                  kRounds);
     // With the host's sync after every step inside (median_ms), so not comparable with the
     // back-to-back figure; ABBA puts any lag of the counter's updates on both sides alike.
     if (dist::world_rank() == 0 && mj_ok)
-      std::printf("A/B %s energy per fwd+bwd (NVML, warm-ups and syncs included): %s: %.3f J | %s: %.3f J\n", ab.c_str(),
-                  ab_val[0].c_str(), 1e-3 * double(mj[0]) / (2.0 * ab_block * kRounds), ab_val[1].c_str(),
+      std::printf("A/B %s energy per fwd+bwd (NVML, warm-ups and syncs included): %s: %.3f J | %s: %.3f J\n",
+                  ab.c_str(), ab_val[0].c_str(), 1e-3 * double(mj[0]) / (2.0 * ab_block * kRounds), ab_val[1].c_str(),
                   1e-3 * double(mj[1]) / (2.0 * ab_block * kRounds));
   }
   if (profile) {

@@ -238,14 +238,15 @@ void run(int argc, char** argv) {
   long long step_mj = 0;
   bool mj_ok = em.ok();
   for (int64_t i = 0; i < steps; ++i) {
-    const long long e0 = em.read_mj();
-    const auto t0 = std::chrono::steady_clock::now();
-    const train::StepResult r = t.step();
-    t.synchronize();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    const long long e1 = em.read_mj();
-    mj_ok = mj_ok && e0 >= 0 && e1 >= e0;
-    step_mj += e1 - e0;
+    train::StepResult r;
+    const long long e = em.measure([&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      r = t.step();
+      t.synchronize();
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    });
+    mj_ok = mj_ok && e >= 0;
+    step_mj += e;
     total_s += ms.back() * 1e-3;
     tokens += r.tokens;
     flops += r.flops.model();

@@ -292,7 +292,8 @@ TEST(BasicCuda, TunedGemmCandidatesAgreeWithTheFirst) {
     Tensor b = Tensor::empty(tb ? Shape{e.n, e.k} : Shape{e.k, e.n}, DType::bf16, kGpu);
     ops::rng_normal(a, 7, 1, 0.f, 1.f, ops::RngSlice::whole(a));
     ops::rng_normal(b, 7, 2, 0.f, 1.f, ops::RngSlice::whole(b));
-    Tensor c[2] = {Tensor::empty(Shape{e.m, e.n}, DType::bf16, kGpu), Tensor::empty(Shape{e.m, e.n}, DType::bf16, kGpu)};
+    Tensor c[2] = {Tensor::empty(Shape{e.m, e.n}, DType::bf16, kGpu),
+                   Tensor::empty(Shape{e.m, e.n}, DType::bf16, kGpu)};
     for (int tuned = 0; tuned < 2; ++tuned) {
       ::setenv("DT_GEMM_TUNED", tuned ? "1" : "0", 1);
       ops::gemm(c[tuned], a, b, ops::GemmOpts{ta, tb});

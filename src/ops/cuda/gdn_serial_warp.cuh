@@ -297,7 +297,8 @@ static_assert(WRevSmem<4, 2>::bytes <= kMaxSmem && WStateSmem<8, 2>::bytes <= kM
 template <int NW, int Stages, bool WG>
 constexpr int kStateWarpMinBlocks = WG && Stages == 1 ? 3 : 0;  // 0: no bound, as before
 template <int NW, int Stages, bool WG = false>
-__global__ __launch_bounds__(32 * NW, (kStateWarpMinBlocks<NW, Stages, WG>)) void state_warp_kernel(Params p, const bf16* __restrict__ g_k,
+__global__ __launch_bounds__(32 * NW, (kStateWarpMinBlocks<NW, Stages, WG>)) void state_warp_kernel(
+                                                             Params p, const bf16* __restrict__ g_k,
                                                              const bf16* __restrict__ g_W,
                                                              const bf16* __restrict__ g_U,
                                                              const float* __restrict__ g_gam,
