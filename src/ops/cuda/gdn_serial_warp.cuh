@@ -274,7 +274,6 @@ struct WRevSmem {
 // 162.5 KB (one). 8 warps: state 150.5 KB, rev 2 stages 218.5 KB (one CTA per SM each).
 static_assert(2 * (WStateSmem<4, 2>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "4-warp state: two CTAs per SM");
 static_assert(2 * (WgStateSmem<2>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "wgmma state: two CTAs per SM");
-static_assert(3 * (WgStateSmem<1>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "wgmma state, one stage: three per SM");
 static_assert(2 * (WRevSmem<4, 1>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "4-warp rev: two CTAs per SM");
 static_assert(2 * (WgRevSmem<1>::bytes + kSmemReservedPerCta) <= kSmemPerSm && WgRevSmem<2>::bytes <= kMaxSmem &&
                   2 * (WgRevSmem<1, true>::bytes + kSmemReservedPerCta) <= kSmemPerSm &&
@@ -289,16 +288,8 @@ static_assert(WRevSmem<4, 2>::bytes <= kMaxSmem && WStateSmem<8, 2>::bytes <= kM
 // WG (NW = 4, dk = D, every warp active): the two products of a step as wgmma with the warp's
 // fragments as A (wgmma.cuh): S^T W^T as 8 m64n64k16, Delta~^T K as 4 m64n128k16, instead of 128
 // mma.sync per warp and the ldmatrix loads of W and K.
-// wg4 with one stage (DT_GDN_STATE_STAGES=1, not the default): its ~67 KB of shared memory allow
-// three CTAs per SM, which 240 registers (the two-stage form's count) would not; bounded to three,
-// ptxas gives 168 registers and 88 bytes of spill. v0.13.0 found three CTAs per SM no faster for
-// warp4's state kernel, which was issue-bound; wg4 issues far less, so it is worth an A/B
-// (docs/perf.md v0.29.0, next call).
-template <int NW, int Stages, bool WG>
-constexpr int kStateWarpMinBlocks = WG && Stages == 1 ? 3 : 0;  // 0: no bound, as before
 template <int NW, int Stages, bool WG = false>
-__global__ __launch_bounds__(32 * NW, (kStateWarpMinBlocks<NW, Stages, WG>)) void state_warp_kernel(
-                                                             Params p, const bf16* __restrict__ g_k,
+__global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf16* __restrict__ g_k,
                                                              const bf16* __restrict__ g_W,
                                                              const bf16* __restrict__ g_U,
                                                              const float* __restrict__ g_gam,
