@@ -1,11 +1,13 @@
 #include "core/env_knob.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "deltatron/core/check.h"
 
@@ -51,6 +53,41 @@ int shape_index(const char* var, int64_t m, int64_t n, int64_t k, int hi, const 
     DT_CHECK(ok, "{}='{}': entry '{}' is not MxNxK:i with i in [0, {}] ({}); unset it for the default", var, e, entry,
              hi, what);
     if (em == m && en == n && ek == k) found = ei;
+    at = comma + 1;
+  }
+  return found;
+}
+
+std::vector<int64_t> shape_tuple(const char* var, int64_t m, int64_t n, int64_t k, int count, const char* form,
+                                 const char* what) {
+  const char* e = std::getenv(var);
+  std::vector<int64_t> found;
+  if (e == nullptr || *e == '\0') return found;
+  const std::string all(e);
+  size_t at = 0;
+  while (at <= all.size()) {  // every entry is checked, as in shape_index
+    const size_t comma = std::min(all.find(',', at), all.size());
+    const std::string entry = all.substr(at, comma - at);
+    long long em = 0, en = 0, ek = 0;
+    int used = 0;
+    bool ok = std::sscanf(entry.c_str(), "%lldx%lldx%lld:%n", &em, &en, &ek, &used) == 3 && used > 0 && em > 0 &&
+              en > 0 && ek > 0;
+    std::vector<int64_t> vals;
+    for (size_t p = size_t(used); ok && int(vals.size()) < count;) {  // count dot-separated numbers, nothing after
+      if (!std::isdigit(static_cast<unsigned char>(entry[p]))) { ok = false; break; }
+      char* end = nullptr;
+      errno = 0;
+      const long long v = std::strtoll(entry.c_str() + p, &end, 10);
+      ok = errno == 0 && v < (1LL << 31);
+      vals.push_back(v);
+      p = size_t(end - entry.c_str());
+      const bool last = int(vals.size()) == count;
+      ok = ok && (last ? p == entry.size() : (p < entry.size() && entry[p] == '.'));
+      ++p;
+    }
+    DT_CHECK(ok, "{}='{}': entry '{}' is not MxNxK:{} ({} whole numbers; {}); unset it for the default", var, e, entry,
+             form, count, what);
+    if (em == m && en == n && ek == k) found = vals;
     at = comma + 1;
   }
   return found;

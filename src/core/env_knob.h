@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <vector>
 
 namespace dt::env {
 
@@ -26,5 +27,12 @@ int64_t whole_number(const char* var, int64_t lo, int64_t hi, int64_t dflt, cons
 // such shape. Each index must be in [0, hi]; anything malformed fails, naming the entry and the
 // form ("VAR='...': entry 'x' is not MxNxK:i with i in [0, hi] (what); unset it for the default").
 int shape_index(const char* var, int64_t m, int64_t n, int64_t k, int hi, const char* what);
+
+// A list of per-shape tuples of `count` whole numbers, "MxNxK:a.b.c[,MxNxK:a.b.c...]" (e.g.
+// DT_GEMM_CONFIG="32768x2048x12352:29.35.3.0"): the numbers given for the shape (m, n, k), or an
+// empty vector when the variable is unset, empty or names no such shape. Each number must be in
+// [0, 2^31); anything malformed fails as shape_index does, naming `form` (e.g. "tile.stages.cluster.custom").
+std::vector<int64_t> shape_tuple(const char* var, int64_t m, int64_t n, int64_t k, int count, const char* form,
+                                 const char* what);
 
 }  // namespace dt::env

@@ -229,5 +229,23 @@ TEST(EnvKnob, ChoicesAndWholeNumbers) {
     setenv(var, bad, 1);
     EXPECT_DEATH(idx(), std::string(var) + "='" + bad + "': entry '.*' is not MxNxK:i with i in .0, 7. .candidate.");
   }
+  // Per-shape tuples (DT_GEMM_CONFIG's form): the matching entry's numbers, none for no match.
+  const auto tup = [&] { return env::shape_tuple(var, 32768, 2048, 12352, 4, "t.s.c.o", "a configuration"); };
+  unsetenv(var);
+  EXPECT_TRUE(tup().empty());
+  setenv(var, "32768x2048x12352:29.35.3.0", 1);
+  EXPECT_EQ(tup(), (std::vector<int64_t>{29, 35, 3, 0}));
+  setenv(var, "2048x4096x32768:24.35.3.0,32768x2048x12352:197.1.5.12", 1);
+  EXPECT_EQ(tup(), (std::vector<int64_t>{197, 1, 5, 12}));
+  setenv(var, "2048x4096x32768:24.35.3.0", 1);
+  EXPECT_TRUE(tup().empty());
+  for (const char* bad : {"32768x2048x12352:29.35.3", "32768x2048x12352:29.35.3.0.1", "32768x2048x12352:29.35.3.",
+                          "32768x2048x12352:", "32768x2048x12352", "32768x2048x12352:29.35.3.0,", "0x1x1:1.1.1.1",
+                          "32768x2048x12352:29.-35.3.0", "32768x2048x12352:29.35.3.x", "32768x2048x12352:2147483648.0.0.0",
+                          "2048x4096x32768:24.35.3.0,bad"}) {
+    setenv(var, bad, 1);
+    EXPECT_DEATH(tup(), std::string(var) + "='" + bad + "': entry '.*' is not MxNxK:t.s.c.o .4 whole numbers; a "
+                                                          "configuration.");
+  }
   unsetenv(var);
 }

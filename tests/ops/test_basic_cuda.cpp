@@ -277,6 +277,37 @@ TEST(BasicCuda, GemmPinnedCandidateMatchesCpu) {
   ::unsetenv("DT_GEMM_ALGO");
 }
 
+// DT_GEMM_AUTOTUNE=2 searches every configuration of the heuristic's first algorithm (tile x
+// stages x cluster x custom option) and ranks them at the power cap; whichever wins must compute
+// the same product as the CPU (bf16 operands exact in fp32, fp32 accumulation: rel. 1e-6).
+TEST(BasicCuda, GemmSustainedAutotuneMatchesCpu) {
+  const int64_t M = 301, N = 203, K = 509;  // a shape no other test uses
+  ops::GemmOpts o{false, true, 0.5f, 1.f};
+  Tensor a = as(as(rand_host(Shape{M, K}), DType::bf16), DType::f32);
+  Tensor b = as(as(rand_host(Shape{N, K}), DType::bf16), DType::f32);
+  Tensor c = rand_host(Shape{M, N});
+  Tensor ref = as(c, DType::f32);
+  ops::gemm(ref, a, b, o);
+  ::setenv("DT_GEMM_AUTOTUNE", "2", 1);
+  Tensor dc = dev(c);
+  ops::gemm(dc, dev(as(a, DType::bf16)), dev(as(b, DType::bf16)), o);
+  ::unsetenv("DT_GEMM_AUTOTUNE");
+  EXPECT_TRUE(close_rel(dc, ref, 1e-6));
+}
+// A configuration cuBLASLt does not accept (tile id 1 is 8x8) fails naming the knob and the shape.
+TEST(BasicCudaDeathTest, GemmConfigNotAcceptedFails) {
+  const int64_t M = 96, N = 80, K = 64;
+  Tensor a = Tensor::empty(Shape{M, K}, DType::bf16, kGpu), b = Tensor::empty(Shape{K, N}, DType::bf16, kGpu);
+  Tensor c = Tensor::empty(Shape{M, N}, DType::bf16, kGpu);
+  ::setenv("DT_GEMM_CONFIG", "96x80x64:1.1.2.0", 1);
+  EXPECT_DEATH(ops::gemm(c, a, b, ops::GemmOpts{}),
+               "DT_GEMM_CONFIG names 1.1.2.0 for M 96 N 80 K 64, but cuBLASLt does not accept that configuration");
+  ::setenv("DT_GEMM_CONFIG", "96x80x64:29.35", 1);
+  EXPECT_DEATH(ops::gemm(c, a, b, ops::GemmOpts{}), "DT_GEMM_CONFIG='96x80x64:29.35': entry .* is not "
+                                                    "MxNxK:tile.stages.cluster.custom");
+  ::unsetenv("DT_GEMM_CONFIG");
+}
+
 // The tuned table's entries for this GPU (src/ops/gemm_tuned.cpp; none: skipped): each tuned
 // candidate's product equals the heuristic's first within bf16 output rounding (rel. L2 < 1e-2;
 // the same accumulation in fp32, rounded once). On random bf16 operands at the entry's shape.

@@ -1,6 +1,6 @@
 // CUDA basic ops: fill, strided copy with casts, elementwise add/mul/scale/axpy, deterministic
 // sum / sum of squares, counter-based RNG fill (bit-identical to the CPU for uniform; normal
-// within an ulp), and GEMM through cuBLASLt. Float element types f32, bf16, f16; fp32 math.
+// within an ulp) (GEMM through cuBLASLt: gemm_lt.cpp). Float element types f32, bf16, f16; fp32 math.
 // Reductions: a fixed grid derived from n only (never from the device), one partial per
 // block, then one block sums the partials in order: the same bits on every run. The sum of
 // squares over a list of views (the grad norm) cuts every view into fixed chunks, one block each.
@@ -10,21 +10,16 @@
 #include <cuda_fp16.h>
 #include <nvtx3/nvToolsExt.h>
 
+#include <algorithm>
 #include <cmath>
-#include <map>
-#include <mutex>
-#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "core/cuda_check.h"
-#include "core/env_knob.h"
-#include "deltatron/core/log.h"
 #include "deltatron/core/allocator.h"
 #include "deltatron/core/numeric.h"
 #include "deltatron/core/rng.h"
 #include "ops/basic_backends.h"
-#include "ops/gemm_tuned.h"
 
 namespace dt::ops::cuda {
 namespace {
@@ -504,227 +499,5 @@ void memcpy_async(const TensorView& dst, const TensorView& src, Stream s) {
 }
 
 void stream_sync(Stream s) { DT_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(s))); }
-
-// ---- GEMM (cuBLASLt) ------------------------------------------------------------------
-// Row-major C[M,N] = A[M,K] B[K,N] is column-major C^T[N,M] = B^T A^T: cuBLASLt gets B as its
-// first operand and A as its second, so no data is transposed.
-namespace {
-constexpr size_t kLtWorkspace = size_t(32) << 20;
-
-struct LtDevice {
-  cublasLtHandle_t handle = nullptr;
-  Tensor workspace;  // from the caching allocator
-  std::string name;  // cudaDeviceProp::name, for the tuned table (gemm_tuned.h)
-};
-LtDevice& lt_device(int dev) {
-  static std::mutex mu;
-  static auto* per_dev = new std::map<int, LtDevice>;  // leaked: handles outlive static destructors
-  std::lock_guard<std::mutex> g(mu);
-  LtDevice& d = (*per_dev)[dev];
-  if (!d.handle) {
-    DT_CUBLAS_CHECK(cublasLtCreate(&d.handle));
-    d.workspace = Tensor::empty(Shape{int64_t(kLtWorkspace)}, DType::u8, Device::cuda(dev));
-    cudaDeviceProp prop{};
-    DT_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-    d.name = prop.name;
-  }
-  return d;
-}
-
-using AlgoKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, int, int, int>;
-struct AlgoEntry {
-  cublasLtMatmulAlgo_t algo;
-};
-
-int alignment(const void* p, int64_t ld, size_t es) {
-  uintptr_t a = reinterpret_cast<uintptr_t>(p) | uintptr_t(ld * int64_t(es));
-  int al = 256;
-  while (al > 1 && (a % al)) al >>= 1;
-  return al;
-}
-
-cudaDataType_t lt_type(DType t) {
-  switch (t) {
-    case DType::f32: return CUDA_R_32F;
-    case DType::bf16: return CUDA_R_16BF;
-    case DType::f16: return CUDA_R_16F;
-    default: DT_FAIL("gemm: unsupported dtype {}", dtype_name(t));
-  }
-}
-// The candidate's kernel configuration as cuBLASLt names it (0 where an attribute is not set), so
-// the autotune log tells which tile, stage count and cluster shape won.
-uint64_t algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
-  uint64_t v = 0;  // 16- to 64-bit unsigned attributes, asked with their own size (little-endian)
-  size_t size = 0;
-  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &size) != CUBLAS_STATUS_SUCCESS ||
-      size > sizeof(v) || cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, size, &size) != CUBLAS_STATUS_SUCCESS)
-    return 0;
-  return v;
-}
-std::string algo_ids(const cublasLtMatmulAlgo_t& algo) {
-  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr) { return algo_attr(algo, attr); };
-  return fmt::format("(id {} tile {} stages {} cluster {} splitk {} swizzle {})", get(CUBLASLT_ALGO_CONFIG_ID),
-                     get(CUBLASLT_ALGO_CONFIG_TILE_ID), get(CUBLASLT_ALGO_CONFIG_STAGES_ID),
-                     get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
-                     get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING));
-}
-
-// Times each candidate (1 warm-up, 5 timed runs, beta 0 into a scratch C, so C is untouched) and
-// returns the fastest; logs the table.
-cublasLtMatmulAlgo_t fastest_algo(LtDevice& dev, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t l1,
-                                  cublasLtMatrixLayout_t l2, cublasLtMatrixLayout_t lc,
-                                  const cublasLtMatmulHeuristicResult_t* res, int found, const TensorView& c,
-                                  const TensorView& a, const TensorView& b, Stream s, int64_t M, int64_t N, int64_t K) {
-  const cudaStream_t st = cuda_stream(s);
-  Tensor scratch = Tensor::empty(Shape{c.shape[0], c.stride[0]}, c.dtype, c.device);
-  cudaEvent_t e0, e1;
-  DT_CUDA_CHECK(cudaEventCreate(&e0));
-  DT_CUDA_CHECK(cudaEventCreate(&e1));
-  const float alpha = 1.f, beta = 0.f;
-  int best = 0;
-  float best_ms = 0.f;
-  std::string table;
-  for (int i = 0; i < found; ++i) {
-    auto run = [&] {
-      return cublasLtMatmul(dev.handle, desc, &alpha, b.data, l1, a.data, l2, &beta, scratch.data(), lc,
-                            scratch.data(), lc, &res[i].algo, dev.workspace.data(), kLtWorkspace, st);
-    };
-    if (run() != CUBLAS_STATUS_SUCCESS) continue;
-    DT_CUDA_CHECK(cudaEventRecord(e0, st));
-    for (int r = 0; r < 5; ++r) DT_CUBLAS_CHECK(run());
-    DT_CUDA_CHECK(cudaEventRecord(e1, st));
-    DT_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0.f;
-    DT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    ms /= 5;
-    table += fmt::format(" {}:{:.3f}{}", i, ms, algo_ids(res[i].algo));
-    if (i == 0 || ms < best_ms) best = i, best_ms = ms;
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  spdlog::info("gemm autotune M {} N {} K {}: candidate:ms{} -> {} ({:.0f} TFLOP/s)", M, N, K, table, best,
-               2e-9 * double(M) * double(N) * double(K) / best_ms);
-  return res[best].algo;
-}
-}  // namespace
-
-void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const GemmOpts& o, Stream s) {
-  int64_t M = c.shape[0], N = c.shape[1], K = o.trans_a ? a.shape[0] : a.shape[1];
-  if (M == 0 || N == 0) return;
-  if (K == 0) {  // nothing to multiply: C = beta * C
-    if (o.beta == 0.f) fill(c, 0.0, s);
-    else binary(Bin::scale, c, c, c, o.beta, s);
-    return;
-  }
-  Range r("dt::gemm");
-  DT_CHECK(a.dtype == DType::bf16 || a.dtype == DType::f32 || a.dtype == DType::f16,
-           "CUDA gemm: inputs must be bf16, f16 or f32, got {}", a.str());
-  DT_CHECK(c.dtype == a.dtype || c.dtype == DType::f32, "CUDA gemm: C must be f32 or the input dtype ({}), got {}",
-           dtype_name(a.dtype), c.str());
-  LtDevice& dev = lt_device(c.device.index);
-  cudaDataType_t in_t = lt_type(a.dtype), c_t = lt_type(c.dtype);
-  cublasComputeType_t compute =
-      a.dtype == DType::f32 ? (o.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F) : CUBLAS_COMPUTE_32F;
-  cublasOperation_t op1 = o.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // first operand: B
-  cublasOperation_t op2 = o.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // second operand: A
-  int64_t ldb = b.stride[0], lda = a.stride[0], ldc = c.stride[0];
-  size_t es = dtype_size(a.dtype);
-  int al_b = alignment(b.data, ldb, es), al_a = alignment(a.data, lda, es), al_c = alignment(c.data, ldc, dtype_size(c.dtype));
-
-  cublasLtMatmulDesc_t desc;
-  DT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F));
-  DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof(op1)));
-  DT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof(op2)));
-  cublasLtMatrixLayout_t l1, l2, lc;
-  // Column-major shapes as stored: B (row-major [K,N] or [N,K]) is [N,K] or [K,N] column-major.
-  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l1, in_t, o.trans_b ? K : N, o.trans_b ? N : K, ldb));
-  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l2, in_t, o.trans_a ? M : K, o.trans_a ? K : M, lda));
-  DT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, c_t, N, M, ldc));
-
-  // DT_GEMM_ALGO="MxNxK:i,...": this shape's i-th heuristic candidate instead of the first (read at
-  // every call and part of the cache key, so an A/B may flip it between calls).
-  constexpr int kMaxCandidates = 32;
-  const int pin = env::shape_index("DT_GEMM_ALGO", M, N, K, kMaxCandidates - 1,
-                                   "the shape's cuBLASLt heuristic candidate, 0 its first");
-  // DT_GEMM_AUTOTUNE=1: time the heuristic's first candidates once per shape and keep the
-  // fastest (off by default: the choice then depends on timing, so two runs may differ in bits).
-  bool tune = env::choice("DT_GEMM_AUTOTUNE", {{"0", "cuBLASLt's first heuristic (default)"},
-                                               {"1", "time up to 32 candidates per shape"}}) == 1;
-  if (tune) {  // no timing inside a capture (asked only when autotuning)
-    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    DT_CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(s), &cap));
-    tune = cap == cudaStreamCaptureStatusNone;
-  }
-  // Else the tuned table's candidate (gemm_tuned.h) where this device, shape and bf16 GEMM match.
-  const int trans = int(o.trans_a) | (int(o.trans_b) << 1);
-  const TunedGemm* tuned = pin < 0 && !tune && a.dtype == DType::bf16 && c.dtype == DType::bf16
-                               ? tuned_gemm(dev.name, M, N, K, trans)
-                               : nullptr;
-  if (tuned && tuned->candidate >= kMaxCandidates) tuned = nullptr;  // (the table's test bounds it too)
-  static std::mutex mu;
-  static std::map<AlgoKey, AlgoEntry> cache;
-  AlgoKey key{c.device.index, M, N, K, lda, ldb, ldc, int(a.dtype), int(c.dtype),
-              trans | (int(o.allow_tf32) << 2), al_a, al_b, al_c, pin >= 0 ? pin : tuned ? -2 : tune ? -3 : -1};
-  cublasLtMatmulAlgo_t algo;
-  {
-    std::lock_guard<std::mutex> g(mu);
-    auto it = cache.find(key);
-    if (it != cache.end()) {
-      algo = it->second.algo;
-    } else {
-      cublasLtMatmulPreference_t pref;
-      DT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-      uint64_t ws = kLtWorkspace;
-      uint32_t a1 = al_b, a2 = al_a, a3 = al_c;
-      DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-      DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &a1, sizeof(a1)));
-      DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &a2, sizeof(a2)));
-      DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &a3, sizeof(a3)));
-      DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &a3, sizeof(a3)));
-      const int want = pin >= 0 ? pin + 1 : tuned ? tuned->candidate + 1 : tune ? kMaxCandidates : 1;
-      cublasLtMatmulHeuristicResult_t res[kMaxCandidates] = {};
-      int found = 0;
-      DT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(dev.handle, desc, l1, l2, lc, lc, pref, want, res, &found));
-      cublasLtMatmulPreferenceDestroy(pref);
-      DT_CHECK(found > 0, "cuBLASLt found no algorithm for C {} = op(A) {} op(B) {} (trans_a {}, trans_b {})", c.str(),
-               a.str(), b.str(), o.trans_a, o.trans_b);
-      if (pin >= 0) {
-        if (found <= pin)
-          user_error(fmt::format("DT_GEMM_ALGO pins candidate {} for M {} N {} K {}, but cuBLASLt offers {} (0 to {}); "
-                                 "pick one of them or unset it",
-                                 pin, M, N, K, found, found - 1));
-        algo = res[pin].algo;
-        spdlog::info("gemm M {} N {} K {}: candidate {} {} (DT_GEMM_ALGO)", M, N, K, pin, algo_ids(algo));
-      } else if (tuned) {
-        // The table's candidate only while the heuristic still offers the kernel that was measured.
-        const int i = tuned->candidate;
-        const bool same = found > i && algo_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == uint64_t(tuned->tile) &&
-                          algo_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID) == uint64_t(tuned->stages) &&
-                          algo_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID) == uint64_t(tuned->cluster);
-        algo = res[same ? i : 0].algo;
-        if (same)
-          spdlog::info("gemm M {} N {} K {}: tuned candidate {} {} (DT_GEMM_TUNED=0 for the first)", M, N, K, i,
-                       algo_ids(algo));
-        else
-          spdlog::warn("gemm M {} N {} K {}: the tuned table's candidate {} (tile {} stages {} cluster {}) is not what "
-                       "this cuBLASLt offers there ({}); using its first",
-                       M, N, K, i, tuned->tile, tuned->stages, tuned->cluster,
-                       found > i ? algo_ids(res[i].algo) : fmt::format("{} candidates", found));
-      } else {
-        algo = res[0].algo;
-        if (found > 1) algo = fastest_algo(dev, desc, l1, l2, lc, res, found, c, a, b, s, M, N, K);
-      }
-      cache.emplace(key, AlgoEntry{algo});
-    }
-  }
-  float alpha = o.alpha, beta = o.beta;
-  DT_CUBLAS_CHECK(cublasLtMatmul(dev.handle, desc, &alpha, b.data, l1, a.data, l2, &beta, c.data, lc, c.data, lc, &algo,
-                                 dev.workspace.data(), kLtWorkspace, cuda_stream(s)));
-  cublasLtMatrixLayoutDestroy(l1);
-  cublasLtMatrixLayoutDestroy(l2);
-  cublasLtMatrixLayoutDestroy(lc);
-  cublasLtMatmulDescDestroy(desc);
-  if (DT_SYNC_CHECK) DT_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(s)));
-}
 
 }  // namespace dt::ops::cuda
