@@ -256,23 +256,33 @@ TEST(BasicCuda, GemmAutotuneMatchesCpu) {
   ::unsetenv("DT_GEMM_AUTOTUNE");
 }
 
+// C = 0.5 A B^T + C with bf16-exact operands: the CPU's product (ref), and the GPU's from the
+// same C (dc), which must agree within fp32 summation order (rel. 1e-6) whatever the algorithm.
+struct GemmVsCpu {
+  static constexpr ops::GemmOpts o{false, true, 0.5f, 1.f};
+  Tensor c, ref, da, db;
+  GemmVsCpu(int64_t M, int64_t N, int64_t K) {
+    Tensor a = as(as(rand_host(Shape{M, K}), DType::bf16), DType::f32);
+    Tensor b = as(as(rand_host(Shape{N, K}), DType::bf16), DType::f32);
+    c = rand_host(Shape{M, N});
+    ref = as(c, DType::f32);  // C's copy, then the CPU's product into it
+    ops::gemm(ref, a, b, o);
+    da = dev(as(a, DType::bf16)), db = dev(as(b, DType::bf16));
+  }
+  bool gpu_matches() const {
+    Tensor dc = dev(c);
+    ops::gemm(dc, da, db, o);
+    return close_rel(dc, ref, 1e-6);
+  }
+};
+
 // DT_GEMM_ALGO pins a shape's cuBLASLt candidate (flipped between calls here): each gives C one
 // product, the CPU's within fp32 summation order. (The parser's errors: test_core.)
 TEST(BasicCuda, GemmPinnedCandidateMatchesCpu) {
-  const int64_t M = 263, N = 411, K = 777;  // a shape no other test uses
-  ops::GemmOpts o{false, true, 0.5f, 1.f};
-  Tensor a = as(as(rand_host(Shape{M, K}), DType::bf16), DType::f32);
-  Tensor b = as(as(rand_host(Shape{N, K}), DType::bf16), DType::f32);
-  Tensor c = rand_host(Shape{M, N});
-  Tensor ref = as(c, DType::f32);  // C's copy, then the CPU's product into it
-  ops::gemm(ref, a, b, o);
-  const Tensor da = dev(as(a, DType::bf16)), db = dev(as(b, DType::bf16));
-  const std::string shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
+  const GemmVsCpu g(263, 411, 777);  // a shape no other test uses
   for (int i = 0; i < 2; ++i) {
-    ::setenv("DT_GEMM_ALGO", (shape + ":" + std::to_string(i)).c_str(), 1);
-    Tensor dc = dev(c);
-    ops::gemm(dc, da, db, o);
-    EXPECT_TRUE(close_rel(dc, ref, 1e-6)) << "candidate " << i;
+    ::setenv("DT_GEMM_ALGO", ("263x411x777:" + std::to_string(i)).c_str(), 1);
+    EXPECT_TRUE(g.gpu_matches()) << "candidate " << i;
   }
   ::unsetenv("DT_GEMM_ALGO");
 }
@@ -281,18 +291,10 @@ TEST(BasicCuda, GemmPinnedCandidateMatchesCpu) {
 // stages x cluster x custom option) and ranks them at the power cap; whichever wins must compute
 // the same product as the CPU (bf16 operands exact in fp32, fp32 accumulation: rel. 1e-6).
 TEST(BasicCuda, GemmSustainedAutotuneMatchesCpu) {
-  const int64_t M = 301, N = 203, K = 509;  // a shape no other test uses
-  ops::GemmOpts o{false, true, 0.5f, 1.f};
-  Tensor a = as(as(rand_host(Shape{M, K}), DType::bf16), DType::f32);
-  Tensor b = as(as(rand_host(Shape{N, K}), DType::bf16), DType::f32);
-  Tensor c = rand_host(Shape{M, N});
-  Tensor ref = as(c, DType::f32);
-  ops::gemm(ref, a, b, o);
+  const GemmVsCpu g(301, 203, 509);  // a shape no other test uses
   ::setenv("DT_GEMM_AUTOTUNE", "2", 1);
-  Tensor dc = dev(c);
-  ops::gemm(dc, dev(as(a, DType::bf16)), dev(as(b, DType::bf16)), o);
+  EXPECT_TRUE(g.gpu_matches());
   ::unsetenv("DT_GEMM_AUTOTUNE");
-  EXPECT_TRUE(close_rel(dc, ref, 1e-6));
 }
 // A configuration cuBLASLt does not accept (tile id 1 is 8x8) fails naming the knob and the shape.
 TEST(BasicCudaDeathTest, GemmConfigNotAcceptedFails) {
