@@ -166,7 +166,8 @@ std::vector<cublasLtMatmulAlgo_t> all_configs(LtDevice& dev, const LtProblem& pb
 
 // Returns the fastest candidate and logs the table (beta 0 into a scratch C, so C is untouched).
 // sustained == false: each candidate timed over 5 runs after a warm-up (DT_GEMM_AUTOTUNE=1).
-// sustained == true (DT_GEMM_AUTOTUNE=2): every candidate over 2 runs, then the 16 fastest and the
+// sustained == true (DT_GEMM_AUTOTUNE=2): every candidate over 2 runs after a warm-up (none for
+// one whose warm-up took over 3x the first's), then the 16 fastest and the
 // heuristic's first again, each run back to back for ~100 ms and timed over the next ~100 ms, so
 // that the power cap settles on the candidate's own draw: at the cap a GEMM's time is its energy
 // over the cap, which is what it costs inside the layer (docs/perf.md v0.29.0, v0.30.0), and a
@@ -194,8 +195,13 @@ cublasLtMatmulAlgo_t fastest_algo(LtDevice& dev, const LtProblem& pb, const std:
   };
   const int n = int(cand.size());
   std::vector<float> quick(n, -1.f);
-  for (int i = 0; i < n; ++i)
-    if (time_runs(i, 1) >= 0.f) quick[i] = time_runs(i, sustained ? 2 : 5);  // the first: a warm-up
+  for (int i = 0; i < n; ++i) {
+    const float first = time_runs(i, 1);  // a warm-up (it includes loading the kernel), timed
+    if (first < 0.f) continue;
+    // The search's thousands of configurations are mostly small tiles, several times slower: one
+    // that takes over 3x the heuristic's first (loading included) keeps its warm-up time.
+    quick[i] = sustained && i > 0 && first > 3.f * quick[0] ? first : time_runs(i, sustained ? 2 : 5);
+  }
   std::vector<int> order;
   for (int i = 0; i < n; ++i)
     if (quick[i] >= 0.f) order.push_back(i);
