@@ -125,7 +125,8 @@ TEST(BasicCpu, TunedGemmTableMatchesExactly) {
     const ops::TunedGemm& e = table[i];
     EXPECT_TRUE(e.candidate >= 1 && e.candidate <= 31) << "entry " << i << ": candidate " << e.candidate;
     EXPECT_TRUE(e.trans >= 0 && e.trans <= 3) << "entry " << i;
-    EXPECT_TRUE(e.m > 0 && e.n > 0 && e.k > 0 && e.tile > 0 && e.stages > 0 && e.cluster > 0) << "entry " << i;
+    EXPECT_TRUE(e.m > 0 && e.n > 0 && e.k > 0 && e.tile > 0 && e.stages > 0 && e.cluster > 0 && e.custom >= -1)
+        << "entry " << i;
     EXPECT_EQ(ops::tuned_gemm(e.device, e.m, e.n, e.k, e.trans), &e) << "entry " << i << " (a duplicate before it?)";
   }
   const ops::TunedGemm& e = table[0];

@@ -359,15 +359,17 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
         const int i = tuned->candidate;
         const bool same = found > i && algo_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID) == uint64_t(tuned->tile) &&
                           algo_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID) == uint64_t(tuned->stages) &&
-                          algo_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID) == uint64_t(tuned->cluster);
+                          algo_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID) == uint64_t(tuned->cluster) &&
+                          (tuned->custom < 0 ||
+                           algo_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION) == uint64_t(tuned->custom));
         algo = res[same ? i : 0].algo;
         if (same)
           spdlog::info("gemm M {} N {} K {}: tuned candidate {} {} (DT_GEMM_TUNED=0 for the first)", M, N, K, i,
                        algo_ids(algo));
         else
-          spdlog::warn("gemm M {} N {} K {}: the tuned table's candidate {} (tile {} stages {} cluster {}) is not what "
-                       "this cuBLASLt offers there ({}); using its first",
-                       M, N, K, i, tuned->tile, tuned->stages, tuned->cluster,
+          spdlog::warn("gemm M {} N {} K {}: the tuned table's candidate {} (tile {} stages {} cluster {} custom {}) is "
+                       "not what this cuBLASLt offers there ({}); using its first",
+                       M, N, K, i, tuned->tile, tuned->stages, tuned->cluster, tuned->custom,
                        found > i ? algo_ids(res[i].algo) : fmt::format("{} candidates", found));
       } else {
         algo = res[0].algo;
