@@ -227,8 +227,10 @@ cublasLtMatmulAlgo_t fastest_algo(LtDevice& dev, const LtProblem& pb, const std:
   const int best = order[0];
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  spdlog::info("gemm autotune{} M {} N {} K {}: candidate:ms{} -> {} {} ({:.0f} TFLOP/s)", sustained ? " sustained" : "",
-               M, N, K, table, best, algo_ids(cand[best]), 2e-9 * double(M) * double(N) * double(K) / ms[best]);
+  spdlog::info("gemm autotune{} M {} N {} K {}: candidate:ms{} -> {} {} ({:.0f} TFLOP/s; to pin it: "
+               "DT_GEMM_CONFIG={}x{}x{}:{})",
+               sustained ? " sustained" : "", M, N, K, table, best, algo_ids(cand[best]),
+               2e-9 * double(M) * double(N) * double(K) / ms[best], M, N, K, algo_config(cand[best]));
   return cand[best];
 }
 }  // namespace
