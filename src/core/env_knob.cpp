@@ -12,6 +12,23 @@
 #include "deltatron/core/check.h"
 
 namespace dt::env {
+namespace {
+
+// f(entry) for each comma-separated entry of the value of var (none when unset or empty); every
+// entry is visited, so a malformed one fails even after a match.
+template <class F>
+void each_entry(const char* var, F&& f) {
+  const char* e = std::getenv(var);
+  if (e == nullptr || *e == '\0') return;
+  const std::string all(e);
+  for (size_t at = 0; at <= all.size();) {
+    const size_t comma = std::min(all.find(',', at), all.size());
+    f(all.substr(at, comma - at), e);
+    at = comma + 1;
+  }
+}
+
+}  // namespace
 
 int choice(const char* var, std::initializer_list<Choice> choices) {
   const char* e = std::getenv(var);
@@ -38,14 +55,8 @@ int64_t whole_number(const char* var, int64_t lo, int64_t hi, int64_t dflt, cons
 }
 
 int shape_index(const char* var, int64_t m, int64_t n, int64_t k, int hi, const char* what) {
-  const char* e = std::getenv(var);
-  if (e == nullptr || *e == '\0') return -1;
   int found = -1;
-  const std::string all(e);
-  size_t at = 0;
-  while (at <= all.size()) {  // every entry is checked, so a malformed one fails even after a match
-    const size_t comma = std::min(all.find(',', at), all.size());
-    const std::string entry = all.substr(at, comma - at);
+  each_entry(var, [&](const std::string& entry, const char* e) {
     long long em = 0, en = 0, ek = 0;
     int ei = 0, used = 0;
     const bool ok = std::sscanf(entry.c_str(), "%lldx%lldx%lld:%d%n", &em, &en, &ek, &ei, &used) == 4 &&
@@ -53,21 +64,14 @@ int shape_index(const char* var, int64_t m, int64_t n, int64_t k, int hi, const 
     DT_CHECK(ok, "{}='{}': entry '{}' is not MxNxK:i with i in [0, {}] ({}); unset it for the default", var, e, entry,
              hi, what);
     if (em == m && en == n && ek == k) found = ei;
-    at = comma + 1;
-  }
+  });
   return found;
 }
 
 std::vector<int64_t> shape_tuple(const char* var, int64_t m, int64_t n, int64_t k, int count, const char* form,
                                  const char* what) {
-  const char* e = std::getenv(var);
   std::vector<int64_t> found;
-  if (e == nullptr || *e == '\0') return found;
-  const std::string all(e);
-  size_t at = 0;
-  while (at <= all.size()) {  // every entry is checked, as in shape_index
-    const size_t comma = std::min(all.find(',', at), all.size());
-    const std::string entry = all.substr(at, comma - at);
+  each_entry(var, [&](const std::string& entry, const char* e) {
     long long em = 0, en = 0, ek = 0;
     int used = 0;
     bool ok = std::sscanf(entry.c_str(), "%lldx%lldx%lld:%n", &em, &en, &ek, &used) == 3 && used > 0 && em > 0 &&
@@ -88,8 +92,7 @@ std::vector<int64_t> shape_tuple(const char* var, int64_t m, int64_t n, int64_t 
     DT_CHECK(ok, "{}='{}': entry '{}' is not MxNxK:{} ({} whole numbers; {}); unset it for the default", var, e, entry,
              form, count, what);
     if (em == m && en == n && ek == k) found = vals;
-    at = comma + 1;
-  }
+  });
   return found;
 }
 

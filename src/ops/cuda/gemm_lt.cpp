@@ -48,8 +48,8 @@ LtDevice& lt_device(int dev) {
   return d;
 }
 
-using AlgoKey =
-    std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, int, int, int, int64_t>;
+using AlgoKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, int, int, int,
+                           std::vector<int64_t>>;
 struct AlgoEntry {
   cublasLtMatmulAlgo_t algo;
 };
@@ -101,14 +101,19 @@ struct LtProblem {
   cublasComputeType_t compute;
   cudaDataType_t in_t, c_t;
 };
+// Algorithm `id` for the problem's types, unconfigured.
+bool init_algo(LtDevice& dev, const LtProblem& pb, uint32_t id, cublasLtMatmulAlgo_t* algo) {
+  return cublasLtMatmulAlgoInit(dev.handle, pb.compute, CUDA_R_32F, pb.in_t, pb.in_t, pb.c_t, pb.c_t, int(id), algo) ==
+         CUBLAS_STATUS_SUCCESS;
+}
 // Algorithm `id` with a configuration (tile.stages.cluster.custom; split-k 1, no swizzle), if
-// cuBLASLt accepts it for the problem within the workspace.
-bool configured_algo(LtDevice& dev, const LtProblem& pb, uint32_t id, uint32_t tile, uint32_t stages, uint16_t cluster,
+// cuBLASLt accepts it for the problem within the workspace (a cluster id past its 16-bit
+// attribute is not accepted).
+bool configured_algo(LtDevice& dev, const LtProblem& pb, uint32_t id, uint32_t tile, uint32_t stages, uint32_t cluster_id,
                      uint32_t custom, cublasLtMatmulAlgo_t* out) {
   cublasLtMatmulAlgo_t algo;
-  if (cublasLtMatmulAlgoInit(dev.handle, pb.compute, CUDA_R_32F, pb.in_t, pb.in_t, pb.c_t, pb.c_t, int(id), &algo) !=
-      CUBLAS_STATUS_SUCCESS)
-    return false;
+  if (cluster_id > 0xFFFF || !init_algo(dev, pb, id, &algo)) return false;
+  const uint16_t cluster = uint16_t(cluster_id);
   const int32_t splitk = 1;
   const uint32_t zero = 0;
   const auto set = [&](cublasLtMatmulAlgoConfigAttributes_t a, const void* v, size_t n) {
@@ -140,9 +145,7 @@ std::vector<uint32_t> cap_ids(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAl
 // stage ids x cluster shapes (1x1 to 4x4) x custom options (DT_GEMM_AUTOTUNE=2's search space).
 std::vector<cublasLtMatmulAlgo_t> all_configs(LtDevice& dev, const LtProblem& pb, uint32_t id) {
   cublasLtMatmulAlgo_t base;
-  if (cublasLtMatmulAlgoInit(dev.handle, pb.compute, CUDA_R_32F, pb.in_t, pb.in_t, pb.c_t, pb.c_t, int(id), &base) !=
-      CUBLAS_STATUS_SUCCESS)
-    return {};
+  if (!init_algo(dev, pb, id, &base)) return {};
   const std::vector<uint32_t> tiles = cap_ids(base, CUBLASLT_ALGO_CAP_TILE_IDS), stages = cap_ids(base, CUBLASLT_ALGO_CAP_STAGES_IDS);
   int32_t custom_max = 0;
   size_t size = 0;
@@ -153,7 +156,7 @@ std::vector<cublasLtMatmulAlgo_t> all_configs(LtDevice& dev, const LtProblem& pb
   int64_t tried = 0;
   for (uint32_t t : tiles)
     for (uint32_t st : stages)
-      for (uint16_t cl = CUBLASLT_CLUSTER_SHAPE_1x1x1; cl <= CUBLASLT_CLUSTER_SHAPE_4x4x1; ++cl)
+      for (uint32_t cl = CUBLASLT_CLUSTER_SHAPE_1x1x1; cl <= CUBLASLT_CLUSTER_SHAPE_4x4x1; ++cl)
         for (int32_t cu = 0; cu <= custom_max; ++cu) {
           cublasLtMatmulAlgo_t a;
           ++tried;
@@ -221,7 +224,7 @@ cublasLtMatmulAlgo_t fastest_algo(LtDevice& dev, const LtProblem& pb, const std:
   }
   std::string table;
   for (int i : order)
-    table += sustained ? fmt::format(" {}:{:.3f} (2 runs {:.3f}) {}{}", i, ms[i], quick[i], algo_config(cand[i]),
+    table += sustained ? fmt::format(" {}:{:.3f} (quick {:.3f}) {}{}", i, ms[i], quick[i], algo_config(cand[i]),
                                      i == 0 ? " (first)" : "")
                        : fmt::format(" {}:{:.3f}{}", i, ms[i], algo_ids(cand[i]));
   const int best = order[0];
@@ -304,18 +307,8 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
   // The choice's part of the key: a pin's index, or -2 table, -3 / -4 autotune 1 / 2, -5 a
   // configuration (its four numbers in the last field), -1 the heuristic's first.
   const int how = pin >= 0 ? pin : !config.empty() ? -5 : tuned ? -2 : tune ? -2 - tune_level : -1;
-  std::string cfg;
-  int64_t cfg_key = -1;
-  if (!config.empty()) {
-    cfg = fmt::format("{}.{}.{}.{}", config[0], config[1], config[2], config[3]);
-    if (config[0] >= (1 << 20) || config[1] >= (1 << 16) || config[2] > 0xFFFF || config[3] >= (1 << 12))
-      user_error(fmt::format("DT_GEMM_CONFIG names {} for M {} N {} K {}: tile < 2^20, stages < 2^16, cluster < 2^16 "
-                             "and custom < 2^12 are the ranges cuBLASLt's ids take; unset it or fix it",
-                             cfg, M, N, K));
-    cfg_key = config[0] << 44 | config[1] << 28 | config[2] << 12 | config[3];
-  }
   AlgoKey key{c.device.index, M, N, K, lda, ldb, ldc, int(a.dtype), int(c.dtype),
-              trans | (int(o.allow_tf32) << 2), al_a, al_b, al_c, how, cfg_key};
+              trans | (int(o.allow_tf32) << 2), al_a, al_b, al_c, how, config};
   cublasLtMatmulAlgo_t algo;
   {
     std::lock_guard<std::mutex> g(mu);
@@ -340,14 +333,15 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
       cublasLtMatmulPreferenceDestroy(pref);
       DT_CHECK(found > 0, "cuBLASLt found no algorithm for C {} = op(A) {} op(B) {} (trans_a {}, trans_b {})", c.str(),
                a.str(), b.str(), o.trans_a, o.trans_b);
+      const uint32_t first_id = uint32_t(algo_attr(res[0].algo, CUBLASLT_ALGO_CONFIG_ID));
       if (!config.empty()) {
-        const uint32_t id = uint32_t(algo_attr(res[0].algo, CUBLASLT_ALGO_CONFIG_ID));
-        if (!configured_algo(dev, pb, id, uint32_t(config[0]), uint32_t(config[1]), uint16_t(config[2]),
+        const std::string cfg = fmt::format("{}.{}.{}.{}", config[0], config[1], config[2], config[3]);
+        if (!configured_algo(dev, pb, first_id, uint32_t(config[0]), uint32_t(config[1]), uint32_t(config[2]),
                              uint32_t(config[3]), &algo))
           user_error(fmt::format("DT_GEMM_CONFIG names {} for M {} N {} K {}, but cuBLASLt does not accept that "
                                  "configuration of algorithm {} there (DT_GEMM_AUTOTUNE=2 logs the ones it does); "
                                  "pick one of them or unset it",
-                                 cfg, M, N, K, id));
+                                 cfg, M, N, K, first_id));
         spdlog::info("gemm M {} N {} K {}: configuration {} {} (DT_GEMM_CONFIG)", M, N, K, cfg, algo_ids(algo));
       } else if (pin >= 0) {
         if (found <= pin)
@@ -379,7 +373,7 @@ void gemm(const TensorView& c, const TensorView& a, const TensorView& b, const G
           std::vector<cublasLtMatmulAlgo_t> cand;
           for (int i = 0; i < found; ++i) cand.push_back(res[i].algo);
           if (tune_level == 2)
-            for (const auto& x : all_configs(dev, pb, uint32_t(algo_attr(res[0].algo, CUBLASLT_ALGO_CONFIG_ID))))
+            for (const auto& x : all_configs(dev, pb, first_id))
               cand.push_back(x);
           if (cand.size() > 1) algo = fastest_algo(dev, pb, cand, c, a, b, s, M, N, K, tune_level == 2);
         }
