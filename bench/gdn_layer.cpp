@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   dist::ParallelDims dims{tp, cp, -1};
   if (std::string e = dims.resolve(dist::world_size()); !e.empty()) user_error(e);
   Device dev = Device::cuda(dist::select_cuda_device());
-  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::nccl);
+  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::cuda_backend());
   cudaStream_t st;
   DT_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   Stream s{st};

@@ -1,7 +1,7 @@
 // deltatron: the command-line entry point. Until the trainer exists it offers
 //   deltatron env                                  environment banner (every rank's host and devices)
 //   deltatron selfcheck [--tp N --cp N --dp N]     builds the process groups and checks every collective
-//                       [--backend mpi|nccl] [--dtype f32|bf16|...]
+//                       [--backend mpi|nccl|staged] [--dtype f32|bf16|...]
 //   deltatron train [--config FILE] [--set section.key=value]... [--data PREFIX] [--steps N]
 //                   [--init-from-hf DIR] [--export-hf DIR]
 //                                                  trains on the CPU or GPUs (docs/training.md); HF interop: docs/hf.md
@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
   self->add_option("--tp", sc.tp, "tensor-parallel size");
   self->add_option("--cp", sc.cp, "context-parallel size");
   self->add_option("--dp", sc.dp, "data-parallel size (-1: inferred)");
-  self->add_option("--backend", sc.backend, "mpi (CPU tensors) or nccl (CUDA tensors)");
+  self->add_option("--backend", sc.backend,
+                   "mpi (CPU tensors), nccl (CUDA tensors) or staged (CUDA tensors through MPI; ranks may share a GPU)");
   self->add_option("--dtype", sc.dtype, "element type of the checked tensors");
 
   std::string train_config, train_data, train_init_hf, train_export_hf;

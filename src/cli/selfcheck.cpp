@@ -147,12 +147,13 @@ int selfcheck(const SelfcheckOptions& o) {
   dist::Backend backend;
   if (o.backend == "mpi") backend = dist::Backend::mpi;
   else if (o.backend == "nccl") backend = dist::Backend::nccl;
-  else user_error(fmt::format("selfcheck: --backend '{}' is not one of: mpi, nccl", o.backend));
+  else if (o.backend == "staged") backend = dist::Backend::staged;
+  else user_error(fmt::format("selfcheck: --backend '{}' is not one of: mpi, nccl, staged", o.backend));
   DType dt = parse_dtype(o.dtype);
   dist::ParallelDims dims{o.tp, o.cp, o.dp};
   if (std::string err = dims.resolve(dist::world_size()); !err.empty()) user_error(err);
   Device dev = Device::cpu();
-  if (backend == dist::Backend::nccl) dev = Device::cuda(dist::select_cuda_device());
+  if (backend != dist::Backend::mpi) dev = Device::cuda(dist::select_cuda_device(backend));
   if (dist::world_rank() == 0) std::printf("%s", dist::describe_layout(dims).c_str());
 
   dist::ProcessGroups pg = dist::ProcessGroups::build(dims, backend);

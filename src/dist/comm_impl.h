@@ -13,6 +13,8 @@ namespace dt::dist::detail {
 std::unique_ptr<Communicator> make_mpi_comm(MPI_Comm group);
 // Collective over `group`: rank 0 creates the NCCL unique id and broadcasts it over `group`.
 std::unique_ptr<Communicator> make_nccl_comm(MPI_Comm group);
+// CUDA tensors through an MPI communicator of `group` by way of host buffers (staged_comm.cpp).
+std::unique_ptr<Communicator> make_staged_comm(MPI_Comm group);
 
 // World ranks of the members of `group`, in group-rank order (collective over `group`).
 std::vector<int> group_members(MPI_Comm group);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env_knob.h"
 #include "deltatron/core/check.h"
 #include "deltatron/core/log.h"
 #include "deltatron/dist/check.h"
@@ -94,6 +95,7 @@ const char* backend_name(Backend b) {
   switch (b) {
     case Backend::mpi: return "mpi";
     case Backend::nccl: return "nccl";
+    case Backend::staged: return "staged";
   }
   return "?";
 }
@@ -138,24 +140,35 @@ int world_size() { return process_info().world; }
 int local_rank() { return process_info().local_rank; }
 int local_size() { return boot().local_size; }
 
-int select_cuda_device() {
+Backend cuda_backend() {
+  const int i = env::choice("DT_COMM_STAGED", {{"0", "NCCL for CUDA tensors (default)"},
+                                               {"1", "CUDA tensors through MPI by way of host buffers; ranks may "
+                                                     "share a GPU"}});
+  return i == 1 ? Backend::staged : Backend::nccl;
+}
+
+int select_cuda_device(Backend b) {
   DT_CHECK(initialized(), "select_cuda_device: call dist::init() first");
   ProcessInfo& pi = process_info();
   // Every rank learns about every other rank's problem, so that all exit together through
   // user_error with the same message (rank 0 prints it) instead of some ranks hanging.
   std::string problem;
 #if DELTATRON_HAVE_CUDA
+  const bool share = b == Backend::staged;
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     problem = fmt::format("rank {} (host {}, local rank {}) has no GPU: cudaGetDeviceCount says '{}'", pi.rank,
                           pi.host, pi.local_rank, cudaGetErrorString(e));
     (void)cudaGetLastError();  // clear it, so that later CUDA calls report their own errors
-  } else if (pi.local_rank >= count) {
+  } else if (count == 0) {
+    problem = fmt::format("rank {} (host {}, local rank {}) has no GPU: no CUDA device is visible", pi.rank, pi.host,
+                          pi.local_rank);
+  } else if (pi.local_rank >= count && !share) {
     const char* vis = std::getenv("CUDA_VISIBLE_DEVICES");
     problem = fmt::format(
         "rank {} (host {}, local rank {}) has no GPU: {} CUDA device(s) visible on {} (CUDA_VISIBLE_DEVICES={}) for {} "
-        "local ranks; run at most {} ranks per node",
+        "local ranks; run at most {} ranks per node (or set DT_COMM_STAGED=1 to share GPUs, for tests)",
         pi.rank, pi.host, pi.local_rank, count, pi.host, vis ? vis : "<unset>", local_size(), count);
   }
 #else
@@ -180,8 +193,8 @@ int select_cuda_device() {
     user_error(bad == 1 ? "dist: " + first
                         : fmt::format("dist: {} (and {} more rank(s) without a GPU)", first, bad - 1));
 #if DELTATRON_HAVE_CUDA
-  DT_CUDA_CHECK(cudaSetDevice(pi.local_rank));
-  pi.gpu = pi.local_rank;
+  pi.gpu = pi.local_rank % count;  // == local_rank unless ranks share GPUs (checked above)
+  DT_CUDA_CHECK(cudaSetDevice(pi.gpu));
   return pi.gpu;
 #else
   return -1;  // unreachable: user_error above

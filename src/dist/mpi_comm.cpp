@@ -204,7 +204,12 @@ class MpiComm final : public Communicator {
 };
 
 std::unique_ptr<Communicator> make(Backend b, MPI_Comm group) {
-  return b == Backend::mpi ? make_mpi_comm(group) : make_nccl_comm(group);
+  switch (b) {
+    case Backend::mpi: return make_mpi_comm(group);
+    case Backend::nccl: return make_nccl_comm(group);
+    case Backend::staged: return make_staged_comm(group);
+  }
+  DT_FAIL("dist: unknown backend {}", int(b));
 }
 
 }  // namespace

@@ -40,10 +40,12 @@ using Clock = std::chrono::steady_clock;
 // GPU of the local rank or ends every rank with a user_error naming the host and device count).
 Device resolve_device(const std::string& want, std::string* note) {
   if (want == "cpu") return Device::cpu();
-  // cuda needs EVERY rank to have a GPU of its own (mixed backends cannot talk).
+  // cuda needs EVERY rank to have a GPU of its own (mixed backends cannot talk), or, with the
+  // staged backend (DT_COMM_STAGED=1: CUDA collectives through MPI), a GPU it may share.
   const int gpus = cuda_device_count();
+  const bool share = dist::cuda_backend() == dist::Backend::staged;
   Tensor lacking = Tensor::empty(Shape{1}, DType::i32);  // [1] ranks without a GPU
-  *lacking.ptr<int32_t>() = gpus > dist::local_rank() ? 0 : 1;
+  *lacking.ptr<int32_t>() = (share ? gpus > 0 : gpus > dist::local_rank()) ? 0 : 1;
   dist::make_world(dist::Backend::mpi)->all_reduce(lacking, dist::ReduceOp::sum);
   const int n_lacking = *lacking.ptr<int32_t>();
   if (want == "auto") {
@@ -187,7 +189,7 @@ Trainer::Trainer(const io::Config& cfg) : cfg_(cfg), guard_(cfg.train.max_nonfin
 
   // Device, groups, stream, precision.
   const Device dev = resolve_device(cfg_.train.device, &device_note_);
-  pg_ = dist::ProcessGroups::build(dims_, dev.is_cuda() ? dist::Backend::nccl : dist::Backend::mpi);
+  pg_ = dist::ProcessGroups::build(dims_, dev.is_cuda() ? dist::cuda_backend() : dist::Backend::mpi);
   host_dp_cp_ = dist::split(dist::Backend::mpi, pg_.coord.tp, dist::world_rank());  // same tp coordinate
   ctx_.pg = &pg_;
   ctx_.sp = cfg_.parallel.sp;

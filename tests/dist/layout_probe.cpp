@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
       const std::string b = next();
       if (b == "mpi") backend = dist::Backend::mpi;
       else if (b == "nccl") backend = dist::Backend::nccl;
-      else usage(("--backend must be mpi or nccl, got '" + b + "'").c_str());
+      else if (b == "staged") backend = dist::Backend::staged;
+      else usage(("--backend must be mpi, nccl or staged, got '" + b + "'").c_str());
     } else usage(("unknown argument '" + a + "'").c_str());
   }
 
@@ -74,7 +75,7 @@ int main(int argc, char** argv) {
   // The layout is checked before anything else touches a GPU or builds a group.
   if (std::string err = dims.resolve(dist::world_size()); !err.empty()) user_error(err);
   Device dev = Device::cpu();
-  if (backend == dist::Backend::nccl) dev = Device::cuda(dist::select_cuda_device());
+  if (backend != dist::Backend::mpi) dev = Device::cuda(dist::select_cuda_device(backend));
   dist::ProcessGroups pg = dist::ProcessGroups::build(dims, backend);
   if (dist::world_rank() == 0) std::fputs(dist::describe_layout(dims).c_str(), stdout);
 

@@ -1,6 +1,10 @@
 // Every collective of the MPI backend on every group of every layout exercised at this world
 // size (tests/dist/CMakeLists.txt runs it with 1, 2, 4 and 8 ranks), for f32, bf16, f16,
 // i32 and i64, checked exactly.
+#include <cstdlib>
+#include <optional>
+#include <string>
+
 #include "deltatron/dist/comm.h"
 #include "deltatron/dist/parallel.h"
 #include "dist_test_util.h"
@@ -45,6 +49,24 @@ TEST(MpiCollectives, MembersAreGroupOrderedWorldRanks) {
   EXPECT_EQ(c->members()[c->rank()], me);
   EXPECT_EQ(c->size(), int(want.size()));
   check_collectives(*c, DType::bf16, 5, Where{}, "reversed split");
+}
+
+// The backend for CUDA tensors follows DT_COMM_STAGED, read at every call (the _shared ctest
+// entries set it; tests/dist/test_collectives_cuda.cpp checks the staged collectives on a GPU).
+TEST(CudaBackend, FollowsDtCommStaged) {
+  const char* was = std::getenv("DT_COMM_STAGED");
+  const std::optional<std::string> saved = was ? std::optional<std::string>(was) : std::nullopt;
+  unsetenv("DT_COMM_STAGED");
+  EXPECT_EQ(dist::cuda_backend(), dist::Backend::nccl);
+  setenv("DT_COMM_STAGED", "", 1);
+  EXPECT_EQ(dist::cuda_backend(), dist::Backend::nccl);
+  setenv("DT_COMM_STAGED", "1", 1);
+  EXPECT_EQ(dist::cuda_backend(), dist::Backend::staged);
+  setenv("DT_COMM_STAGED", "0", 1);
+  EXPECT_EQ(dist::cuda_backend(), dist::Backend::nccl);
+  if (saved) setenv("DT_COMM_STAGED", saved->c_str(), 1);
+  else unsetenv("DT_COMM_STAGED");
+  EXPECT_STREQ(dist::backend_name(dist::Backend::staged), "staged");
 }
 
 }  // namespace

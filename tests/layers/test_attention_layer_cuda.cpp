@@ -55,13 +55,13 @@ TEST(AttentionLayerCuda, MatchesSerial) {
   const SeqLayerFn fn = attn_fn();
   const int64_t H = attn_cfg().hidden;
   SeqReference R32 = seq_reference(H, kLens, fn, seed);
-  SeqReference R16 = seq_reference(H, kLens, fn, seed, dist::Backend::nccl, dev, DType::bf16);
+  SeqReference R16 = seq_reference(H, kLens, fn, seed, dist::cuda_backend(), dev, DType::bf16);
   EXPECT_TRUE(close_rel(R16.out.y, R32.out.y, 3e-2)) << "bf16 y vs fp32";
   EXPECT_TRUE(close_rel(R16.out.dx, R32.out.dx, 3e-2)) << "bf16 dx vs fp32";
   for (size_t k = 0; k < R32.out.grads.size(); ++k)
     EXPECT_TRUE(close_rel(R16.out.grads[k], R32.out.grads[k], 3e-2)) << "bf16 vs fp32 " << R32.out.specs[k].name;
   for (const GdnLayout& L : gpu_layouts(dist::world_size())) {
-    check_seq_layout(L, H, fn, R32, seed, 1e-4, dist::Backend::nccl, dev, DType::f32);
-    check_seq_layout(L, H, fn, R16, seed, 2e-2, dist::Backend::nccl, dev, DType::bf16);
+    check_seq_layout(L, H, fn, R32, seed, 1e-4, dist::cuda_backend(), dev, DType::f32);
+    check_seq_layout(L, H, fn, R16, seed, 2e-2, dist::cuda_backend(), dev, DType::bf16);
   }
 }

@@ -21,14 +21,14 @@ void check_all(int64_t H, const DenseFn& fn) {
   const uint64_t seed = test_seed();
   Device dev = Device::cuda(dist::select_cuda_device());
   DenseReference R32 = dense_reference(H, fn, seed);
-  DenseReference R16 = dense_reference(H, fn, seed, dist::Backend::nccl, dev, DType::bf16);
+  DenseReference R16 = dense_reference(H, fn, seed, dist::cuda_backend(), dev, DType::bf16);
   EXPECT_TRUE(close_rel(R16.out.y, R32.out.y, 2e-2)) << "bf16 y vs fp32";
   EXPECT_TRUE(close_rel(R16.out.dx, R32.out.dx, 2e-2)) << "bf16 dx vs fp32";
   for (size_t k = 0; k < R32.out.grads.size(); ++k)
     EXPECT_TRUE(close_rel(R16.out.grads[k], R32.out.grads[k], 2e-2)) << "bf16 vs fp32 " << R32.out.specs[k].name;
   for (const GdnLayout& L : gpu_layouts(dist::world_size())) {
-    check_dense_layout(L, H, fn, R32, seed, dist::Backend::nccl, dev, DType::f32, 1e-4);
-    check_dense_layout(L, H, fn, R16, seed, dist::Backend::nccl, dev, DType::bf16, 2e-2);
+    check_dense_layout(L, H, fn, R32, seed, dist::cuda_backend(), dev, DType::f32, 1e-4);
+    check_dense_layout(L, H, fn, R16, seed, dist::cuda_backend(), dev, DType::bf16, 2e-2);
   }
 }
 }  // namespace

@@ -25,14 +25,14 @@ TEST(GdnLayerCuda, MatchesSerial) {
   const uint64_t seed = test_seed();
   Device dev = Device::cuda(dist::select_cuda_device());
   GdnReference R32 = gdn_reference(cfg, seed);
-  GdnReference R16 = gdn_reference(cfg, seed, dist::Backend::nccl, dev, DType::bf16);
+  GdnReference R16 = gdn_reference(cfg, seed, dist::cuda_backend(), dev, DType::bf16);
   std::vector<GdnLayout> layouts = {{1, 1, false}};
   if (dist::world_size() == 2) layouts = {{2, 1, false}, {2, 1, true}, {1, 2, false}};
   if (dist::world_size() == 4) layouts = {{2, 2, true}, {4, 1, true}, {1, 4, false}};  // issue 8's 4-GPU set
   if (dist::world_size() == 8) layouts = {{2, 2, true}};  // dp 2 beside it (issue 8's 8-GPU layout)
   for (const GdnLayout& L : layouts) {
-    check_gdn_layout(L, cfg, R32, seed, dist::Backend::nccl, dev, DType::f32, 1e-4);
-    check_gdn_layout(L, cfg, R16, seed, dist::Backend::nccl, dev, DType::bf16, 2e-2);
+    check_gdn_layout(L, cfg, R32, seed, dist::cuda_backend(), dev, DType::f32, 1e-4);
+    check_gdn_layout(L, cfg, R16, seed, dist::cuda_backend(), dev, DType::bf16, 2e-2);
   }
 }
 
@@ -47,7 +47,7 @@ TEST(GdnLayerCuda, Bf16AccuracyAgainstFp32Oracle) {
   const uint64_t seed = test_seed();
   Device dev = Device::cuda(dist::select_cuda_device());
   GdnReference R32 = gdn_reference(cfg, seed);
-  GdnReference R16 = gdn_reference(cfg, seed, dist::Backend::nccl, dev, DType::bf16);
+  GdnReference R16 = gdn_reference(cfg, seed, dist::cuda_backend(), dev, DType::bf16);
   auto report = [](const char* what, const TensorView& got, const TensorView& ref) {
     std::printf("[gdn-layer bf16 vs fp32] %-45s %s\n", what, compare(got, ref).str().c_str());
     return bool(close_rel(got, ref, 3e-2));
@@ -68,7 +68,7 @@ TEST(GdnLayerCuda, Bf16AccuracyAgainstFp32Oracle) {
   }
   // The large-magnitude config too, reported (not bounded: see the file header).
   GdnReference S32 = gdn_reference(gdn_small_config(), seed);
-  GdnReference S16 = gdn_reference(gdn_small_config(), seed, dist::Backend::nccl, dev, DType::bf16);
+  GdnReference S16 = gdn_reference(gdn_small_config(), seed, dist::cuda_backend(), dev, DType::bf16);
   std::printf("[gdn-layer bf16 vs fp32, init std 0.2] y %s | dx %s\n", compare(S16.out.y, S32.out.y).str().c_str(),
               compare(S16.out.dx, S32.out.dx).str().c_str());
   for (size_t k = 0; k < S32.specs.size(); ++k)
@@ -92,7 +92,7 @@ TEST(GdnLayerCuda, ForwardBackwardCaptureIntoAGraph) {
   Stream s{st};
   dist::ParallelDims dims{1, 1, 1};
   ASSERT_EQ(dims.resolve(1), "");
-  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::Backend::nccl);
+  dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::cuda_backend());
   layers::RunCtx ctx;
   ctx.pg = &pg;
   ctx.seed = seed;

@@ -65,7 +65,7 @@ TEST(VocabLayersCuda, EmbeddingMatchesCpu) {
       PaddedBatch b = padded_batch(kGdnRealLens, L.cp, L.sp ? L.tp : 1);
       const std::vector<int32_t> ids = token_ids(b.T, seed);
       auto C = make_side(L, b, seed, dist::Backend::mpi, Device::cpu(), DType::f32);
-      auto G = make_side(L, b, seed, dist::Backend::nccl, gpu, dt);
+      auto G = make_side(L, b, seed, dist::cuda_backend(), gpu, dt);
       const int64_t rows = C->psp->tokens_local();
       Tensor dy = rand_host(Shape{rows, kH});
       dy = download_f32(upload(dy, gpu, dt));  // the values both sides see
@@ -97,7 +97,7 @@ TEST(VocabLayersCuda, LmHeadMatchesCpu) {
           PaddedBatch b = padded_batch(kGdnRealLens, L.cp, L.sp ? L.tp : 1);
           const std::vector<int32_t> ids = token_ids(b.T, seed);
           auto C = make_side(L, b, seed, dist::Backend::mpi, Device::cpu(), DType::f32);
-          auto G = make_side(L, b, seed, dist::Backend::nccl, gpu, dt);
+          auto G = make_side(L, b, seed, dist::cuda_backend(), gpu, dt);
           const int64_t rows = C->psp->tokens_local();
           Tensor h = download_f32(upload(rand_host(Shape{rows, kH}, -2.f, 2.f), gpu, dt));
           layers::LmHeadConfig cfg{kV, kH, 0.3f, tied, 16};  // 16-row chunks: the chunked path

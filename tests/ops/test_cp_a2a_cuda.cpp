@@ -41,7 +41,7 @@ class CpA2aCuda : public ::testing::Test {
   Where where_;
 };
 
-TEST_F(CpA2aCuda, EveryLayoutPackDtypeAndImpl) { cpa2a::run_suite(dist::Backend::nccl, where_); }
+TEST_F(CpA2aCuda, EveryLayoutPackDtypeAndImpl) { cpa2a::run_suite(dist::cuda_backend(), where_); }
 
 // The three kernels alone against the CPU backend, bitwise, on one GPU: element sizes 1-8,
 // widths that allow 16-byte words and widths that do not, strided rows, random maps with

@@ -6,7 +6,9 @@
 //   MPI  - CPU tensors (the reference backend CI runs),
 //   NCCL - CUDA tensors, ordered on an explicit stream; the unique id is broadcast over
 //          the group's MPI communicator.
-// Collectives are blocking for MPI and stream-ordered for NCCL (no host sync).
+//   staged - CUDA tensors through MPI by way of host buffers, for ranks that share a GPU (which
+//          NCCL refuses): the multi-rank CUDA paths on a one-GPU machine. Slow; for tests.
+// Collectives are blocking for MPI and staged, and stream-ordered for NCCL (no host sync).
 #pragma once
 #include <memory>
 #include <string>
@@ -17,7 +19,7 @@
 namespace dt::dist {
 
 enum class ReduceOp { sum, max };
-enum class Backend { mpi, nccl };
+enum class Backend { mpi, nccl, staged };
 const char* backend_name(Backend b);
 
 struct InitOptions {
@@ -32,9 +34,14 @@ int world_size();
 int local_rank();   // from MPI_COMM_TYPE_SHARED, falling back to OMPI_COMM_WORLD_LOCAL_RANK
 int local_size();
 
+// The backend for CUDA tensors: nccl, or staged when DT_COMM_STAGED=1 (read at every call).
+Backend cuda_backend();
+
 // Selects the CUDA device of this rank (local rank) and checks that it exists: a rank
 // without a GPU is a clear error (dt::user_error) naming the host, rank and device count.
-int select_cuda_device();
+// For the staged backend (DT_COMM_STAGED=1 by default) ranks may share GPUs: local rank modulo
+// the node's device count.
+int select_cuda_device(Backend b = cuda_backend());
 
 class Communicator {
  public:
