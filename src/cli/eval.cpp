@@ -190,6 +190,10 @@ int run_eval(const EvalOptions& o) {
   }
   // Host sums over dp x cp (MPI, whatever the device groups are): ranks of one tp coordinate.
   std::unique_ptr<dist::Communicator> host_dp_cp = dist::split(dist::Backend::mpi, pg.coord.tp, dist::world_rank());
+  // The TP x CP group on the host: its ranks must pack the same micro-batches (checked per
+  // micro-batch; DP ranks may run different counts of them, so not over the world).
+  std::unique_ptr<dist::Communicator> host_tp_cp = dist::split(dist::Backend::mpi, pg.coord.dp, dist::world_rank());
+  const std::vector<int> one_group(size_t(host_tp_cp->size()), 0);
 
   data::PackerConfig pc = train::packer_config(cfg, dims);
   pc.shuffle = false;  // documents in dataset order
@@ -222,6 +226,9 @@ int run_eval(const EvalOptions& o) {
   for (size_t g = size_t(pg.coord.dp); g < plan.size(); g += size_t(dims.dp)) {  // DP rank r: r, r+dp, ...
     const data::MicroBatch mb = data::build_micro_batch(ds, pc, plan[g], 0, int64_t(g));
     data::PackedSeqParams psp = data::PackedSeqParams::build(mb.desc(pg.coord.cp), dev, st);
+    const std::string mismatch =
+        data::metadata_mismatch(*host_tp_cp, psp.checksum(), one_group, fmt::format("eval micro-batch {}", g));
+    if (!mismatch.empty() && host_tp_cp->rank() == 0) user_error(mismatch, /*every_rank_knows=*/false);  // aborts all
     layers::LmTargets tg = layers::targets_from_labels(mb.labels, psp, dev, st);
     Tensor ids = layers::local_token_ids(mb.tokens, psp, dev, st);
     layers::LmHeadLoss::Result r = net.forward(ids, psp, tg);

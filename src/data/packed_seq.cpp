@@ -7,6 +7,8 @@
 #include <climits>
 #include <cstring>
 
+#include <fmt/ranges.h>
+
 #include "deltatron/core/check.h"
 #include "deltatron/ops/basic.h"
 
@@ -106,6 +108,36 @@ std::string validate_gdn_cp_config(int64_t Hk, int64_t Hv, int tp, int cp, int64
 void validate_gdn_cp_config_or_die(int64_t Hk, int64_t Hv, int tp, int cp, int64_t pad_multiple) {
   const std::string err = validate_gdn_cp_config(Hk, Hv, tp, cp, pad_multiple);
   if (!err.empty()) user_error(err, /*every_rank_knows=*/true);
+}
+
+std::string metadata_mismatch(dist::Communicator& world, uint64_t checksum, const std::vector<int>& group_of,
+                              const std::string& where) {
+  const int P = world.size();
+  DT_CHECK(int(group_of.size()) == P, "metadata_mismatch: group_of has {} entries for {} ranks", group_of.size(), P);
+  if (P == 1) return "";
+  Tensor mine = Tensor::empty(Shape{1}, DType::i64), all = Tensor::empty(Shape{P}, DType::i64);
+  std::memcpy(mine.data(), &checksum, sizeof(checksum));
+  world.all_gather(all, mine);
+  const auto* cs = reinterpret_cast<const uint64_t*>(all.data());
+  const std::vector<int>& m = world.members();
+  for (int first = 0; first < P; ++first) {  // each group from its first rank, in rank order
+    if (std::find(group_of.begin(), group_of.begin() + first, group_of[first]) != group_of.begin() + first) continue;
+    std::vector<int> members, differ;
+    for (int r = first; r < P; ++r) {
+      if (group_of[r] != group_of[first]) continue;
+      members.push_back(m[r]);
+      if (cs[r] != cs[first]) differ.push_back(r);
+    }
+    if (differ.empty()) continue;
+    std::vector<int> differ_world;
+    for (int r : differ) differ_world.push_back(m[r]);
+    return fmt::format(
+        "packed batch ({}): cu_seqlens / cu_seqlens_padded differ across the TP x CP group of world ranks [{}]: "
+        "world rank(s) {} hold other metadata than world rank {} (checksum {:#018x} against {:#018x}); every rank "
+        "of a TP x CP group must pack the same micro-batches (the same data config and loader position)",
+        where, fmt::join(members, ", "), fmt::join(differ_world, ", "), m[first], cs[differ[0]], cs[first]);
+  }
+  return "";
 }
 
 // ---- zig-zag maps -------------------------------------------------------------------------

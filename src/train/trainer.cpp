@@ -191,6 +191,8 @@ Trainer::Trainer(const io::Config& cfg) : cfg_(cfg), guard_(cfg.train.max_nonfin
   const Device dev = resolve_device(cfg_.train.device, &device_note_);
   pg_ = dist::ProcessGroups::build(dims_, dev.is_cuda() ? dist::cuda_backend() : dist::Backend::mpi);
   host_dp_cp_ = dist::split(dist::Backend::mpi, pg_.coord.tp, dist::world_rank());  // same tp coordinate
+  host_world_ = dist::make_world(dist::Backend::mpi);
+  for (int r = 0; r < world; ++r) tp_cp_group_.push_back(dist::coord_of(dims_, r).dp);
   ctx_.pg = &pg_;
   ctx_.sp = cfg_.parallel.sp;
   ctx_.device = dev;
@@ -338,11 +340,13 @@ StepResult Trainer::step() {
   int64_t* c = counts.ptr<int64_t>();
   FlopCount fl;
   std::string bad_token;
+  uint64_t meta = 0;  // the micro-batches' metadata checksums, combined in order
   for (Micro& m : micro) {
     m.mb = loader_->next();
     if (bad_token.empty()) bad_token = token_range_error(m.mb, cfg_.model.vocab_size, cfg_.data.prefix);
     c[5] += !bad_token.empty();
     m.psp = std::make_unique<data::PackedSeqParams>(data::PackedSeqParams::build(m.mb.desc(pg_.coord.cp), dev, s));
+    meta = meta * 1099511628211ull ^ m.psp->checksum();
     m.tg = layers::targets_from_labels(m.mb.labels, *m.psp, dev, s);  // across split documents' pieces
     m.ids = layers::local_token_ids(m.mb.tokens, *m.psp, dev, s);
     c[0] += m.tg.count;
@@ -353,6 +357,10 @@ StepResult Trainer::step() {
   }
   c[2] = std::llround(fl.gemm), c[3] = std::llround(fl.gdn), c[4] = std::llround(fl.attention);
   if (host_dp_cp_->size() > 1) host_dp_cp_->all_reduce(counts, dist::ReduceOp::sum);
+  // Every rank of a TP x CP group must hold the same micro-batches (thd-context-parallel.md 2.1),
+  // checked at every step: one 8-byte all-gather over the world, on the host.
+  const std::string mismatch = data::metadata_mismatch(*host_world_, meta, tp_cp_group_, fmt::format("step {}", step_ + 1));
+  if (!mismatch.empty()) user_error(mismatch, /*every_rank_knows=*/true);
   if (c[5] > 0) {  // every rank knows (tp peers hold the same micro-batches): stop with rank 0 printing
     std::unique_ptr<dist::Communicator> world = dist::make_world(dist::Backend::mpi);
     user_error(dist::first_message(*world, bad_token));

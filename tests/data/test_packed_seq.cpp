@@ -48,6 +48,9 @@ TEST(PackedValidation, EachRuleFiresWithItsMessage) {
   d = desc({0}, {0}, 0);
   EXPECT_EQ(validate_packed_batch(d),
             "packed batch: cu_seqlens has 1 entries and cu_seqlens_padded has 1; both must be N+1 with N >= 1");
+  d = desc({}, {}, 0);  // empty arrays: the same rule
+  EXPECT_EQ(validate_packed_batch(d),
+            "packed batch: cu_seqlens has 0 entries and cu_seqlens_padded has 0; both must be N+1 with N >= 1");
 
   d = ok;
   d.cu_seqlens = {1, 7, 10};
@@ -61,6 +64,8 @@ TEST(PackedValidation, EachRuleFiresWithItsMessage) {
   d = desc({0, 3, 3, 6}, {0, 8, 4, 12}, 6, 1, 2);
   EXPECT_EQ(validate_packed_batch(d),
             "packed batch: cu_seqlens_padded decreases at i=1: cu_seqlens_padded[1]=8, cu_seqlens_padded[2]=4");
+  d = desc({0, -3, 6}, {0, 4, 12}, 6, 1, 2);  // a negative entry fails as a decrease
+  EXPECT_EQ(validate_packed_batch(d), "packed batch: cu_seqlens decreases at i=0: cu_seqlens[0]=0, cu_seqlens[1]=-3");
 
   d = desc({0, 7, 13}, {0, 8, 12}, 6, 1, 2);  // V5
   EXPECT_EQ(validate_packed_batch(d),

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "deltatron/core/tensor.h"
+#include "deltatron/dist/comm.h"
 #include "deltatron/ops/cp_a2a.h"
 #include "deltatron/ops/varlen.h"
 
@@ -59,6 +60,15 @@ std::string validate_gdn_cp_config(int64_t num_key_heads, int64_t num_value_head
 // Aborts every rank (dt::user_error; the config is the same on every rank) on a violation.
 void validate_gdn_cp_config_or_die(int64_t num_key_heads, int64_t num_value_heads, int tp, int cp,
                                    int64_t pad_multiple);
+
+// Section 2.1: every rank of a TP x CP group holds the same metadata. Collective over `world`, a
+// host (MPI) communicator of all ranks; group_of[r]: the TP x CP group of group rank r of `world`
+// (e.g. its dp coordinate). "" when every rank's `checksum` (PackedSeqParams::checksum, or a
+// combination of them over a step's micro-batches) equals that of the first rank of its group,
+// else one message, the same on every rank (so that all can stop through user_error), naming the
+// group, the ranks that differ and `where`.
+std::string metadata_mismatch(dist::Communicator& world, uint64_t checksum, const std::vector<int>& group_of,
+                              const std::string& where);
 
 // ---- zig-zag maps (section 3.2), host only ------------------------------------------------
 // cu_padded: [N+1] physical boundaries satisfying V3, V4 and V7. The row maps over a whole batch

@@ -92,6 +92,8 @@ class Trainer {
   dist::ParallelDims dims_;
   dist::ProcessGroups pg_;
   std::unique_ptr<dist::Communicator> host_dp_cp_;  // MPI, for host counts over dp x cp
+  std::unique_ptr<dist::Communicator> host_world_;  // MPI, for the per-step metadata check
+  std::vector<int> tp_cp_group_;                    // [world] each rank's TP x CP group (its dp coordinate)
   // train.overlap_grad_reduce: the layers' parameters and the rest (embedding, final norm, untied
   // head); on CUDA the dp x cp sums run on reduce_stream_, joined before the loss all-reduce.
   std::vector<std::vector<model::Param*>> layer_params_;
