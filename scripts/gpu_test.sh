@@ -18,7 +18,11 @@ LOG=${OUT:-$BUILD_DIR}
 mkdir -p "$LOG" "$BUILD_DIR"
 LOG=$(cd "$LOG" && pwd)  # absolute: the script changes directory below
 nvidia-smi -L || { echo "no GPU visible"; exit 1; }
-ngpu=$(nvidia-smi -L | wc -l)
+ngpu=$(nvidia-smi -L | grep -c '^GPU ')
+if [ -n "${CUDA_VISIBLE_DEVICES+x}" ]; then  # a mask limits what the ranks can select (as tests/gpu_only.sh)
+  IFS=, read -ra vis <<< "$CUDA_VISIBLE_DEVICES"
+  [ "${#vis[@]}" -lt "$ngpu" ] && ngpu=${#vis[@]}
+fi
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DDELTATRON_CUDA=ON ${CMAKE_ARGS:-} > "$LOG/configure.log" 2>&1 \
   || { tail -30 "$LOG/configure.log"; exit 1; }
 start=$(date +%s)

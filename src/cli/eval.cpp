@@ -228,7 +228,10 @@ int run_eval(const EvalOptions& o) {
     data::PackedSeqParams psp = data::PackedSeqParams::build(mb.desc(pg.coord.cp), dev, st);
     const std::string mismatch =
         data::metadata_mismatch(*host_tp_cp, psp.checksum(), one_group, fmt::format("eval micro-batch {}", g));
-    if (!mismatch.empty() && host_tp_cp->rank() == 0) user_error(mismatch, /*every_rank_knows=*/false);  // aborts all
+    if (!mismatch.empty()) {  // group rank 0 prints it and aborts the job; its peers wait for that
+      if (host_tp_cp->rank() == 0) user_error(mismatch, /*every_rank_knows=*/false);
+      host_tp_cp->barrier();
+    }
     layers::LmTargets tg = layers::targets_from_labels(mb.labels, psp, dev, st);
     Tensor ids = layers::local_token_ids(mb.tokens, psp, dev, st);
     layers::LmHeadLoss::Result r = net.forward(ids, psp, tg);

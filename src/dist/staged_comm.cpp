@@ -5,7 +5,9 @@
 // multi-rank CUDA paths (TP, SP, CP layers, the trainer) run and are tested on one GPU
 // (DT_COMM_STAGED=1 selects it wherever dist::cuda_backend() picks the CUDA backend).
 // The arithmetic is the MPI backend's: bf16 / f16 sums combine pairwise in fp32, as NCCL's ring
-// does, in MPI's order.
+// does, in MPI's order (and a max keeps NaN, where NCCL's may not). The argument rules are NCCL's
+// (reducible types, in-place forms), so that code passing here passes there. A group of one rank
+// copies on the stream, with no host round trip, so it can be captured into a CUDA graph as NCCL's.
 #include <mpi.h>
 
 #include "comm_impl.h"
@@ -26,6 +28,14 @@ namespace {
 
 using namespace detail;
 
+// NCCL's rules, so that what passes here passes there: reductions only of the types NCCL has.
+void check_reducible(DType t, const char* op) {
+  DT_CHECK(t != DType::u16,
+           "{}: NCCL cannot reduce {} tensors (supported: f32, bf16, f16, i32, i64, u8), so the staged backend does "
+           "not either",
+           op, dtype_name(t));
+}
+
 class StagedComm final : public Communicator {
  public:
   explicit StagedComm(MPI_Comm group) {
@@ -45,7 +55,9 @@ class StagedComm final : public Communicator {
 
   void all_reduce(const TensorView& x, ReduceOp op, Stream s) override {
     check_operand(x, "all_reduce", "x", dev());
-    Tensor h = to_host(x, s);
+    check_reducible(x.dtype, "all_reduce");
+    if (size() == 1) return;
+    Tensor h = to_host(x, s, "all_reduce");
     host_->all_reduce(h, op);
     from_host(x, h, s);
   }
@@ -53,9 +65,11 @@ class StagedComm final : public Communicator {
   void all_gather(const TensorView& out, const TensorView& in, Stream s) override {
     check_operand(out, "all_gather", "out", dev());
     check_operand(in, "all_gather", "in", dev());
+    if (in.data != out.at_offset(int64_t(rank()) * in.numel())) check_disjoint(out, in, "all_gather");
+    if (size() == 1) return copy_local(out, in, s, "all_gather");
     // in may be this rank's block of out (the in-place form): its bytes are on the host before
     // out is written.
-    Tensor hin = to_host(in, s), hout = Tensor::empty(out.shape, out.dtype);
+    Tensor hin = to_host(in, s, "all_gather"), hout = Tensor::empty(out.shape, out.dtype);
     host_->all_gather(hout, hin);
     from_host(out, hout, s);
   }
@@ -63,7 +77,10 @@ class StagedComm final : public Communicator {
   void reduce_scatter(const TensorView& out, const TensorView& in, ReduceOp op, Stream s) override {
     check_operand(out, "reduce_scatter", "out", dev());
     check_operand(in, "reduce_scatter", "in", dev());
-    Tensor hin = to_host(in, s), hout = Tensor::empty(out.shape, out.dtype);
+    check_reducible(in.dtype, "reduce_scatter");
+    if (out.data != in.at_offset(int64_t(rank()) * out.numel())) check_disjoint(out, in, "reduce_scatter");
+    if (size() == 1) return copy_local(out, in, s, "reduce_scatter");
+    Tensor hin = to_host(in, s, "reduce_scatter"), hout = Tensor::empty(out.shape, out.dtype);
     host_->reduce_scatter(hout, hin, op);
     from_host(out, hout, s);
   }
@@ -72,27 +89,52 @@ class StagedComm final : public Communicator {
     check_operand(out, "all_to_all", "out", dev());
     check_operand(in, "all_to_all", "in", dev());
     if (in.numel() > 0) check_disjoint(out, in, "all_to_all");  // as NCCL's: no in-place form
-    Tensor hin = to_host(in, s), hout = Tensor::empty(out.shape, out.dtype);
+    if (size() == 1) return copy_local(out, in, s, "all_to_all");
+    Tensor hin = to_host(in, s, "all_to_all"), hout = Tensor::empty(out.shape, out.dtype);
     host_->all_to_all(hout, hin);
     from_host(out, hout, s);
   }
 
   void broadcast(const TensorView& x, int root, Stream s) override {
     check_operand(x, "broadcast", "x", dev());
-    Tensor h = to_host(x, s);
+    DT_CHECK(root >= 0 && root < size(), "broadcast: root {} is not a rank of this group of size {}", root, size());
+    if (size() == 1) return;
+    Tensor h = to_host(x, s, "broadcast");
     host_->broadcast(h, root);
     from_host(x, h, s);
   }
 
   void barrier(Stream s) override {
+    if (size() == 1) return;
+    no_capture(s, "barrier");
     DT_CUDA_CHECK(cudaStreamSynchronize(cuda_stream(s)));
     host_->barrier();
   }
 
  private:
   Device dev() const { return Device::cuda(device_); }
+  // The host round trip synchronises the stream, which CUDA graph capture forbids (NCCL's
+  // stream-ordered collectives can be captured): say so instead of invalidating the capture.
+  static void no_capture(Stream s, const char* op) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    DT_CUDA_CHECK(cudaStreamIsCapturing(cuda_stream(s), &st));
+    DT_CHECK(st == cudaStreamCaptureStatusNone,
+             "{}: the staged backend (DT_COMM_STAGED=1) synchronises the stream, so it cannot run inside CUDA graph "
+             "capture; capture with NCCL (unset DT_COMM_STAGED)",
+             op);
+  }
+  // A group of one rank: the collective is a copy (none in place), on the stream, as NCCL's.
+  static void copy_local(const TensorView& out, const TensorView& in, Stream s, const char* op) {
+    check_same_dtype(out, in, op);
+    DT_CHECK(out.numel() == in.numel(),
+             "{}: out has {} elements and in has {}; in a group of one rank they must be equal", op, out.numel(),
+             in.numel());
+    if (out.data != in.data && in.numel() > 0)
+      DT_CUDA_CHECK(cudaMemcpyAsync(out.data, in.data, in.nbytes(), cudaMemcpyDeviceToDevice, cuda_stream(s)));
+  }
   // x's bytes in a host tensor of its shape, once the work before this call on s has finished.
-  static Tensor to_host(const TensorView& x, Stream s) {
+  static Tensor to_host(const TensorView& x, Stream s, const char* op) {
+    no_capture(s, op);
     Tensor h = Tensor::empty(x.shape, x.dtype);
     if (x.numel() > 0)
       DT_CUDA_CHECK(cudaMemcpyAsync(h.data(), x.data, x.nbytes(), cudaMemcpyDeviceToHost, cuda_stream(s)));

@@ -54,7 +54,7 @@ Device resolve_device(const std::string& want, std::string* note) {
   } else if (n_lacking > 0) {
     user_error(fmt::format(
         "train.device = 'cuda', but {} of {} rank(s) have no GPU of their own ({}) ---> hint: --set train.device=cpu "
-        "(or auto), or run at most one rank per GPU",
+        "(or auto), or run at most one rank per GPU (DT_COMM_STAGED=1 lets ranks share GPUs, for tests)",
         n_lacking, dist::world_size(),
         DELTATRON_HAVE_CUDA
             ? fmt::format("rank 0 sees {} CUDA device(s) for {} local rank(s)", gpus, dist::local_size())
@@ -359,8 +359,10 @@ StepResult Trainer::step() {
   if (host_dp_cp_->size() > 1) host_dp_cp_->all_reduce(counts, dist::ReduceOp::sum);
   // Every rank of a TP x CP group must hold the same micro-batches (thd-context-parallel.md 2.1),
   // checked at every step: one 8-byte all-gather over the world, on the host.
-  const std::string mismatch = data::metadata_mismatch(*host_world_, meta, tp_cp_group_, fmt::format("step {}", step_ + 1));
-  if (!mismatch.empty()) user_error(mismatch, /*every_rank_knows=*/true);
+  if (dims_.tp * dims_.cp > 1) {
+    const std::string e = data::metadata_mismatch(*host_world_, meta, tp_cp_group_, fmt::format("step {}", step_ + 1));
+    if (!e.empty()) user_error(e, /*every_rank_knows=*/true);
+  }
   if (c[5] > 0) {  // every rank knows (tp peers hold the same micro-batches): stop with rank 0 printing
     std::unique_ptr<dist::Communicator> world = dist::make_world(dist::Backend::mpi);
     user_error(dist::first_message(*world, bad_token));

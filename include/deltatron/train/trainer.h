@@ -4,7 +4,8 @@
 // norm, non-finite guard, clip, optimizer step; a rank-0 log line and a JSONL record per step.
 //
 // Devices (train.device): cpu = fp32 throughout, MPI collectives; cuda = one GPU per rank
-// (dist::select_cuda_device), NCCL groups, every kernel on one compute stream, activations in
+// (dist::select_cuda_device), NCCL groups (or, with DT_COMM_STAGED=1, ranks sharing GPUs and
+// collectives through MPI: for tests), every kernel on one compute stream, activations in
 // bf16 under train.precision=bf16 (fp32 master weights, gradients and optimizer state; the
 // layers read bf16 compute copies that the optimizer refreshes); auto = cuda when every rank
 // has a GPU of its own, else cpu. A step reads the device back twice at most: the loss and
