@@ -15,6 +15,8 @@ std::unique_ptr<Communicator> make_mpi_comm(MPI_Comm group);
 std::unique_ptr<Communicator> make_nccl_comm(MPI_Comm group);
 // CUDA tensors through an MPI communicator of `group` by way of host buffers (staged_comm.cpp).
 std::unique_ptr<Communicator> make_staged_comm(MPI_Comm group);
+// What the CUDA backends' factories do in a build without CUDA: free `group` and stop every rank.
+[[noreturn]] void cuda_backend_unavailable(MPI_Comm group, const char* backend);
 
 // World ranks of the members of `group`, in group-rank order (collective over `group`).
 std::vector<int> group_members(MPI_Comm group);

@@ -216,6 +216,13 @@ std::unique_ptr<Communicator> make(Backend b, MPI_Comm group) {
 
 namespace detail {
 std::unique_ptr<Communicator> make_mpi_comm(MPI_Comm group) { return std::make_unique<MpiComm>(group); }
+
+void cuda_backend_unavailable(MPI_Comm group, const char* backend) {
+  MPI_Comm_free(&group);
+  user_error(fmt::format("dist: backend {} moves CUDA tensors, but deltatron was built without CUDA; use backend mpi "
+                         "or rebuild with CUDA on",
+                         backend));
+}
 }  // namespace detail
 
 std::unique_ptr<Communicator> split(Backend b, int color, int key) {

@@ -177,11 +177,7 @@ std::unique_ptr<Communicator> make_nccl_comm(MPI_Comm group) { return std::make_
 #else  // !DELTATRON_HAVE_CUDA
 
 namespace detail {
-std::unique_ptr<Communicator> make_nccl_comm(MPI_Comm group) {
-  MPI_Comm_free(&group);
-  user_error("dist: backend nccl needs CUDA, but deltatron was built without CUDA; use backend mpi or rebuild "
-             "with CUDA on");
-}
+std::unique_ptr<Communicator> make_nccl_comm(MPI_Comm group) { cuda_backend_unavailable(group, "nccl"); }
 }  // namespace detail
 
 #endif

@@ -161,11 +161,7 @@ std::unique_ptr<Communicator> make_staged_comm(MPI_Comm group) { return std::mak
 #else  // !DELTATRON_HAVE_CUDA
 
 namespace detail {
-std::unique_ptr<Communicator> make_staged_comm(MPI_Comm group) {
-  MPI_Comm_free(&group);
-  user_error("dist: backend staged moves CUDA tensors, but deltatron was built without CUDA; use backend mpi or "
-             "rebuild with CUDA on");
-}
+std::unique_ptr<Communicator> make_staged_comm(MPI_Comm group) { cuda_backend_unavailable(group, "staged"); }
 }  // namespace detail
 
 #endif
