@@ -144,11 +144,9 @@ int print_env() {
 }
 
 int selfcheck(const SelfcheckOptions& o) {
-  dist::Backend backend;
-  if (o.backend == "mpi") backend = dist::Backend::mpi;
-  else if (o.backend == "nccl") backend = dist::Backend::nccl;
-  else if (o.backend == "staged") backend = dist::Backend::staged;
-  else user_error(fmt::format("selfcheck: --backend '{}' is not one of: mpi, nccl, staged", o.backend));
+  const std::optional<dist::Backend> named = dist::backend_from_name(o.backend);
+  if (!named) user_error(fmt::format("selfcheck: --backend '{}' is not one of: mpi, nccl, staged", o.backend));
+  const dist::Backend backend = *named;
   DType dt = parse_dtype(o.dtype);
   dist::ParallelDims dims{o.tp, o.cp, o.dp};
   if (std::string err = dims.resolve(dist::world_size()); !err.empty()) user_error(err);

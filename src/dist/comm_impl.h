@@ -15,6 +15,9 @@ std::unique_ptr<Communicator> make_mpi_comm(MPI_Comm group);
 std::unique_ptr<Communicator> make_nccl_comm(MPI_Comm group);
 // CUDA tensors through an MPI communicator of `group` by way of host buffers (staged_comm.cpp).
 std::unique_ptr<Communicator> make_staged_comm(MPI_Comm group);
+// NCCL's reducible element types (not u16), checked by both CUDA backends so that code passing the
+// staged backend passes NCCL: fails naming `op` and the dtype.
+void check_nccl_reducible(DType t, const char* op);
 // What the CUDA backends' factories do in a build without CUDA: free `group` and stop every rank.
 [[noreturn]] void cuda_backend_unavailable(MPI_Comm group, const char* backend);
 

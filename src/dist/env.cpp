@@ -100,6 +100,12 @@ const char* backend_name(Backend b) {
   return "?";
 }
 
+std::optional<Backend> backend_from_name(std::string_view name) {
+  for (Backend b : {Backend::mpi, Backend::nccl, Backend::staged})
+    if (name == backend_name(b)) return b;
+  return std::nullopt;
+}
+
 void init(int* argc, char*** argv, const InitOptions& o) {
   Bootstrap& b = boot();
   if (b.done) return;

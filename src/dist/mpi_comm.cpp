@@ -217,6 +217,11 @@ std::unique_ptr<Communicator> make(Backend b, MPI_Comm group) {
 namespace detail {
 std::unique_ptr<Communicator> make_mpi_comm(MPI_Comm group) { return std::make_unique<MpiComm>(group); }
 
+void check_nccl_reducible(DType t, const char* op) {
+  DT_CHECK(t != DType::u16, "{}: NCCL cannot reduce {} tensors (supported: f32, bf16, f16, i32, i64, u8)", op,
+           dtype_name(t));
+}
+
 void cuda_backend_unavailable(MPI_Comm group, const char* backend) {
   MPI_Comm_free(&group);
   user_error(fmt::format("dist: backend {} moves CUDA tensors, but deltatron was built without CUDA; use backend mpi "

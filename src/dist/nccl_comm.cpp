@@ -32,6 +32,7 @@ namespace {
 using namespace detail;
 
 ncclDataType_t nccl_type(DType t, const char* op) {
+  check_nccl_reducible(t, op);
   switch (t) {
     case DType::f32: return ncclFloat32;
     case DType::bf16: return ncclBfloat16;
@@ -39,9 +40,9 @@ ncclDataType_t nccl_type(DType t, const char* op) {
     case DType::i32: return ncclInt32;
     case DType::i64: return ncclInt64;
     case DType::u8: return ncclUint8;
-    case DType::u16: break;
+    case DType::u16: break;  // refused by check_nccl_reducible above
   }
-  DT_FAIL("{}: NCCL cannot reduce {} tensors (supported: f32, bf16, f16, i32, i64, u8)", op, dtype_name(t));
+  DT_FAIL("{}: no NCCL type for {}", op, dtype_name(t));
 }
 
 // An NVTX range around each collective, so that nsys timelines show the communication.

@@ -28,14 +28,6 @@ namespace {
 
 using namespace detail;
 
-// NCCL's rules, so that what passes here passes there: reductions only of the types NCCL has.
-void check_reducible(DType t, const char* op) {
-  DT_CHECK(t != DType::u16,
-           "{}: NCCL cannot reduce {} tensors (supported: f32, bf16, f16, i32, i64, u8), so the staged backend does "
-           "not either",
-           op, dtype_name(t));
-}
-
 class StagedComm final : public Communicator {
  public:
   explicit StagedComm(MPI_Comm group) {
@@ -55,7 +47,7 @@ class StagedComm final : public Communicator {
 
   void all_reduce(const TensorView& x, ReduceOp op, Stream s) override {
     check_operand(x, "all_reduce", "x", dev());
-    check_reducible(x.dtype, "all_reduce");
+    check_nccl_reducible(x.dtype, "all_reduce");
     if (size() == 1) return;
     Tensor h = to_host(x, s, "all_reduce");
     host_->all_reduce(h, op);
@@ -77,7 +69,7 @@ class StagedComm final : public Communicator {
   void reduce_scatter(const TensorView& out, const TensorView& in, ReduceOp op, Stream s) override {
     check_operand(out, "reduce_scatter", "out", dev());
     check_operand(in, "reduce_scatter", "in", dev());
-    check_reducible(in.dtype, "reduce_scatter");
+    check_nccl_reducible(in.dtype, "reduce_scatter");
     if (out.data != in.at_offset(int64_t(rank()) * out.numel())) check_disjoint(out, in, "reduce_scatter");
     if (size() == 1) return copy_local(out, in, s, "reduce_scatter");
     Tensor hin = to_host(in, s, "reduce_scatter"), hout = Tensor::empty(out.shape, out.dtype);

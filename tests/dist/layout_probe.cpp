@@ -56,10 +56,9 @@ int main(int argc, char** argv) {
     else if (a == "--inject-mpi-error") inject_mpi_error = true;
     else if (a == "--backend") {
       const std::string b = next();
-      if (b == "mpi") backend = dist::Backend::mpi;
-      else if (b == "nccl") backend = dist::Backend::nccl;
-      else if (b == "staged") backend = dist::Backend::staged;
-      else usage(("--backend must be mpi, nccl or staged, got '" + b + "'").c_str());
+      const std::optional<dist::Backend> named = dist::backend_from_name(b);
+      if (!named) usage(("--backend must be mpi, nccl or staged, got '" + b + "'").c_str());
+      backend = *named;
     } else usage(("unknown argument '" + a + "'").c_str());
   }
 

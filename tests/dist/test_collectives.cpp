@@ -69,5 +69,12 @@ TEST(CudaBackend, FollowsDtCommStaged) {
   EXPECT_STREQ(dist::backend_name(dist::Backend::staged), "staged");
 }
 
+TEST(CudaBackend, NamesRoundTrip) {  // what selfcheck's and layout_probe's --backend parse
+  for (dist::Backend b : {dist::Backend::mpi, dist::Backend::nccl, dist::Backend::staged})
+    EXPECT_EQ(dist::backend_from_name(dist::backend_name(b)), b);
+  EXPECT_EQ(dist::backend_from_name("gloo"), std::nullopt);
+  EXPECT_EQ(dist::backend_from_name(""), std::nullopt);
+}
+
 }  // namespace
 }  // namespace dt::testing

@@ -11,7 +11,9 @@
 // Collectives are blocking for MPI and staged, and stream-ordered for NCCL (no host sync).
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "deltatron/core/tensor.h"
@@ -21,6 +23,8 @@ namespace dt::dist {
 enum class ReduceOp { sum, max };
 enum class Backend { mpi, nccl, staged };
 const char* backend_name(Backend b);
+// The backend named `name` ("mpi", "nccl", "staged"; backend_name's inverse), or nullopt.
+std::optional<Backend> backend_from_name(std::string_view name);
 
 struct InitOptions {
   bool log_all_ranks = false;
