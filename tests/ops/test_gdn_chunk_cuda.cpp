@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -551,6 +552,118 @@ TEST(GdnChunkCuda, WgmmaSerialEnvErrors) {
   ksplit.set(nullptr);
   rev_p.set("2");
   EXPECT_DEATH(run(t, make_inputs(t, true, 796), Device::cuda(), DType::bf16), "DT_GDN_REV_P='2' is not one of: 0 ");
+}
+
+// DT_GDN_FWD=fused (bf16, dk = dv = 128, sm_90): the state recurrence and the output in one serial
+// pass (gdn_fused_fwd.cuh). Its state warpgroups do wg4's arithmetic, so ht and the saved h and
+// Delta equal the split forward's (wg4, the default) bit for bit; o and P come from other product
+// orders: within 1e-2 of the split forward's (rel. L2). Against the CPU oracle: o, ht and every
+// gradient with wg4's tolerances (dg 3e-2, WgmmaStateMatchesWarp4), both with the backward reading
+// the fused forward's saved h, Delta and P and with it recomputing them. Shapes the fused kernel
+// does not take (dk 64) run the split forward: the same bits.
+TEST(GdnChunkCuda, FusedForwardMatchesCpuAndSplit) {
+  const ScopedEnv fwd("DT_GDN_FWD");
+  const std::vector<Case> cases{
+      {"d128 G2 h0+dht", {1, 63, 64, 65, 200, 129}, 1, 2, 128, 128, true, true},
+      {"d128 G1 zero-length seqs", {65, 1, 0, 300, 128, 0}, 2, 2, 128, 128, true, false},
+      {"large grid d128 G2 dht", {1, 63, 64, 65, 300, 1000}, 8, 16, 128, 128, false, true},
+      {"long, strong decay, beta~1", {4097, 3}, 1, 2, 128, 128, true, true, 5.0, 20.0, 0.95, 1.0},
+      {"d64: split instead", {65, 1, 0, 300}, 2, 2, 64, 64, true, false},
+  };
+  uint64_t salt = 900;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Inputs in = make_inputs(c, true, ++salt);
+    // Forward alone with the saved intermediates: ht, h, Delta bitwise; o, P close.
+    const int64_t T = c.T(), N = c.N();
+    dt::ops::VarlenBatch vb(cu_of(c.lens), Device::cuda());
+    Tensor q = upload(in.q, DType::bf16), k = upload(in.k, DType::bf16), v = upload(in.v, DType::bf16);
+    Tensor g = upload(in.g, DType::f32), beta = upload(in.beta, DType::f32), h0 = upload(in.h0, DType::f32);
+    struct Fwd {
+      Tensor o, ht;
+      dt::ops::GdnChunkSaved saved;
+    };
+    auto forward = [&](const char* mode) {
+      fwd.set(mode);
+      Fwd r;
+      r.o = Tensor::empty(Shape{T, c.Hv, c.dv}, DType::bf16, Device::cuda());
+      r.ht = Tensor::empty(Shape{N, c.Hv, c.dk, c.dv}, DType::f32, Device::cuda());
+      dt::testing::poison(r.o);
+      dt::testing::poison(r.ht);
+      dt::ops::GdnArgs args;
+      args.saved = &r.saved;
+      dt::ops::gdn_chunk_fwd(r.o, r.ht, q, k, v, g, beta, view_or_none(h0), args, vb.meta());
+      return r;
+    };
+    const Fwd fs = forward("split"), ff = forward("fused");
+    ASSERT_EQ(fs.saved.tensors.size(), ff.saved.tensors.size());
+    const bool fused = c.dk == 128 && c.dv == 128;
+    EXPECT_TRUE(bitwise_eq(dev_vec(ff.ht), dev_vec(fs.ht))) << "ht";
+    if (T > 0) {
+      const char* names[7] = {"gamma", "W", "U", "Tm", "h", "Delta", "P"};
+      for (int i : {0, 1, 3, 4, 5}) EXPECT_TRUE(bitwise_eq(dev_vec(ff.saved.tensors[i]), dev_vec(fs.saved.tensors[i]))) << names[i];
+      if (fused) {
+        EXPECT_TRUE(dt::testing::close_rel(ff.o, fs.o, 1e-2)) << "o";
+        EXPECT_TRUE(dt::testing::close_rel(ff.saved.tensors[6], fs.saved.tensors[6], 1e-2)) << "P";
+        std::printf("  %s: fused vs split o %.1e, P %.1e\n", c.name.c_str(), dt::testing::compare(ff.o, fs.o).rel_l2,
+                    dt::testing::compare(ff.saved.tensors[6], fs.saved.tensors[6]).rel_l2);
+      } else {
+        EXPECT_TRUE(bitwise_eq(dev_vec(ff.o), dev_vec(fs.o))) << "o (split forward)";
+        EXPECT_TRUE(bitwise_eq(dev_vec(ff.saved.tensors[6]), dev_vec(fs.saved.tensors[6]))) << "P (split forward)";
+      }
+    }
+    // Forward + backward against the CPU oracle, with and without the saved intermediates.
+    const Outputs cpu = run(c, in, Device::cpu(), DType::f32);
+    fwd.set("fused");
+    for (bool save : {true, false}) {
+      const Outputs got = run(c, in, Device::cuda(), DType::bf16, true, save);
+      expect_close(got, cpu, 1e-2, std::string("fused vs CPU ") + (save ? "saved " : "") + c.name, 3e-2);
+    }
+  }
+}
+TEST(GdnChunkCuda, FusedForwardEnvErrors) {
+  const ScopedEnv fwd("DT_GDN_FWD");
+  const Case t{"tiny d128", {65, 3}, 1, 2, 128, 128, false, false};
+  fwd.set("on");
+  EXPECT_DEATH(run(t, make_inputs(t, true, 990), Device::cuda(), DType::bf16), "DT_GDN_FWD='on' is not one of: split ");
+}
+
+// The fused forward's norm epilogue (o, y = o rstd w silu(z), rstd, from the fragments) against the
+// split forward's (out's epilogue): within 1e-2 rel. L2 (o and y) and 1e-3 (rstd); z a column view
+// of wider rows, as the layer's.
+TEST(GdnChunkCuda, FusedForwardNormMatchesSplit) {
+  const ScopedEnv fwd("DT_GDN_FWD");
+  const Case c{"d128 G2 h0", {1, 63, 64, 65, 200, 129, 700}, 2, 4, 128, 128, true, false};
+  const Inputs in = make_inputs(c, true, 950);
+  const int64_t T = c.T(), Z = c.Hv * c.dv + 24;
+  dt::ops::VarlenBatch vb(cu_of(c.lens), Device::cuda());
+  Tensor q = upload(in.q, DType::bf16), k = upload(in.k, DType::bf16), v = upload(in.v, DType::bf16);
+  Tensor g = upload(in.g, DType::f32), beta = upload(in.beta, DType::f32), h0 = upload(in.h0, DType::f32);
+  Tensor zbuf = upload(host({T, Z}, std::vector<float>(size_t(T * Z), 0.f)), DType::bf16);
+  dt::ops::rng_normal(zbuf, dt::testing::test_seed() + 951, 3, 0.f, 2.f, dt::ops::RngSlice::whole(zbuf));
+  TensorView z = zbuf.view().slice(1, 8, 8 + c.Hv * c.dv);
+  z.shape = Shape{T, c.Hv, c.dv};
+  z.stride = {Z, c.dv, 1};
+  Tensor w = upload(host({c.dv}, std::vector<float>(size_t(c.dv), 0.f)), DType::f32);
+  dt::ops::rng_normal(w, dt::testing::test_seed() + 952, 4, 1.f, 0.2f, dt::ops::RngSlice::whole(w));
+  auto forward = [&](const char* mode) {
+    fwd.set(mode);
+    std::array<Tensor, 3> r{Tensor::empty(Shape{T, c.Hv, c.dv}, DType::bf16, Device::cuda()),
+                            Tensor::empty(Shape{T, c.Hv, c.dv}, DType::bf16, Device::cuda()),
+                            Tensor::empty(Shape{T * c.Hv}, DType::f32, Device::cuda())};
+    for (Tensor& x : r) dt::testing::poison(x);
+    const dt::ops::GdnOutNorm norm{r[1], r[2], z, w, 1e-6f};
+    dt::ops::GdnArgs args;
+    args.norm = &norm;
+    dt::ops::gdn_chunk_fwd(r[0], TensorView(), q, k, v, g, beta, view_or_none(h0), args, vb.meta());
+    return r;
+  };
+  const auto rs = forward("split"), rf = forward("fused");
+  const char* names[3] = {"o", "y", "rstd"};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(dt::testing::close_rel(rf[i], rs[i], i == 2 ? 1e-3 : 1e-2)) << names[i];
+    std::printf("  fused vs split %s %.1e\n", names[i], dt::testing::compare(rf[i], rs[i]).rel_l2);
+  }
 }
 
 // v and dv as token-strided column views of wider buffers (the layer's conv output and conv-input

@@ -1309,6 +1309,7 @@ __global__ __launch_bounds__(kSeqThreads, kRevMinBlocks<T, Stages>) void rev_ker
 
 #include "ops/cuda/gdn_serial_warp.cuh"   // state_warp_kernel, rev_warp_kernel (bf16)
 #include "ops/cuda/gdn_serial_split.cuh"  // state_split_kernel, rev_split_kernel (bf16, dk = 128)
+#include "ops/cuda/gdn_fused_fwd.cuh"     // fused::fwd_kernel: state + out in one pass (bf16, dk = dv = 128)
 
 // ---- GQA sum in a cluster (G == 2): dqk's dq, wy's dk ---------------------------------------------
 // With p.pair the two v-heads of a key head run as one cluster of two CTAs (blockIdx.x = 2 hk +
@@ -2552,6 +2553,42 @@ OutNorm out_norm(const GdnOutNorm* n, const TensorView& o, const Params& p) {
   return r;
 }
 
+// DT_GDN_FWD: split (unset: the default): state and out as their own kernels; fused: fused::fwd_kernel,
+// the state recurrence and the output (with the norm epilogue) in one serial pass, where it applies
+// (bf16, dk = dv = 128, sm_90; elsewhere split). Read at every call.
+bool fused_fwd_knob() {
+  return env::choice("DT_GDN_FWD", {{"split", "state and out kernels (default)"},
+                                    {"fused", "state + out in one serial pass (bf16, dk = dv = 128, sm_90)"}}) == 1;
+}
+template <class T>
+bool fused_fwd_applies(const Params& p) {
+  return std::is_same_v<T, bf16> && p.dk == D && p.dv == D && p.NT > 0 && wgmma_device() && fused_fwd_knob();
+}
+// prep (gamma, W, U, Tm), then fused::fwd_kernel for the chunk states, Delta, ht, o (and y, rstd with
+// nrm.z) and P: run_fwd's outputs without its state and out launches.
+template <class T>
+void launch_fused_fwd(const Params& p, const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& g, const TensorView& beta, const TensorView& h0, float* gam, T* W, T* U, T* Tm,
+                      T* h, T* Dl, T* P, const TensorView& ht, const TensorView& o, const OutNorm& nrm,
+                      cudaStream_t st) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    launch_chunk_kernel(prep_kernel<T>, p, PrepSmem<T>::bytes, st, tptr<T>(k), tptr<T>(v), tptr<float>(g),
+                        tptr<float>(beta), gam, W, U, Tm);
+    const Params pw = warp_params(p, 8);  // nvt = 1 (dv = 128)
+    auto go = [&](auto norm) {
+      constexpr bool NORM = decltype(norm)::value;
+      set_smem(fused::fwd_kernel<NORM>, fused::Smem::bytes);
+      fused::fwd_kernel<NORM><<<seq_ctas(pw), fused::kThreads, fused::Smem::bytes, st>>>(
+          pw, tptr<T>(q), tptr<T>(k), W, U, gam, tptr<float>(h0), h, Dl, tptr<float>(ht), tptr<T>(o), P, nrm);
+      DT_CUDA_LAUNCH_CHECK();
+    };
+    if (nrm.z) go(std::true_type{});
+    else go(std::false_type{});
+  } else {
+    DT_CHECK(false, "gdn_chunk: the fused forward is bf16 only");
+  }
+}
+
 template <class T>
 void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k, const TensorView& v,
              const TensorView& g, const TensorView& beta, const TensorView& h0, const Params& p, Device dev,
@@ -2565,6 +2602,16 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
   Tensor h = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);          // [NT, Hv, dk, dv]
   Tensor Dl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv]
   Tensor P = saved ? Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev) : Tensor();   // [NT, Hv, C, C]
+  if (fused_fwd_applies<T>(p)) {
+    const OutNorm nrm = out_norm<T>(norm, o, p);
+    launch_fused_fwd<T>(p, q, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(), saved ? Tm.ptr<T>() : nullptr,
+                        saved ? h.ptr<T>() : nullptr, saved ? Dl.ptr<T>() : nullptr, saved ? P.ptr<T>() : nullptr, ht,
+                        o, nrm, st);
+    if (norm && !nrm.z) cuda::gated_rmsnorm_fwd(norm->y, norm->rstd, o, norm->z, norm->w, norm->eps, Stream{st});
+    if (saved)
+      saved->tensors = {std::move(gam), std::move(W), Tensor(), std::move(Tm), std::move(h), std::move(Dl), std::move(P)};
+    return;
+  }
   Tensor done;  // [N] int32: the state kernel's CTAs done per sequence, for out (with_serial_pdl)
   const SerialForm form = std::is_same_v<T, bf16> && p.N > 0 ? serial_form<T>(p.dk, p.dv) : SerialForm{};
   const Params pf = with_serial_pdl<T>(p, form, done, dev, st);

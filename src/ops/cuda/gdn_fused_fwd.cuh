@@ -1,0 +1,374 @@
+// Internal to gdn_chunk.cu (included inside its gck namespace after gdn_serial_warp.cuh): the fused
+// forward (DT_GDN_FWD=fused, fused_fwd_knob): the state kernel (K4) and the out kernel (K5, with
+// the gated RMSNorm epilogue) as ONE serial pass, bf16, dk = dv = 128, sm_90a.
+//
+// Why: the split forward writes every chunk-start state h_c (537 MB at the layer's shape) and
+// Delta, and out reads them back; out is its own 0.7 ms launch with ~1.5 GB of traffic. Here the
+// output is made on chip while the serial chain runs, by warps the chain leaves idle, and h / Delta
+// leave only as the backward's saved intermediates (stores off the chain).
+//
+// One CTA per (sequence, v-head) (nvt = 1, seq_cta's longest-first order), 384 threads at <= 168
+// registers (ptxas fits it without spills; wg4's state warpgroup alone takes 174-176), one CTA per SM:
+//   WG0, WG1 (state): S^T rows v = 64 wg .. 64 wg + 63, each exactly wg4's state warpgroup
+//     (gdn_serial_warp.cuh): X = S^T W^T, Delta = U - X, S^T = e^{gam_e} S^T + Delta~^T K; they share
+//     the W, K, U, gamma tiles of a two-stage cp.async ring (barrier kBarRing, 256 threads). Each step
+//     also puts bf16(S) [dk][dv] and Delta [C][dv] into shared memory (stmatrix.trans into 128-byte
+//     swizzled atoms: the MN-major B operands of WG2's products).
+//   WG2 (out): its own Q, K, gamma tiles (one stage, the next chunk's issued once P is made), then
+//     P = (Q K^T) (.) Gamma (causal, state-free), O = e^gamma (Q S_c) once S_c is staged, O += P Delta
+//     once Delta is, the norm epilogue (o, y, rstd), and the stores of P, h_c and Delta.
+// Hand-offs are named barriers (bar.arrive by the producer, bar.sync by the consumer, 384 threads):
+//   S_c in buffer c & 1: kBarSFull + b (state -> out), kBarSEmpty + b (out -> state, when chunk
+//   c + 2 will reuse it); Delta_c in one buffer: kBarDFull / kBarDEmpty likewise. Every arrival
+//   has exactly one matching wait (the conditions on i below), so none is left pending at exit.
+// The products are wgmma with register A operands (wgmma.cuh); o and y leave straight from the
+// accumulator fragments. Not the split forward's bits (other product order, the norm's row sums
+// over fragments): tested against the CPU oracle and the split forward within tolerances.
+namespace fused {
+
+constexpr int kThreads = 384;       // WG0, WG1: state; WG2: out
+constexpr int kStateThreads = 256;
+constexpr int LDU = D + 8;          // U tile [C][LDU] bf16 (+16 bytes a row: ldmatrix conflict-free)
+enum : int { kBarRing = 1, kBarSFull = 2, kBarSEmpty = 4, kBarDFull = 6, kBarDEmpty = 7, kBarOut = 8 };
+
+__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+struct Smem {
+  // the state warpgroups' ring, two stages (load_state_tiles' members)
+  static constexpr size_t w = 0;                          // bf16 2 x [C][64] atoms
+  static constexpr size_t k = w + 2 * C * 128;            // bf16 2 x [C][64] atoms
+  static constexpr size_t u = k + 2 * C * 128;            // bf16 [C][LDU]
+  static constexpr size_t gam = u + sizeof(bf16) * C * LDU;  // f32 [C]
+  static constexpr size_t stage = (gam + sizeof(float) * C + 1023) / 1024 * 1024;
+  // hand-offs
+  static constexpr size_t s = 2 * stage;                  // bf16 [2] x 2 x [D][64] atoms: S_c [dk][dv]
+  static constexpr size_t sbuf = 2 * D * 128;
+  static constexpr size_t dl = s + 2 * sbuf;              // bf16 2 x [C][64] atoms: Delta_c [C][dv]
+  // the out warpgroup's tiles (one stage; gamma two)
+  static constexpr size_t q = dl + 2 * C * 128;           // bf16 2 x [C][64] atoms
+  static constexpr size_t ko = q + 2 * C * 128;           // bf16 2 x [C][64] atoms
+  static constexpr size_t gamo = ko + 2 * C * 128;        // f32 [2][C]
+  static constexpr size_t bytes = gamo + 2 * sizeof(float) * C;
+  static_assert(stage % 1024 == 0 && s % 1024 == 0 && dl % 1024 == 0 && q % 1024 == 0 && ko % 1024 == 0,
+                "swizzled atoms at 1 KB boundaries");
+};
+static_assert(Smem::bytes <= kMaxSmem, "fused forward: shared memory over the 227 KB opt-in limit");
+
+// This lane's stmatrix.trans address for k-step kk of a warp whose 16 S^T rows (v) are columns
+// 16 wq .. 16 wq + 15 of atom `atom` ([rows][64] atoms `astride` bytes apart): the transposed
+// [rows][16] tile lands at rows 16 kk + 8 (matrix >> 1) + lane % 8, chunk 2 wq + (matrix & 1).
+__device__ __forceinline__ uint32_t stage_sw(uint32_t base, int atom, uint32_t astride, int wq, int kk, int lane) {
+  const int r = 16 * kk + 8 * (lane >> 4) + (lane & 7), ch = 2 * wq + ((lane >> 3) & 1);
+  return base + atom * astride + wg::sw128(r, ch);
+}
+__device__ __forceinline__ void stsm_x4_t_sa(uint32_t sa, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(sa), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_sa(uint32_t (&r)[4], uint32_t sa) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(sa)
+               : "memory");
+}
+
+// Pins A-fragment registers that an asynchronous wgmma still reads until after its wg_wait (the
+// compiler could otherwise reuse them once their last ordinary use, a stmatrix, is done).
+template <int N>
+__device__ __forceinline__ void hold_a(uint32_t (&a)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
+}
+
+// Swizzled [rows][128] bf16 (two [rows][64] atoms) -> global rows r < nrows at g + r * gstride,
+// 16-byte copies by 128 threads (t: 0..127), consecutive threads on consecutive 16 bytes of a row.
+template <int ROWS>
+__device__ __forceinline__ void copy_out_sw128(const unsigned char* s, bf16* g, int64_t gstride, int nrows, int t) {
+#pragma unroll 4
+  for (int idx = t; idx < ROWS * 16; idx += 128) {
+    const int r = idx >> 4, cc = idx & 15;
+    if (r >= nrows) break;  // rows ascend with idx
+    const uint4 x = *reinterpret_cast<const uint4*>(s + (cc >> 3) * (ROWS * 128) + wg::sw128(r, cc & 7));
+    *reinterpret_cast<uint4*>(g + r * gstride + 8 * cc) = x;
+  }
+}
+
+template <bool NORM>
+__global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* __restrict__ g_q,
+                                                         const bf16* __restrict__ g_k,
+                                                         const bf16* __restrict__ g_W,
+                                                         const bf16* __restrict__ g_U,
+                                                         const float* __restrict__ g_gam,
+                                                         const float* __restrict__ g_h0,  // or null
+                                                         bf16* __restrict__ g_h,          // or null
+                                                         bf16* __restrict__ g_D,          // or null
+                                                         float* __restrict__ g_ht,        // or null
+                                                         bf16* __restrict__ g_o,          // [T, Hv, dv]
+                                                         bf16* __restrict__ g_P,          // or null
+                                                         const OutNorm nrm) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  using S = Smem;
+  const SeqCta cta = seq_cta(p);  // p.nvt == 1
+  const int n = cta.n, h = cta.h;
+  const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const SeqSpan sp = seq_span(p, n);
+  const int c0 = sp.c0, c1 = sp.c1, eos = sp.eos, nch = c1 - c0;
+  const uint32_t s0 = smem_addr(smem);
+
+  if (tid < kStateThreads) {
+    // ================================================================== state warpgroups
+    const int sw = tid >> 7, wq = (tid >> 5) & 3, mi = lane >> 3, r8 = lane & 7;
+    const int wv = 64 * sw + 16 * wq;  // the warp's S^T rows (v)
+    const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + wv;
+    float r_S[16][4];
+    state_elems(r_S, D, 0, [&](float& x, int, int) { x = 0.f; });
+    if (g_h0) state_elems(r_S, D, 0, [&](float& x, int col, int row) { x = g_h0[state_base + int64_t(col) * p.dv + row]; });
+    auto issue = [&](int c, int st) {
+      load_state_tiles<S, D, kStateThreads, true>(smem + st * S::stage, p, sp.bos(c), eos, h, 0, D, LDU, g_k, g_W, g_U,
+                                                  g_gam, tid);
+    };
+    if (nch > 0) issue(c0, 0);
+    cp_commit();
+    for (int i = 0; i < nch; ++i) {
+      const int c = c0 + i, st = i & 1, b = i & 1;
+      cp_wait<0>();
+      wg::fence_proxy_async();  // the tiles are read by the tensor cores' async proxy
+      bar_sync(kBarRing, kStateThreads);  // stage st visible; both warpgroups done with stage st ^ 1
+      if (i + 1 < nch) issue(c + 1, st ^ 1);
+      cp_commit();
+      const unsigned char* base = smem + st * S::stage;
+      const uint32_t s_w = s0 + st * uint32_t(S::stage) + uint32_t(S::w);
+      const uint32_t s_k = s0 + st * uint32_t(S::stage) + uint32_t(S::k);
+      const bf16* s_u = reinterpret_cast<const bf16*>(base + S::u);
+      const float* s_gam = reinterpret_cast<const float*>(base + S::gam);
+      const int L = min(C, eos - int(sp.bos(c)));
+      const float gam_e = s_gam[L - 1];
+
+      // 1. X = S^T W^T [16, C] (wgmma, A = bf16(S^T)); meanwhile bf16(S) into S buffer b for WG2.
+      float r_X[8][4];
+      {
+        uint32_t a1[D / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) acc_to_a(a1[kk], r_S, kk);
+        wg::wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+          wg::m64n64k16_rs(r_X, a1[kk], wg::desc_sw128(s_w + (kk >> 2) * (C * 128) + (kk & 3) * 32, 16, 1024), kk);
+        wg::wg_commit();
+        if (i >= 2) bar_sync(kBarSEmpty + b, kThreads);  // WG2 is done with chunk i - 2's S
+        const uint32_t sb = s0 + uint32_t(S::s) + b * uint32_t(S::sbuf);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) stsm_x4_t_sa(stage_sw(sb, sw, D * 128, wq, kk, lane), a1[kk]);
+        wg::fence_proxy_async();
+        bar_arrive(kBarSFull + b, kThreads);
+        wg::wg_hold(r_X);
+        wg::wg_wait<0>();
+        wg::wg_hold(r_X);
+        hold_a(a1);
+      }
+      // 2. Delta^T = U^T - X (into the Delta buffer for WG2); Delta~^T = Delta^T e^{gam_e - gam_t} as A fragments
+      uint32_t a2[4][4];
+      {
+        uint32_t r_u[4][4];
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) ldsm_x4_t(r_u[jj], s_u + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
+        if (i >= 1) bar_sync(kBarDEmpty, kThreads);  // WG2 is done with chunk i - 1's Delta
+        const uint32_t db = s0 + uint32_t(S::dl);
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          const uint32_t* u = r_u[jj];
+          uint32_t d[4];
+          float f[4];
+          decay_to_end(f, s_gam, gam_e, jj, tq, L);
+#pragma unroll
+          for (int qq = 0; qq < 4; ++qq) {  // qq: n-tile 2 jj + (qq >> 1), row half qq & 1
+            const float* x = r_X[2 * jj + (qq >> 1)] + 2 * (qq & 1);
+            const int t = 16 * jj + 8 * (qq >> 1) + 2 * tq;
+            const float d0 = bf16_lo(u[qq]) - x[0], d1 = bf16_hi(u[qq]) - x[1];
+            d[qq] = pack_bf16(d0, d1);
+            const float f0 = f[2 * (qq >> 1)], f1 = f[2 * (qq >> 1) + 1];
+            a2[jj][qq] = pack_bf16(t < L ? d0 * f0 : 0.f, t + 1 < L ? d1 * f1 : 0.f);
+          }
+          stsm_x4_t_sa(stage_sw(db, sw, C * 128, wq, jj, lane), d);
+        }
+        wg::fence_proxy_async();
+        bar_arrive(kBarDFull, kThreads);
+      }
+      // 3. S^T = e^{gam_e} S^T + Delta~^T K (a2 is 0 past L and K's rows >= L are zero)
+      scale_tiles(r_S, gexp(gam_e));
+      wg::wg_fence();
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) wg::m64n128k16_rs_tb(r_S, a2[jj], wg::desc_sw128(s_k + jj * 2048, C * 128, 1024), 1);
+      wg::wg_commit();
+      wg::wg_hold(r_S);
+      wg::wg_wait<0>();
+      wg::wg_hold(r_S);
+    }
+    if (g_ht) state_elems(r_S, D, 0, [&](float& x, int col, int row) { g_ht[state_base + int64_t(col) * p.dv + row] = x; });
+    return;
+  }
+
+  // ==================================================================== out warpgroup
+  const int t2 = tid - kStateThreads, wq = t2 >> 5;  // rows 16 wq .. 16 wq + 15 of the chunk
+  const int hk = h / p.G;
+  auto issue = [&](int c, int gb) {
+    const int64_t bos = sp.bos(c);
+    const int L = min(C, eos - int(bos));
+    load_dk_rows<128, true>(smem + S::q, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L == C, L, p.dk, t2);
+    load_dk_rows<128, true>(smem + S::ko, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L == C, L, p.dk, t2);
+    load_col(reinterpret_cast<float*>(smem + S::gamo) + gb * C, g_gam + bos * p.Hv + h, p.Hv, C, L, t2, 128);
+  };
+  if (nch > 0) issue(c0, 0);
+  cp_commit();
+  for (int i = 0; i < nch; ++i) {
+    const int c = c0 + i, b = i & 1;
+    const int64_t bos = sp.bos(c);
+    const int L = min(C, eos - int(bos));
+    cp_wait<0>();
+    wg::fence_proxy_async();
+    bar_sync(kBarOut, 128);  // Q, K, gamma of chunk c visible
+    const float* s_gam = reinterpret_cast<const float*>(smem + S::gamo) + b * C;
+
+    // Q's A fragments (rows 16 wq + .., k-step kk), kept for P and for Q S_c
+    uint32_t qa[D / 16][4];
+    {
+      const int r = 16 * wq + (lane & 7) + 8 * ((lane >> 3) & 1);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const int ch = 2 * kk + (lane >> 4);
+        ldsm_x4_sa(qa[kk], s0 + uint32_t(S::q) + (ch >> 3) * (C * 128) + wg::sw128(r, ch & 7));
+      }
+    }
+    // P = Q K^T [C, C]: this warp's rows, all 64 columns
+    float r_P[8][4];
+    {
+      const uint32_t kb = s0 + uint32_t(S::ko);
+      wg::wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        wg::m64n64k16_rs(r_P, qa[kk], wg::desc_sw128(kb + (kk >> 2) * (C * 128) + (kk & 3) * 32, 16, 1024), kk);
+      wg::wg_commit();
+      wg::wg_hold(r_P);
+      wg::wg_wait<0>();
+      wg::wg_hold(r_P);
+    }
+    bar_sync(kBarOut, 128);  // every warp is done reading Q and K: the next chunk's load them
+    if (i + 1 < nch) issue(c + 1, b ^ 1);
+    cp_commit();
+    // P (.) Gamma, causal, rows < L; rounded once to bf16 as the A fragments of P Delta
+    uint32_t pa[4][4];
+    {
+      const int i0 = 16 * wq + g, i1 = i0 + 8;
+      const float gi0 = s_gam[i0], gi1 = s_gam[i1];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int col = 8 * j + 2 * tq;
+        const float gj0 = s_gam[col], gj1 = s_gam[col + 1];
+        float* x = r_P[j];
+        x[0] = (i0 < L && col <= i0) ? x[0] * gexp(gi0 - gj0) : 0.f;
+        x[1] = (i0 < L && col + 1 <= i0) ? x[1] * gexp(gi0 - gj1) : 0.f;
+        x[2] = (i1 < L && col <= i1) ? x[2] * gexp(gi1 - gj0) : 0.f;
+        x[3] = (i1 < L && col + 1 <= i1) ? x[3] * gexp(gi1 - gj1) : 0.f;
+      }
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) acc_to_a(pa[kk], r_P, kk);
+      if (g_P) {  // [C][C] rows i, for dvl / rev (saved intermediates)
+        bf16* gp = g_P + (int64_t(c) * p.Hv + h) * C * C;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const int col = 16 * kk + 2 * tq;
+          *reinterpret_cast<uint32_t*>(gp + i0 * C + col) = pa[kk][0];
+          *reinterpret_cast<uint32_t*>(gp + i1 * C + col) = pa[kk][1];
+          *reinterpret_cast<uint32_t*>(gp + i0 * C + col + 8) = pa[kk][2];
+          *reinterpret_cast<uint32_t*>(gp + i1 * C + col + 8) = pa[kk][3];
+        }
+      }
+    }
+    // O = diag(e^gamma) Q S_c
+    float r_O[16][4];
+    {
+      bar_sync(kBarSFull + b, kThreads);
+      const uint32_t sb = s0 + uint32_t(S::s) + b * uint32_t(S::sbuf);
+      wg::wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        wg::m64n128k16_rs_tb(r_O, qa[kk], wg::desc_sw128(sb + kk * 2048, D * 128, 1024), kk);
+      wg::wg_commit();
+      wg::wg_hold(r_O);
+      wg::wg_wait<0>();
+      wg::wg_hold(r_O);
+      if (g_h) copy_out_sw128<D>(smem + S::s + b * S::sbuf, g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv, p.dv, D, t2);
+      if (i + 2 < nch) bar_arrive(kBarSEmpty + b, kThreads);
+      const int r0 = 16 * wq + g;
+      const float e0 = r0 < L ? gexp(s_gam[r0]) : 0.f, e1 = r0 + 8 < L ? gexp(s_gam[r0 + 8]) : 0.f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        r_O[j][0] *= e0, r_O[j][1] *= e0;
+        r_O[j][2] *= e1, r_O[j][3] *= e1;
+      }
+    }
+    // O += P Delta_c
+    {
+      bar_sync(kBarDFull, kThreads);
+      const uint32_t db = s0 + uint32_t(S::dl);
+      wg::wg_fence();
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) wg::m64n128k16_rs_tb(r_O, pa[jj], wg::desc_sw128(db + jj * 2048, C * 128, 1024), 1);
+      wg::wg_commit();
+      wg::wg_hold(r_O);
+      wg::wg_wait<0>();
+      wg::wg_hold(r_O);
+      if (g_D) copy_out_sw128<C>(smem + S::dl, g_D + (bos * p.Hv + h) * p.dv, int64_t(p.Hv) * p.dv, L, t2);
+      if (i + 1 < nch) bar_arrive(kBarDEmpty, kThreads);
+    }
+    // Epilogue: o = bf16(scale O); with NORM y = o rstd w silu(z), rstd = 1 / sqrt(mean(o^2) + eps) per row
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      const int r = 16 * wq + g + 8 * h2;
+      const int64_t t = bos + r;
+      uint32_t ob[16];
+      float ss = 0.f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        ob[j] = pack_bf16(p.scale * r_O[j][2 * h2], p.scale * r_O[j][2 * h2 + 1]);
+        const float a = bf16_lo(ob[j]), bb = bf16_hi(ob[j]);
+        ss = fmaf(a, a, ss);
+        ss = fmaf(bb, bb, ss);
+      }
+      bf16* orow = g_o + (t * p.Hv + h) * p.dv + 2 * tq;
+      if constexpr (NORM) {
+        ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+        ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+        const float rstd = rsqrtf(ss * (1.f / float(D)) + nrm.eps);
+        if (r < L) {
+          const bf16* zrow = static_cast<const bf16*>(nrm.z) + t * nrm.sz + int64_t(h) * p.dv + 2 * tq;
+          bf16* yrow = static_cast<bf16*>(nrm.y) + t * nrm.sy + int64_t(h) * p.dv + 2 * tq;
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            const uint32_t zz = *reinterpret_cast<const uint32_t*>(zrow + 8 * j);
+            const float z0 = bf16_lo(zz), z1 = bf16_hi(zz);
+            const float w0 = nrm.w[8 * j + 2 * tq], w1 = nrm.w[8 * j + 2 * tq + 1];
+            const float y0 = bf16_lo(ob[j]) * rstd * w0 * (z0 * ew::sigmoid_f(z0));
+            const float y1 = bf16_hi(ob[j]) * rstd * w1 * (z1 * ew::sigmoid_f(z1));
+            *reinterpret_cast<uint32_t*>(orow + 8 * j) = ob[j];
+            *reinterpret_cast<uint32_t*>(yrow + 8 * j) = pack_bf16(y0, y1);
+          }
+          if (tq == 0) nrm.rstd[t * p.Hv + h] = rstd;
+        }
+      } else {
+        if (r < L) {
+#pragma unroll
+          for (int j = 0; j < 16; ++j) *reinterpret_cast<uint32_t*>(orow + 8 * j) = ob[j];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace fused
