@@ -7,8 +7,8 @@
 // output is made on chip while the serial chain runs, by warps the chain leaves idle, and h / Delta
 // leave only as the backward's saved intermediates (stores off the chain).
 //
-// One CTA per (sequence, v-head) (nvt = 1, seq_cta's longest-first order), 384 threads at <= 168
-// registers (ptxas fits it without spills; wg4's state warpgroup alone takes 174-176), one CTA per SM:
+// One CTA per (sequence, v-head) (nvt = 1, seq_cta's longest-first order), 384 threads, one CTA per
+// SM (setmaxnreg: 176 + 176 + 160 registers a thread, the SM's 64K; launched at 168):
 //   WG0, WG1 (state): S^T rows v = 64 wg .. 64 wg + 63, each exactly wg4's state warpgroup
 //     (gdn_serial_warp.cuh): X = S^T W^T, Delta = U - X, S^T = e^{gam_e} S^T + Delta~^T K; they share
 //     the W, K, U, gamma tiles of a two-stage cp.async ring (barrier kBarRing, 256 threads). Each step
@@ -34,6 +34,20 @@ enum : int { kBarRing = 1, kBarSFull = 2, kBarSEmpty = 4, kBarDFull = 6, kBarDEm
 __device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void bar_arrive(int id, int n) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+// setmaxnreg: ptxas allocates the code after it within the new count (the state warpgroups' step
+// spills at the launch's 168, fits at 176).
+template <int R>
+__device__ __forceinline__ void reg_alloc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+#endif
+}
+template <int R>
+__device__ __forceinline__ void reg_dealloc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+#endif
 }
 
 struct Smem {
@@ -123,6 +137,7 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
 
   if (tid < kStateThreads) {
     // ================================================================== state warpgroups
+    reg_alloc<176>();
     const int sw = tid >> 7, wq = (tid >> 5) & 3, mi = lane >> 3, r8 = lane & 7;
     const int wv = 64 * sw + 16 * wq;  // the warp's S^T rows (v)
     const int64_t state_base = (int64_t(n) * p.Hv + h) * p.dk * p.dv + wv;
@@ -215,6 +230,7 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
   }
 
   // ==================================================================== out warpgroup
+  reg_dealloc<160>();
   const int t2 = tid - kStateThreads, wq = t2 >> 5;  // rows 16 wq .. 16 wq + 15 of the chunk
   const int hk = h / p.G;
   auto issue = [&](int c, int gb) {
@@ -313,6 +329,17 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
         r_O[j][2] *= e1, r_O[j][3] *= e1;
       }
     }
+    // z of this lane's output elements, loaded while Delta_c is awaited and P Delta_c runs
+    [[maybe_unused]] uint32_t r_z[2][16];
+    if constexpr (NORM) {
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int r = 16 * wq + g + 8 * h2;
+        const bf16* zrow = static_cast<const bf16*>(nrm.z) + (bos + r) * nrm.sz + int64_t(h) * p.dv + 2 * tq;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) r_z[h2][j] = r < L ? *reinterpret_cast<const uint32_t*>(zrow + 8 * j) : 0u;
+      }
+    }
     // O += P Delta_c
     {
       bar_sync(kBarDFull, kThreads);
@@ -347,12 +374,10 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
         ss += __shfl_xor_sync(0xffffffffu, ss, 2);
         const float rstd = rsqrtf(ss * (1.f / float(D)) + nrm.eps);
         if (r < L) {
-          const bf16* zrow = static_cast<const bf16*>(nrm.z) + t * nrm.sz + int64_t(h) * p.dv + 2 * tq;
           bf16* yrow = static_cast<bf16*>(nrm.y) + t * nrm.sy + int64_t(h) * p.dv + 2 * tq;
 #pragma unroll
           for (int j = 0; j < 16; ++j) {
-            const uint32_t zz = *reinterpret_cast<const uint32_t*>(zrow + 8 * j);
-            const float z0 = bf16_lo(zz), z1 = bf16_hi(zz);
+            const float z0 = bf16_lo(r_z[h2][j]), z1 = bf16_hi(r_z[h2][j]);
             const float w0 = nrm.w[8 * j + 2 * tq], w1 = nrm.w[8 * j + 2 * tq + 1];
             const float y0 = bf16_lo(ob[j]) * rstd * w0 * (z0 * ew::sigmoid_f(z0));
             const float y1 = bf16_hi(ob[j]) * rstd * w1 * (z1 * ew::sigmoid_f(z1));
