@@ -8,7 +8,8 @@
 // leave only as the backward's saved intermediates (stores off the chain).
 //
 // One CTA per (sequence, v-head) (nvt = 1, seq_cta's longest-first order), 384 threads, one CTA per
-// SM (setmaxnreg: 176 + 176 + 160 registers a thread, the SM's 64K; launched at 168):
+// SM (setmaxnreg: 176 + 176 + 152 registers a thread; the counts must sum to 3 x the launch's 168,
+// since a warpgroup's increase draws only on what the CTA's others released: 176 + 176 + 160 hung):
 //   WG0, WG1 (state): S^T rows v = 64 wg .. 64 wg + 63, each exactly wg4's state warpgroup
 //     (gdn_serial_warp.cuh): X = S^T W^T, Delta = U - X, S^T = e^{gam_e} S^T + Delta~^T K; they share
 //     the W, K, U, gamma tiles of a two-stage cp.async ring (barrier kBarRing, 256 threads). Each step
@@ -230,7 +231,7 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
   }
 
   // ==================================================================== out warpgroup
-  reg_dealloc<160>();
+  reg_dealloc<152>();
   const int t2 = tid - kStateThreads, wq = t2 >> 5;  // rows 16 wq .. 16 wq + 15 of the chunk
   const int hk = h / p.G;
   auto issue = [&](int c, int gb) {
