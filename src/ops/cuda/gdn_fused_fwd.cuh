@@ -27,6 +27,14 @@
 // over fragments): tested against the CPU oracle and the split forward within tolerances.
 namespace fused {
 
+// Timing study only (scripts/gpu_ab.sh variants; wrong outputs): DT_EXP_FUSED_SKIP bits leave out the
+// out warpgroup's h_c copy (1), Delta_c copy (2), P store (4), o / y / rstd stores (8), or all of its
+// work but the hand-offs (16: the state warpgroups' chain alone, as this kernel schedules it).
+#ifndef DT_EXP_FUSED_SKIP
+#define DT_EXP_FUSED_SKIP 0
+#endif
+constexpr int kSkip = DT_EXP_FUSED_SKIP;
+
 constexpr int kThreads = 384;       // WG0, WG1: state; WG2: out
 constexpr int kStateThreads = 256;
 constexpr int LDU = D + 8;          // U tile [C][LDU] bf16 (+16 bytes a row: ldmatrix conflict-free)
@@ -145,7 +153,27 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
     float r_S[16][4];
     state_elems(r_S, D, 0, [&](float& x, int, int) { x = 0.f; });
     if (g_h0) state_elems(r_S, D, 0, [&](float& x, int col, int row) { x = g_h0[state_base + int64_t(col) * p.dv + row]; });
+    // A full chunk's copies from per-thread pointers made once (wg4's LEAN path: the same copies as
+    // load_state_tiles' full path, an add each instead of its per-call address arithmetic).
+    const int r = tid >> 4, cc = tid & 15;  // W, K atoms: rows r + 16 i, chunk cc; U: rows r + 16 i, columns 8 cc
+    const int64_t rw = int64_t(p.Hv) * p.dk, rk = int64_t(p.Hk) * p.dk, ru = int64_t(p.Hv) * p.dv;  // row strides
+    const bf16* lw = g_W + (sp.bos0 + r) * rw + int64_t(h) * p.dk + 8 * cc;
+    const bf16* lk = g_k + (sp.bos0 + r) * rk + int64_t(h / p.G) * p.dk + 8 * cc;
+    const bf16* lu = g_U + (sp.bos0 + r) * ru + int64_t(h) * p.dv + 8 * cc;
+    const float* lg = g_gam + (sp.bos0 + min(tid, C - 1)) * p.Hv + h;
+    const uint32_t lo_sdk = (cc >> 3) * (C * 128) + wg::sw128(r, cc & 7), lo_su = (r * LDU + 8 * cc) * sizeof(bf16);
     auto issue = [&](int c, int st) {
+      const uint32_t sb = s0 + st * uint32_t(S::stage);
+      if (eos - sp.bos(c) >= C) {
+        const int64_t dc = c - c0;
+        cp_sw128_rows<kStateThreads>(sb + uint32_t(S::w) + lo_sdk, lw + dc * C * rw, rw);
+        cp_sw128_rows<kStateThreads>(sb + uint32_t(S::k) + lo_sdk, lk + dc * C * rk, rk);
+#pragma unroll
+        for (int i = 0; i < C / 16; ++i)
+          cp_async16_sa(sb + uint32_t(S::u) + lo_su + i * uint32_t(16 * LDU * sizeof(bf16)), lu + (dc * C + 16 * i) * ru);
+        if (tid < C) cp_async4_sa(sb + uint32_t(S::gam) + 4 * tid, lg + dc * C * p.Hv);
+        return;
+      }
       load_state_tiles<S, D, kStateThreads, true>(smem + st * S::stage, p, sp.bos(c), eos, h, 0, D, LDU, g_k, g_W, g_U,
                                                   g_gam, tid);
     };
@@ -241,6 +269,15 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
     load_dk_rows<128, true>(smem + S::ko, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L == C, L, p.dk, t2);
     load_col(reinterpret_cast<float*>(smem + S::gamo) + gb * C, g_gam + bos * p.Hv + h, p.Hv, C, L, t2, 128);
   };
+  if constexpr (kSkip & 16) {  // the hand-offs alone
+    for (int i = 0; i < nch; ++i) {
+      bar_sync(kBarSFull + (i & 1), kThreads);
+      if (i + 2 < nch) bar_arrive(kBarSEmpty + (i & 1), kThreads);
+      bar_sync(kBarDFull, kThreads);
+      if (i + 1 < nch) bar_arrive(kBarDEmpty, kThreads);
+    }
+    return;
+  }
   if (nch > 0) issue(c0, 0);
   cp_commit();
   for (int i = 0; i < nch; ++i) {
@@ -295,7 +332,7 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       }
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) acc_to_a(pa[kk], r_P, kk);
-      if (g_P) {  // [C][C] rows i, for dvl / rev (saved intermediates)
+      if (g_P && !(kSkip & 4)) {  // [C][C] rows i, for dvl / rev (saved intermediates)
         bf16* gp = g_P + (int64_t(c) * p.Hv + h) * C * C;
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
@@ -320,7 +357,7 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       wg::wg_hold(r_O);
       wg::wg_wait<0>();
       wg::wg_hold(r_O);
-      if (g_h) copy_out_sw128<D>(smem + S::s + b * S::sbuf, g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv, p.dv, D, t2);
+      if (g_h && !(kSkip & 1)) copy_out_sw128<D>(smem + S::s + b * S::sbuf, g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv, p.dv, D, t2);
       if (i + 2 < nch) bar_arrive(kBarSEmpty + b, kThreads);
       const int r0 = 16 * wq + g;
       const float e0 = r0 < L ? gexp(s_gam[r0]) : 0.f, e1 = r0 + 8 < L ? gexp(s_gam[r0 + 8]) : 0.f;
@@ -352,10 +389,11 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       wg::wg_hold(r_O);
       wg::wg_wait<0>();
       wg::wg_hold(r_O);
-      if (g_D) copy_out_sw128<C>(smem + S::dl, g_D + (bos * p.Hv + h) * p.dv, int64_t(p.Hv) * p.dv, L, t2);
+      if (g_D && !(kSkip & 2)) copy_out_sw128<C>(smem + S::dl, g_D + (bos * p.Hv + h) * p.dv, int64_t(p.Hv) * p.dv, L, t2);
       if (i + 1 < nch) bar_arrive(kBarDEmpty, kThreads);
     }
     // Epilogue: o = bf16(scale O); with NORM y = o rstd w silu(z), rstd = 1 / sqrt(mean(o^2) + eps) per row
+    if constexpr (kSkip & 8) continue;
 #pragma unroll
     for (int h2 = 0; h2 < 2; ++h2) {
       const int r = 16 * wq + g + 8 * h2;
