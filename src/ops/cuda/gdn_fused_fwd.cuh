@@ -226,19 +226,8 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
         const uint32_t db = s0 + uint32_t(S::dl);
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
-          const uint32_t* u = r_u[jj];
           uint32_t d[4];
-          float f[4];
-          decay_to_end(f, s_gam, gam_e, jj, tq, L);
-#pragma unroll
-          for (int qq = 0; qq < 4; ++qq) {  // qq: n-tile 2 jj + (qq >> 1), row half qq & 1
-            const float* x = r_X[2 * jj + (qq >> 1)] + 2 * (qq & 1);
-            const int t = 16 * jj + 8 * (qq >> 1) + 2 * tq;
-            const float d0 = bf16_lo(u[qq]) - x[0], d1 = bf16_hi(u[qq]) - x[1];
-            d[qq] = pack_bf16(d0, d1);
-            const float f0 = f[2 * (qq >> 1)], f1 = f[2 * (qq >> 1) + 1];
-            a2[jj][qq] = pack_bf16(t < L ? d0 * f0 : 0.f, t + 1 < L ? d1 * f1 : 0.f);
-          }
+          delta_frags(d, a2[jj], r_u[jj], r_X[2 * jj], r_X[2 * jj + 1], s_gam, gam_e, jj, tq, L);
           stsm_x4_t_sa(stage_sw(db, sw, C * 128, wq, jj, lane), d);
         }
         wg::fence_proxy_async();

@@ -221,17 +221,7 @@ __global__ __launch_bounds__(SplitTiles<G>::NTHR) void state_split_kernel(Params
         if (16 * jj >= Lc) break;
         uint32_t u[4], d[4], a[4];
         ldsm_x4_t(u, s_u + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
-        float f[4];
-        decay_to_end(f, s_gam, gam_e, jj, tq, Lc);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {  // q: n-tile 2 jj + (q >> 1), row half q & 1
-          const float* x = r_Xo[2 * jl + (q >> 1)] + 2 * (q & 1);
-          const int t = 16 * jj + 8 * (q >> 1) + 2 * tq;
-          const float d0 = bf16_lo(u[q]) - x[0], d1 = bf16_hi(u[q]) - x[1];
-          d[q] = pack_bf16(d0, d1);
-          const float f0 = f[2 * (q >> 1)], f1 = f[2 * (q >> 1) + 1];
-          a[q] = pack_bf16(t < Lc ? d0 * f0 : 0.f, t + 1 < Lc ? d1 * f1 : 0.f);
-        }
+        delta_frags(d, a, u, r_Xo[2 * jl], r_Xo[2 * jl + 1], s_gam, gam_e, jj, tq, Lc);
         stsm_x4_t(stage_row(s_stg, jl, lane), d);
         s_ab[jj * 32 + lane] = make_uint4(a[0], a[1], a[2], a[3]);
       }

@@ -170,6 +170,25 @@ __device__ __forceinline__ void decay_to_end(float (&f)[4], const float* s_gam, 
     f[i] = t < L ? gexp(gam_e - s_gam[t]) : 0.f;
   }
 }
+// Step 2 of the state kernels for token tile jj (tokens 16 jj .. 16 jj + 15), from U^T's fragments u
+// and X's two n-tiles xa (tokens 16 jj + 0..7) and xb (+ 8..15): d = bf16(U^T - X), Delta^T's
+// fragments for its store, and a = bf16(Delta^T e^{gam_e - gam_t}), 0 for t >= L: the A fragments
+// of S^T += Delta~^T K.
+__device__ __forceinline__ void delta_frags(uint32_t (&d)[4], uint32_t (&a)[4], const uint32_t (&u)[4],
+                                            const float (&xa)[4], const float (&xb)[4], const float* s_gam,
+                                            float gam_e, int jj, int tq, int L) {
+  float f[4];
+  decay_to_end(f, s_gam, gam_e, jj, tq, L);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {  // q: n-tile 2 jj + (q >> 1), row half q & 1
+    const float* x = ((q >> 1) ? xb : xa) + 2 * (q & 1);
+    const int t = 16 * jj + 8 * (q >> 1) + 2 * tq;
+    const float d0 = bf16_lo(u[q]) - x[0], d1 = bf16_hi(u[q]) - x[1];
+    d[q] = pack_bf16(d0, d1);
+    const float f0 = f[2 * (q >> 1)], f1 = f[2 * (q >> 1) + 1];
+    a[q] = pack_bf16(t < L ? d0 * f0 : 0.f, t + 1 < L ? d1 * f1 : 0.f);
+  }
+}
 template <int NJ>
 __device__ __forceinline__ void scale_tiles(float (&S)[NJ][4], float f) {
 #pragma unroll
@@ -418,19 +437,8 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
         const int tq = lane & 3;
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
-          const uint32_t* u = r_u[jj];
           uint32_t d[4];
-          float f[4];
-          decay_to_end(f, s_gam, gam_e, jj, tq, Lc);
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {  // q: n-tile 2 jj + (q >> 1), row half q & 1
-            const float* x = r_X[2 * jj + (q >> 1)] + 2 * (q & 1);
-            const int t = 16 * jj + 8 * (q >> 1) + 2 * tq;
-            const float d0 = bf16_lo(u[q]) - x[0], d1 = bf16_hi(u[q]) - x[1];
-            d[q] = pack_bf16(d0, d1);
-            const float f0 = f[2 * (q >> 1)], f1 = f[2 * (q >> 1) + 1];
-            a2[jj][q] = pack_bf16(t < Lc ? d0 * f0 : 0.f, t + 1 < Lc ? d1 * f1 : 0.f);
-          }
+          delta_frags(d, a2[jj], r_u[jj], r_X[2 * jj], r_X[2 * jj + 1], s_gam, gam_e, jj, tq, Lc);
           stsm_x4_t(stage_row(s_stg, jj, lane), d);
         }
       }
