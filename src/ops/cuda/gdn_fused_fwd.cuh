@@ -200,20 +200,14 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
         uint32_t a1[D / 16][4];
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) acc_to_a(a1[kk], r_S, kk);
-        wg::wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-          wg::m64n64k16_rs(r_X, a1[kk], wg::desc_sw128(s_w + (kk >> 2) * (C * 128) + (kk & 3) * 32, 16, 1024), kk);
-        wg::wg_commit();
+        wg::issue_kmajor_n64(r_X, a1, s_w, C * 128);
         if (i >= 2) bar_sync(kBarSEmpty + b, kThreads);  // WG2 is done with chunk i - 2's S
         const uint32_t sb = s0 + uint32_t(S::s) + b * uint32_t(S::sbuf);
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) stsm_x4_t_sa(stage_sw(sb, sw, D * 128, wq, kk, lane), a1[kk]);
         wg::fence_proxy_async();
         bar_arrive(kBarSFull + b, kThreads);
-        wg::wg_hold(r_X);
-        wg::wg_wait<0>();
-        wg::wg_hold(r_X);
+        wg::wait_acc(r_X);
         hold_a(a1);
       }
       // 2. Delta^T = U^T - X (into the Delta buffer for WG2); Delta~^T = Delta^T e^{gam_e - gam_t} as A fragments
@@ -235,13 +229,8 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       }
       // 3. S^T = e^{gam_e} S^T + Delta~^T K (a2 is 0 past L and K's rows >= L are zero)
       scale_tiles(r_S, gexp(gam_e));
-      wg::wg_fence();
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) wg::m64n128k16_rs_tb(r_S, a2[jj], wg::desc_sw128(s_k + jj * 2048, C * 128, 1024), 1);
-      wg::wg_commit();
-      wg::wg_hold(r_S);
-      wg::wg_wait<0>();
-      wg::wg_hold(r_S);
+      wg::issue_mn_n128(r_S, a2, s_k, C * 128, true);
+      wg::wait_acc(r_S);
     }
     if (g_ht) state_elems(r_S, D, 0, [&](float& x, int col, int row) { g_ht[state_base + int64_t(col) * p.dv + row] = x; });
     return;
@@ -290,17 +279,8 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
     }
     // P = Q K^T [C, C]: this warp's rows, all 64 columns
     float r_P[8][4];
-    {
-      const uint32_t kb = s0 + uint32_t(S::ko);
-      wg::wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-        wg::m64n64k16_rs(r_P, qa[kk], wg::desc_sw128(kb + (kk >> 2) * (C * 128) + (kk & 3) * 32, 16, 1024), kk);
-      wg::wg_commit();
-      wg::wg_hold(r_P);
-      wg::wg_wait<0>();
-      wg::wg_hold(r_P);
-    }
+    wg::issue_kmajor_n64(r_P, qa, s0 + uint32_t(S::ko), C * 128);
+    wg::wait_acc(r_P);
     bar_sync(kBarOut, 128);  // every warp is done reading Q and K: the next chunk's load them
     if (i + 1 < nch) issue(c + 1, b ^ 1);
     cp_commit();
@@ -338,14 +318,8 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
     {
       bar_sync(kBarSFull + b, kThreads);
       const uint32_t sb = s0 + uint32_t(S::s) + b * uint32_t(S::sbuf);
-      wg::wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-        wg::m64n128k16_rs_tb(r_O, qa[kk], wg::desc_sw128(sb + kk * 2048, D * 128, 1024), kk);
-      wg::wg_commit();
-      wg::wg_hold(r_O);
-      wg::wg_wait<0>();
-      wg::wg_hold(r_O);
+      wg::issue_mn_n128(r_O, qa, sb, D * 128, false);
+      wg::wait_acc(r_O);
       if (g_h && !(kSkip & 1)) copy_out_sw128<D>(smem + S::s + b * S::sbuf, g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv, p.dv, D, t2);
       if (i + 2 < nch) bar_arrive(kBarSEmpty + b, kThreads);
       const int r0 = 16 * wq + g;
@@ -370,14 +344,8 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
     // O += P Delta_c
     {
       bar_sync(kBarDFull, kThreads);
-      const uint32_t db = s0 + uint32_t(S::dl);
-      wg::wg_fence();
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) wg::m64n128k16_rs_tb(r_O, pa[jj], wg::desc_sw128(db + jj * 2048, C * 128, 1024), 1);
-      wg::wg_commit();
-      wg::wg_hold(r_O);
-      wg::wg_wait<0>();
-      wg::wg_hold(r_O);
+      wg::issue_mn_n128(r_O, pa, s0 + uint32_t(S::dl), C * 128, true);
+      wg::wait_acc(r_O);
       if (g_D && !(kSkip & 2)) copy_out_sw128<C>(smem + S::dl, g_D + (bos * p.Hv + h) * p.dv, int64_t(p.Hv) * p.dv, L, t2);
       if (i + 1 < nch) bar_arrive(kBarDEmpty, kThreads);
     }

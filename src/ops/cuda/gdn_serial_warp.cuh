@@ -136,15 +136,8 @@ __device__ __forceinline__ void wg_state_times_rows_t(float (&X)[8][4], const fl
     acc_to_a(a1[kk], S, kk);
     if (stage) stsm_x4_t(stage_row(s_stg, kk, lane), a1[kk]);
   }
-  const uint32_t rb = smem_addr(s_rows);
-  wg::wg_fence();
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)
-    wg::m64n64k16_rs(X, a1[kk], wg::desc_sw128(rb + (kk >> 2) * (C * 128) + (kk & 3) * 32, 16, 1024), kk);
-  wg::wg_commit();
-  wg::wg_hold(X);
-  wg::wg_wait<0>();
-  wg::wg_hold(X);
+  wg::issue_kmajor_n64(X, a1, smem_addr(s_rows), C * 128);
+  wg::wait_acc(X);
 }
 // S^T [16, dk] += A R over k-step jj: A the fragments of token columns 16 jj .. 16 jj + 15, R the
 // same token rows of s_rows [C][LDD] (K, Q or W), dk columns in steps of 16 (NJ n-tiles of S).
@@ -449,15 +442,8 @@ __global__ __launch_bounds__(32 * NW) void state_warp_kernel(Params p, const bf1
       // 3. S^T = e^{gam_e} S^T + Delta~^T K
       scale_tiles(r_S, gexp(gam_e));
       if constexpr (WG) {  // all four token k-steps: a2 is 0 past L and K's rows >= L are zero (+= 0 exactly)
-        const uint32_t kb = smem_addr(s_k);
-        wg::wg_fence();
-#pragma unroll
-        for (int jj = 0; jj < 4; ++jj)
-          wg::m64n128k16_rs_tb(r_S, a2[jj], wg::desc_sw128(kb + jj * 2048, C * 128, 1024), 1);
-        wg::wg_commit();
-        wg::wg_hold(r_S);
-        wg::wg_wait<0>();
-        wg::wg_hold(r_S);
+        wg::issue_mn_n128(r_S, a2, smem_addr(s_k), C * 128, true);
+        wg::wait_acc(r_S);
       } else {
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {

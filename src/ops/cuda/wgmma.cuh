@@ -95,6 +95,36 @@ __device__ __forceinline__ void m64n128k16_rs_tb(float (&d)[16][4], const uint32
 #endif
 }
 
+
+// The products the GDN kernels issue whole. Issued and committed, not awaited: wait_acc(d) before d
+// is read (the caller may do other work between).
+// d[64, 64] (=) A[64, 16 K] B[16 K, 64]: a the K k-steps' A fragments; B K-major, the 64 rows of a
+// [64][16 K] bf16 tile in 128-byte-swizzled [64][64] atoms at shared address b, `astride` bytes apart.
+template <int K>
+__device__ __forceinline__ void issue_kmajor_n64(float (&d)[8][4], const uint32_t (&a)[K][4], uint32_t b,
+                                                 uint32_t astride) {
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < K; ++kk) m64n64k16_rs(d, a[kk], desc_sw128(b + (kk >> 2) * astride + (kk & 3) * 32, 16, 1024), kk);
+  wg_commit();
+}
+// d[64, 128] (+)= A[64, 16 K] B[16 K, 128]: B MN-major, a [16 K][128] bf16 tile in two 128-byte-
+// swizzled [16 K][64] atoms at b, `astride` bytes apart. accumulate = false overwrites d.
+template <int K>
+__device__ __forceinline__ void issue_mn_n128(float (&d)[16][4], const uint32_t (&a)[K][4], uint32_t b,
+                                              uint32_t astride, bool accumulate) {
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < K; ++kk) m64n128k16_rs_tb(d, a[kk], desc_sw128(b + kk * 2048, astride, 1024), accumulate || kk > 0);
+  wg_commit();
+}
+template <int NJ>
+__device__ __forceinline__ void wait_acc(float (&d)[NJ][4]) {
+  wg_hold(d);
+  wg_wait<0>();
+  wg_hold(d);
+}
+
 }  // namespace wg
 }  // namespace
 }  // namespace dt::ops::cuda
