@@ -99,16 +99,6 @@ __device__ __forceinline__ void ldsm_x4_sa(uint32_t (&r)[4], uint32_t sa) {
                : "memory");
 }
 
-// Pins A-fragment registers that an asynchronous wgmma still reads until after its wg_wait (the
-// compiler could otherwise reuse them once their last ordinary use, a stmatrix, is done).
-template <int N>
-__device__ __forceinline__ void hold_a(uint32_t (&a)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
-}
-
 // Swizzled [rows][128] bf16 (two [rows][64] atoms) -> global rows r < nrows at g + r * gstride,
 // 16-byte copies by 128 threads (t: 0..127), consecutive threads on consecutive 16 bytes of a row.
 template <int ROWS>
@@ -208,7 +198,7 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
         wg::fence_proxy_async();
         bar_arrive(kBarSFull + b, kThreads);
         wg::wait_acc(r_X);
-        hold_a(a1);
+        wg::wg_hold(a1);  // read by the wgmma until its wait
       }
       // 2. Delta^T = U^T - X (into the Delta buffer for WG2); Delta~^T = Delta^T e^{gam_e - gam_t} as A fragments
       uint32_t a2[4][4];

@@ -66,6 +66,16 @@ __device__ __forceinline__ void wg_hold(float (&d)[NJ][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
 }
 
+// The same for A-fragment registers that an asynchronous wgmma still reads: held until after its
+// wg_wait (else the compiler may reuse them once their last ordinary use is done).
+template <int N>
+__device__ __forceinline__ void wg_hold(uint32_t (&a)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
+}
+
 // d[64, 64] (+)= A[64, 16] B[16, 64]: A this warp's mma A fragment, B K-major (TB = 0) or MN-major
 // (TB = 1: imm-trans-b). accumulate = 0 overwrites d.
 template <int TB = 0>
