@@ -34,6 +34,19 @@ namespace fused {
 #define DT_EXP_FUSED_SKIP 0
 #endif
 constexpr int kSkip = DT_EXP_FUSED_SKIP;
+// DT_EXP_FUSED_LATE_ISSUE=1: the state warpgroups issue chunk c + 1's tiles after handing Delta_c
+// over, not at the step's start. Each hand-off's fence.proxy.async compiles to MEMBAR.ALL.CTA +
+// FENCE.VIEW.ASYNC.S; if that MEMBAR waits for the next chunk's cp.async copies in flight, every step
+// pays their latency (wg4's state kernel fences only right after cp.async.wait_group, with none in
+// flight). Late issue trades that for a shorter prefetch distance (the S update and the next ring wait).
+#ifndef DT_EXP_FUSED_LATE_ISSUE
+#define DT_EXP_FUSED_LATE_ISSUE 0
+#endif
+// DT_EXP_FUSED_STAGE_AFTER=1: S_c is staged (stmatrix, fence, arrive) after X's wgmma completes
+// instead of while it runs (in case the fence's MEMBAR waits for the wgmma's operand reads).
+#ifndef DT_EXP_FUSED_STAGE_AFTER
+#define DT_EXP_FUSED_STAGE_AFTER 0
+#endif
 
 constexpr int kThreads = 384;       // WG0, WG1: state; WG2: out
 constexpr int kStateThreads = 256;
@@ -174,8 +187,10 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       cp_wait<0>();
       wg::fence_proxy_async();  // the tiles are read by the tensor cores' async proxy
       bar_sync(kBarRing, kStateThreads);  // stage st visible; both warpgroups done with stage st ^ 1
-      if (i + 1 < nch) issue(c + 1, st ^ 1);
-      cp_commit();
+      if (!DT_EXP_FUSED_LATE_ISSUE) {
+        if (i + 1 < nch) issue(c + 1, st ^ 1);
+        cp_commit();
+      }
       const unsigned char* base = smem + st * S::stage;
       const uint32_t s_w = s0 + st * uint32_t(S::stage) + uint32_t(S::w);
       const uint32_t s_k = s0 + st * uint32_t(S::stage) + uint32_t(S::k);
@@ -191,13 +206,14 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) acc_to_a(a1[kk], r_S, kk);
         wg::issue_kmajor_n64(r_X, a1, s_w, C * 128);
+        if (DT_EXP_FUSED_STAGE_AFTER) wg::wait_acc(r_X);
         if (i >= 2) bar_sync(kBarSEmpty + b, kThreads);  // WG2 is done with chunk i - 2's S
         const uint32_t sb = s0 + uint32_t(S::s) + b * uint32_t(S::sbuf);
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) stsm_x4_t_sa(stage_sw(sb, sw, D * 128, wq, kk, lane), a1[kk]);
         wg::fence_proxy_async();
         bar_arrive(kBarSFull + b, kThreads);
-        wg::wait_acc(r_X);
+        if (!DT_EXP_FUSED_STAGE_AFTER) wg::wait_acc(r_X);
         wg::wg_hold(a1);  // read by the wgmma until its wait
       }
       // 2. Delta^T = U^T - X (into the Delta buffer for WG2); Delta~^T = Delta^T e^{gam_e - gam_t} as A fragments
@@ -216,6 +232,10 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
         }
         wg::fence_proxy_async();
         bar_arrive(kBarDFull, kThreads);
+      }
+      if (DT_EXP_FUSED_LATE_ISSUE) {
+        if (i + 1 < nch) issue(c + 1, st ^ 1);
+        cp_commit();
       }
       // 3. S^T = e^{gam_e} S^T + Delta~^T K (a2 is 0 past L and K's rows >= L are zero)
       scale_tiles(r_S, gexp(gam_e));
