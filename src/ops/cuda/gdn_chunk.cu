@@ -57,6 +57,8 @@
 // Outputs: o, ht overwritten (=). Gradients: dq, dk, dv, dg, dbeta, dh0 all overwritten (=).
 // Offsets are int64. Scratch comes from the caching allocator (Tensor::empty).
 #include <cooperative_groups.h>
+#include <cuda.h>  // CUtensorMap (the fused forward's DT_EXP_FUSED_TMA; encoded through cudart's entry-point query)
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
@@ -2564,6 +2566,46 @@ template <class T>
 bool fused_fwd_applies(const Params& p) {
   return std::is_same_v<T, bf16> && p.dk == D && p.dv == D && p.NT > 0 && wgmma_device() && fused_fwd_knob();
 }
+// A TMA descriptor of a row-major tensor (dims innermost first, strides in bytes of dims 1..rank-1),
+// through the driver's cuTensorMapEncodeTiled as cudart hands it over (no link to libcuda).
+CUtensorMap tensor_map(CUtensorMapDataType type, cuuint32_t rank, const void* base, const cuuint64_t* dims,
+                       const cuuint64_t* strides, const cuuint32_t* box, CUtensorMapSwizzle swizzle) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    DT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+    DT_CHECK(fn && q == cudaDriverEntryPointSuccess, "gdn_chunk: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  CUtensorMap m;
+  const cuuint32_t estride[3] = {1, 1, 1};
+  const CUresult r = encode(&m, type, rank, const_cast<void*>(base), dims, strides, box, estride,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  DT_CHECK(r == CUDA_SUCCESS, "gdn_chunk: cuTensorMapEncodeTiled failed (CUresult {})", int(r));
+  return m;
+}
+// fused::Maps for DT_EXP_FUSED_TMA: W, U [T, Hv, 128] and K, Q [T, Hk, 128] bf16 in boxes of 64 x 1 x 64
+// with the 128-byte swizzle (the kernels' atoms), gamma [T, Hv] f32 in boxes of 4 heads x 64 tokens.
+[[maybe_unused]] fused::Maps fused_maps(const Params& p, const bf16* q, const bf16* k, const bf16* W, const bf16* U, const float* gam) {
+  DT_CHECK(p.Hv % 4 == 0, "gdn_chunk: DT_EXP_FUSED_TMA needs Hv % 4 == 0 (gamma's 16-byte TMA rows), got Hv {}", p.Hv);
+  fused::Maps m;
+  const cuuint32_t box[3] = {64, 1, 64};
+  auto rows = [&](const bf16* base, int heads) {
+    const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(heads), cuuint64_t(p.T)};
+    const cuuint64_t strides[2] = {cuuint64_t(D) * 2, cuuint64_t(heads) * D * 2};
+    return tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  };
+  m.w = rows(W, p.Hv);
+  m.u = rows(U, p.Hv);
+  m.k = rows(k, p.Hk);
+  m.q = rows(q, p.Hk);
+  const cuuint64_t gdims[2] = {cuuint64_t(p.Hv), cuuint64_t(p.T)}, gstrides[1] = {cuuint64_t(p.Hv) * 4};
+  const cuuint32_t gbox[2] = {4, 64};
+  m.g = tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, gam, gdims, gstrides, gbox, CU_TENSOR_MAP_SWIZZLE_NONE);
+  return m;
+}
+
 // prep (gamma, W, U, Tm), then fused::fwd_kernel for the chunk states, Delta, ht, o (and y, rstd with
 // nrm.z) and P: run_fwd's outputs without its state and out launches.
 template <class T>
@@ -2575,11 +2617,13 @@ void launch_fused_fwd(const Params& p, const TensorView& q, const TensorView& k,
     launch_chunk_kernel(prep_kernel<T>, p, PrepSmem<T>::bytes, st, tptr<T>(k), tptr<T>(v), tptr<float>(g),
                         tptr<float>(beta), gam, W, U, Tm);
     const Params pw = warp_params(p, 8);  // nvt = 1 (dv = 128)
+    fused::Maps maps{};
+    if constexpr (fused::kTma) maps = fused_maps(p, tptr<T>(q), tptr<T>(k), W, U, gam);
     auto go = [&](auto norm) {
       constexpr bool NORM = decltype(norm)::value;
       set_smem(fused::fwd_kernel<NORM>, fused::Smem::bytes);
       fused::fwd_kernel<NORM><<<seq_ctas(pw), fused::kThreads, fused::Smem::bytes, st>>>(
-          pw, tptr<T>(q), tptr<T>(k), W, U, gam, tptr<float>(h0), h, Dl, tptr<float>(ht), tptr<T>(o), P, nrm);
+          pw, tptr<T>(q), tptr<T>(k), W, U, gam, tptr<float>(h0), h, Dl, tptr<float>(ht), tptr<T>(o), P, nrm, maps);
       DT_CUDA_LAUNCH_CHECK();
     };
     if (nrm.z) go(std::true_type{});

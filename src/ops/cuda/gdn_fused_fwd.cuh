@@ -23,8 +23,9 @@
 //   c + 2 will reuse it); Delta_c in one buffer: kBarDFull / kBarDEmpty likewise. Every arrival
 //   has exactly one matching wait (the conditions on i below), so none is left pending at exit.
 // The products are wgmma with register A operands (wgmma.cuh); o and y leave straight from the
-// accumulator fragments. Not the split forward's bits (other product order, the norm's row sums
-// over fragments): tested against the CPU oracle and the split forward within tolerances.
+// accumulator fragments. o, P, h, Delta and ht are the split forward's bits (wgmma sums in
+// mma.sync's order); y and rstd are within rounding (the norm's row sums run over fragments).
+// First measured (docs/perf.md v0.32.0): correct, but slower than state + out.
 namespace fused {
 
 // Timing study only (scripts/gpu_ab.sh variants; wrong outputs): DT_EXP_FUSED_SKIP bits leave out the
@@ -42,6 +43,16 @@ constexpr int kSkip = DT_EXP_FUSED_SKIP;
 #ifndef DT_EXP_FUSED_LATE_ISSUE
 #define DT_EXP_FUSED_LATE_ISSUE 0
 #endif
+// DT_EXP_FUSED_TMA=1: the tiles come by TMA (cp.async.bulk.tensor, 128-byte swizzle: the atoms'
+// layout) completing on mbarriers, issued by one thread per ring: no thread then has copies in
+// flight at a hand-off's fence. A chunk's box is always 64 token rows: rows past the sequence's
+// end hold the next sequence's values (past T, zeros), which every use masks by selection or
+// multiplies by an exact zero (A fragments, P's columns), so the results are the cp.async form's.
+// gamma comes as [C][4] boxes (4 heads: TMA's 16-byte minimum row), read with stride 4.
+#ifndef DT_EXP_FUSED_TMA
+#define DT_EXP_FUSED_TMA 0
+#endif
+constexpr bool kTma = DT_EXP_FUSED_TMA != 0;
 // DT_EXP_FUSED_STAGE_AFTER=1: S_c is staged (stmatrix, fence, arrive) after X's wgmma completes
 // instead of while it runs (in case the fence's MEMBAR waits for the wgmma's operand reads).
 #ifndef DT_EXP_FUSED_STAGE_AFTER
@@ -72,13 +83,52 @@ __device__ __forceinline__ void reg_dealloc() {
 #endif
 }
 
+// The TMA descriptors (DT_EXP_FUSED_TMA; zeros otherwise): 3-D maps (128 columns, heads, tokens) of
+// W, U [T, Hv, 128], K, Q [T, Hk, 128], boxes of 64 columns x 1 head x 64 tokens; gamma [T, Hv] f32,
+// boxes of 4 heads x 64 tokens.
+struct Maps {
+  CUtensorMap w, u, k, q, g;
+};
+__device__ __forceinline__ void mbar_init(uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void tma_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+#endif
+}
+
 struct Smem {
   // the state warpgroups' ring, two stages (load_state_tiles' members)
   static constexpr size_t w = 0;                          // bf16 2 x [C][64] atoms
   static constexpr size_t k = w + 2 * C * 128;            // bf16 2 x [C][64] atoms
-  static constexpr size_t u = k + 2 * C * 128;            // bf16 [C][LDU]
-  static constexpr size_t gam = u + sizeof(bf16) * C * LDU;  // f32 [C]
-  static constexpr size_t stage = (gam + sizeof(float) * C + 1023) / 1024 * 1024;
+  static constexpr size_t u = k + 2 * C * 128;            // bf16 [C][LDU] (TMA: 2 x [C][64] atoms)
+  static constexpr size_t gam = u + (kTma ? 2 * C * 128 : sizeof(bf16) * C * LDU);  // f32 [C] (TMA: [C][4])
+  static constexpr size_t gam_bytes = sizeof(float) * C * (kTma ? 4 : 1);
+  static constexpr size_t stage = (gam + gam_bytes + 1023) / 1024 * 1024;
+  static constexpr uint32_t stage_tx = 3 * 2 * C * 128 + sizeof(float) * C * 4;  // TMA bytes of a stage
   // hand-offs
   static constexpr size_t s = 2 * stage;                  // bf16 [2] x 2 x [D][64] atoms: S_c [dk][dv]
   static constexpr size_t sbuf = 2 * D * 128;
@@ -86,8 +136,11 @@ struct Smem {
   // the out warpgroup's tiles (one stage; gamma two)
   static constexpr size_t q = dl + 2 * C * 128;           // bf16 2 x [C][64] atoms
   static constexpr size_t ko = q + 2 * C * 128;           // bf16 2 x [C][64] atoms
-  static constexpr size_t gamo = ko + 2 * C * 128;        // f32 [2][C]
-  static constexpr size_t bytes = gamo + 2 * sizeof(float) * C;
+  static constexpr size_t gamo = ko + 2 * C * 128;        // f32 [2][C] (TMA: [2][C][4])
+  static constexpr size_t gamo_buf = sizeof(float) * C * (kTma ? 4 : 1);
+  static constexpr uint32_t out_tx = 2 * 2 * C * 128 + sizeof(float) * C * 4;  // TMA bytes of Q, K, gamma
+  static constexpr size_t bars = gamo + 2 * gamo_buf;     // u64 [3]: the ring's full[2], the out tiles' full
+  static constexpr size_t bytes = bars + (kTma ? 3 * 8 : 0);
   static_assert(stage % 1024 == 0 && s % 1024 == 0 && dl % 1024 == 0 && q % 1024 == 0 && ko % 1024 == 0,
                 "swizzled atoms at 1 KB boundaries");
 };
@@ -137,7 +190,7 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
                                                          float* __restrict__ g_ht,        // or null
                                                          bf16* __restrict__ g_o,          // [T, Hv, dv]
                                                          bf16* __restrict__ g_P,          // or null
-                                                         const OutNorm nrm) {
+                                                         const OutNorm nrm, const __grid_constant__ Maps maps) {
   extern __shared__ __align__(1024) unsigned char smem[];
   using S = Smem;
   const SeqCta cta = seq_cta(p);  // p.nvt == 1
@@ -146,6 +199,16 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
   const SeqSpan sp = seq_span(p, n);
   const int c0 = sp.c0, c1 = sp.c1, eos = sp.eos, nch = c1 - c0;
   const uint32_t s0 = smem_addr(smem);
+  [[maybe_unused]] const uint32_t bar_ring = s0 + uint32_t(S::bars), bar_out = bar_ring + 16;  // TMA: full[2], out
+  if constexpr (kTma) {
+    if (tid == 0) {
+      mbar_init(bar_ring);
+      mbar_init(bar_ring + 8);
+      mbar_init(bar_out);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+  }
 
   if (tid < kStateThreads) {
     // ================================================================== state warpgroups
@@ -167,6 +230,21 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
     const uint32_t lo_sdk = (cc >> 3) * (C * 128) + wg::sw128(r, cc & 7), lo_su = (r * LDU + 8 * cc) * sizeof(bf16);
     auto issue = [&](int c, int st) {
       const uint32_t sb = s0 + st * uint32_t(S::stage);
+      if constexpr (kTma) {  // one thread: the whole stage
+        if (tid == 0) {
+          const uint32_t bar = bar_ring + 8 * st;
+          const int t0 = int(sp.bos(c));
+          mbar_expect_tx(bar, S::stage_tx);
+#pragma unroll
+          for (int a = 0; a < 2; ++a) {
+            tma_3d(sb + uint32_t(S::w) + a * (C * 128), &maps.w, bar, 64 * a, h, t0);
+            tma_3d(sb + uint32_t(S::k) + a * (C * 128), &maps.k, bar, 64 * a, h / p.G, t0);
+            tma_3d(sb + uint32_t(S::u) + a * (C * 128), &maps.u, bar, 64 * a, h, t0);
+          }
+          tma_2d(sb + uint32_t(S::gam), &maps.g, bar, h & ~3, t0);
+        }
+        return;
+      }
       if (eos - sp.bos(c) >= C) {
         const int64_t dc = c - c0;
         cp_sw128_rows<kStateThreads>(sb + uint32_t(S::w) + lo_sdk, lw + dc * C * rw, rw);
@@ -184,8 +262,12 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
     cp_commit();
     for (int i = 0; i < nch; ++i) {
       const int c = c0 + i, st = i & 1, b = i & 1;
-      cp_wait<0>();
-      wg::fence_proxy_async();  // the tiles are read by the tensor cores' async proxy
+      if constexpr (kTma) {
+        mbar_wait(bar_ring + 8 * st, (i >> 1) & 1);
+      } else {
+        cp_wait<0>();
+        wg::fence_proxy_async();  // the tiles are read by the tensor cores' async proxy
+      }
       bar_sync(kBarRing, kStateThreads);  // stage st visible; both warpgroups done with stage st ^ 1
       if (!DT_EXP_FUSED_LATE_ISSUE) {
         if (i + 1 < nch) issue(c + 1, st ^ 1);
@@ -195,9 +277,10 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       const uint32_t s_w = s0 + st * uint32_t(S::stage) + uint32_t(S::w);
       const uint32_t s_k = s0 + st * uint32_t(S::stage) + uint32_t(S::k);
       const bf16* s_u = reinterpret_cast<const bf16*>(base + S::u);
-      const float* s_gam = reinterpret_cast<const float*>(base + S::gam);
+      constexpr int GS = kTma ? 4 : 1;  // gamma's stride
+      const float* s_gam = reinterpret_cast<const float*>(base + S::gam) + (kTma ? (h & 3) : 0);
       const int L = min(C, eos - int(sp.bos(c)));
-      const float gam_e = s_gam[L - 1];
+      const float gam_e = s_gam[GS * (L - 1)];
 
       // 1. X = S^T W^T [16, C] (wgmma, A = bf16(S^T)); meanwhile bf16(S) into S buffer b for WG2.
       float r_X[8][4];
@@ -221,13 +304,19 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       {
         uint32_t r_u[4][4];
 #pragma unroll
-        for (int jj = 0; jj < 4; ++jj) ldsm_x4_t(r_u[jj], s_u + (16 * jj + r8 + (mi >> 1) * 8) * LDU + wv + (mi & 1) * 8);
+        for (int jj = 0; jj < 4; ++jj) {
+          const int t = 16 * jj + r8 + (mi >> 1) * 8, v = wv + (mi & 1) * 8;
+          if constexpr (kTma)  // U in two swizzled [C][64] atoms
+            ldsm_x4_t(r_u[jj], base + S::u + (v >> 6) * (C * 128) + wg::sw128(t, (v & 63) >> 3));
+          else
+            ldsm_x4_t(r_u[jj], s_u + t * LDU + v);
+        }
         if (i >= 1) bar_sync(kBarDEmpty, kThreads);  // WG2 is done with chunk i - 1's Delta
         const uint32_t db = s0 + uint32_t(S::dl);
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
           uint32_t d[4];
-          delta_frags(d, a2[jj], r_u[jj], r_X[2 * jj], r_X[2 * jj + 1], s_gam, gam_e, jj, tq, L);
+          delta_frags<GS>(d, a2[jj], r_u[jj], r_X[2 * jj], r_X[2 * jj + 1], s_gam, gam_e, jj, tq, L);
           stsm_x4_t_sa(stage_sw(db, sw, C * 128, wq, jj, lane), d);
         }
         wg::fence_proxy_async();
@@ -252,6 +341,18 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
   const int hk = h / p.G;
   auto issue = [&](int c, int gb) {
     const int64_t bos = sp.bos(c);
+    if constexpr (kTma) {
+      if (t2 == 0) {
+        mbar_expect_tx(bar_out, S::out_tx);
+#pragma unroll
+        for (int a = 0; a < 2; ++a) {
+          tma_3d(s0 + uint32_t(S::q) + a * (C * 128), &maps.q, bar_out, 64 * a, hk, int(bos));
+          tma_3d(s0 + uint32_t(S::ko) + a * (C * 128), &maps.k, bar_out, 64 * a, hk, int(bos));
+        }
+        tma_2d(s0 + uint32_t(S::gamo) + gb * uint32_t(S::gamo_buf), &maps.g, bar_out, h & ~3, int(bos));
+      }
+      return;
+    }
     const int L = min(C, eos - int(bos));
     load_dk_rows<128, true>(smem + S::q, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L == C, L, p.dk, t2);
     load_dk_rows<128, true>(smem + S::ko, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L == C, L, p.dk, t2);
@@ -272,10 +373,15 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
     const int c = c0 + i, b = i & 1;
     const int64_t bos = sp.bos(c);
     const int L = min(C, eos - int(bos));
-    cp_wait<0>();
-    wg::fence_proxy_async();
-    bar_sync(kBarOut, 128);  // Q, K, gamma of chunk c visible
-    const float* s_gam = reinterpret_cast<const float*>(smem + S::gamo) + b * C;
+    if constexpr (kTma) {
+      mbar_wait(bar_out, i & 1);  // Q, K, gamma of chunk c landed
+    } else {
+      cp_wait<0>();
+      wg::fence_proxy_async();
+      bar_sync(kBarOut, 128);  // Q, K, gamma of chunk c visible
+    }
+    constexpr int GS = kTma ? 4 : 1;  // gamma's stride
+    const float* s_gam = reinterpret_cast<const float*>(smem + S::gamo + b * S::gamo_buf) + (kTma ? (h & 3) : 0);
 
     // Q's A fragments (rows 16 wq + .., k-step kk), kept for P and for Q S_c
     uint32_t qa[D / 16][4];
@@ -298,11 +404,11 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
     uint32_t pa[4][4];
     {
       const int i0 = 16 * wq + g, i1 = i0 + 8;
-      const float gi0 = s_gam[i0], gi1 = s_gam[i1];
+      const float gi0 = s_gam[GS * i0], gi1 = s_gam[GS * i1];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const int col = 8 * j + 2 * tq;
-        const float gj0 = s_gam[col], gj1 = s_gam[col + 1];
+        const float gj0 = s_gam[GS * col], gj1 = s_gam[GS * (col + 1)];
         float* x = r_P[j];
         x[0] = (i0 < L && col <= i0) ? x[0] * gexp(gi0 - gj0) : 0.f;
         x[1] = (i0 < L && col + 1 <= i0) ? x[1] * gexp(gi0 - gj1) : 0.f;
@@ -333,7 +439,7 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       if (g_h && !(kSkip & 1)) copy_out_sw128<D>(smem + S::s + b * S::sbuf, g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv, p.dv, D, t2);
       if (i + 2 < nch) bar_arrive(kBarSEmpty + b, kThreads);
       const int r0 = 16 * wq + g;
-      const float e0 = r0 < L ? gexp(s_gam[r0]) : 0.f, e1 = r0 + 8 < L ? gexp(s_gam[r0 + 8]) : 0.f;
+      const float e0 = r0 < L ? gexp(s_gam[GS * r0]) : 0.f, e1 = r0 + 8 < L ? gexp(s_gam[GS * (r0 + 8)]) : 0.f;
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
         r_O[j][0] *= e0, r_O[j][1] *= e0;

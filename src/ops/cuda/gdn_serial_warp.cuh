@@ -155,23 +155,26 @@ __device__ __forceinline__ void add_times_rows(float (&S)[NJ][4], const uint32_t
   }
 }
 // f[i] = e^{gam_e - gam_t} for the lane's tokens t = 16 jj + 2 tq + {0, 1, 8, 9} of token tile jj
-// (the rows of its accumulator fragments), 0 for t >= L: one expf per token and lane.
+// (the rows of its accumulator fragments), 0 for t >= L: one expf per token and lane. gamma_t at
+// s_gam[GS t] (GS > 1: a TMA box of GS heads a row, the fused forward's DT_EXP_FUSED_TMA).
+template <int GS = 1>
 __device__ __forceinline__ void decay_to_end(float (&f)[4], const float* s_gam, float gam_e, int jj, int tq, int L) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int t = 16 * jj + 2 * tq + (i & 1) + 8 * (i >> 1);
-    f[i] = t < L ? gexp(gam_e - s_gam[t]) : 0.f;
+    f[i] = t < L ? gexp(gam_e - s_gam[GS * t]) : 0.f;
   }
 }
 // Step 2 of the state kernels for token tile jj (tokens 16 jj .. 16 jj + 15), from U^T's fragments u
 // and X's two n-tiles xa (tokens 16 jj + 0..7) and xb (+ 8..15): d = bf16(U^T - X), Delta^T's
 // fragments for its store, and a = bf16(Delta^T e^{gam_e - gam_t}), 0 for t >= L: the A fragments
 // of S^T += Delta~^T K.
+template <int GS = 1>
 __device__ __forceinline__ void delta_frags(uint32_t (&d)[4], uint32_t (&a)[4], const uint32_t (&u)[4],
                                             const float (&xa)[4], const float (&xb)[4], const float* s_gam,
                                             float gam_e, int jj, int tq, int L) {
   float f[4];
-  decay_to_end(f, s_gam, gam_e, jj, tq, L);
+  decay_to_end<GS>(f, s_gam, gam_e, jj, tq, L);
 #pragma unroll
   for (int q = 0; q < 4; ++q) {  // q: n-tile 2 jj + (q >> 1), row half q & 1
     const float* x = ((q >> 1) ? xb : xa) + 2 * (q & 1);
