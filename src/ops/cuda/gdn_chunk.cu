@@ -2587,7 +2587,8 @@ CUtensorMap tensor_map(CUtensorMapDataType type, cuuint32_t rank, const void* ba
 }
 // fused::Maps for DT_EXP_FUSED_TMA: W, U [T, Hv, 128] and K, Q [T, Hk, 128] bf16 in boxes of 64 x 1 x 64
 // with the 128-byte swizzle (the kernels' atoms), gamma [T, Hv] f32 in boxes of 4 heads x 64 tokens.
-[[maybe_unused]] fused::Maps fused_maps(const Params& p, const bf16* q, const bf16* k, const bf16* W, const bf16* U, const float* gam) {
+[[maybe_unused]] fused::Maps fused_maps(const Params& p, const bf16* q, const bf16* k, const bf16* W, const bf16* U,
+                                        const float* gam, const bf16* h) {
   DT_CHECK(p.Hv % 4 == 0, "gdn_chunk: DT_EXP_FUSED_TMA needs Hv % 4 == 0 (gamma's 16-byte TMA rows), got Hv {}", p.Hv);
   fused::Maps m;
   const cuuint32_t box[3] = {64, 1, 64};
@@ -2603,6 +2604,14 @@ CUtensorMap tensor_map(CUtensorMapDataType type, cuuint32_t rank, const void* ba
   const cuuint64_t gdims[2] = {cuuint64_t(p.Hv), cuuint64_t(p.T)}, gstrides[1] = {cuuint64_t(p.Hv) * 4};
   const cuuint32_t gbox[2] = {4, 64};
   m.g = tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, gam, gdims, gstrides, gbox, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (fused::kTmaH && h) {  // h [NT Hv dk][dv] rows, stored from the S buffer's [128][64] atoms
+    const int64_t hrows = int64_t(p.NT) * p.Hv * D;
+    DT_CHECK(hrows < (int64_t(1) << 31), "gdn_chunk: DT_EXP_FUSED_TMA_H: {} chunk-state rows exceed TMA's int32 coordinates",
+             hrows);
+    const cuuint64_t hdims[2] = {cuuint64_t(D), cuuint64_t(hrows)}, hstrides[1] = {cuuint64_t(D) * 2};
+    const cuuint32_t hbox[2] = {64, cuuint32_t(D)};
+    m.h = tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, h, hdims, hstrides, hbox, CU_TENSOR_MAP_SWIZZLE_128B);
+  }
   return m;
 }
 
@@ -2618,7 +2627,7 @@ void launch_fused_fwd(const Params& p, const TensorView& q, const TensorView& k,
                         tptr<float>(beta), gam, W, U, Tm);
     const Params pw = warp_params(p, 8);  // nvt = 1 (dv = 128)
     fused::Maps maps{};
-    if constexpr (fused::kTma) maps = fused_maps(p, tptr<T>(q), tptr<T>(k), W, U, gam);
+    if constexpr (fused::kTma) maps = fused_maps(p, tptr<T>(q), tptr<T>(k), W, U, gam, h);
     auto go = [&](auto norm) {
       constexpr bool NORM = decltype(norm)::value;
       set_smem(fused::fwd_kernel<NORM>, fused::Smem::bytes);

@@ -53,6 +53,13 @@ constexpr int kSkip = DT_EXP_FUSED_SKIP;
 #define DT_EXP_FUSED_TMA 0
 #endif
 constexpr bool kTma = DT_EXP_FUSED_TMA != 0;
+// DT_EXP_FUSED_TMA_H=1 (with DT_EXP_FUSED_TMA): h_c leaves by two TMA stores from the S buffer's
+// atoms (one thread; the buffer is released once the stores have read it, after P Delta_c) instead
+// of the out warpgroup's 16-byte copies.
+#ifndef DT_EXP_FUSED_TMA_H
+#define DT_EXP_FUSED_TMA_H 0
+#endif
+constexpr bool kTmaH = kTma && DT_EXP_FUSED_TMA_H != 0;
 // DT_EXP_FUSED_STAGE_AFTER=1: S_c is staged (stmatrix, fence, arrive) after X's wgmma completes
 // instead of while it runs (in case the fence's MEMBAR waits for the wgmma's operand reads).
 #ifndef DT_EXP_FUSED_STAGE_AFTER
@@ -88,6 +95,7 @@ __device__ __forceinline__ void reg_dealloc() {
 // boxes of 4 heads x 64 tokens.
 struct Maps {
   CUtensorMap w, u, k, q, g;
+  CUtensorMap h;  // DT_EXP_FUSED_TMA_H: h [NT Hv dk rows][dv], boxes of 128 rows x 64 columns
 };
 __device__ __forceinline__ void mbar_init(uint32_t bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
@@ -109,6 +117,20 @@ __device__ __forceinline__ void tma_3d(uint32_t dst, const CUtensorMap* map, uin
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
       "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
+#endif
+}
+// A TMA store of a box from shared memory, in the thread's bulk group (tma_store_wait_read: until read).
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t src, int c0, int c1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(map), "r"(src),
+               "r"(c0), "r"(c1)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void tma_store_wait_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
@@ -436,8 +458,15 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       const uint32_t sb = s0 + uint32_t(S::s) + b * uint32_t(S::sbuf);
       wg::issue_mn_n128(r_O, qa, sb, D * 128, false);
       wg::wait_acc(r_O);
-      if (g_h && !(kSkip & 1)) copy_out_sw128<D>(smem + S::s + b * S::sbuf, g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv, p.dv, D, t2);
-      if (i + 2 < nch) bar_arrive(kBarSEmpty + b, kThreads);
+      if (g_h && !(kSkip & 1)) {
+        if constexpr (kTmaH) {
+          if (t2 == 0)
+            for (int a = 0; a < 2; ++a) tma_store_2d(&maps.h, sb + a * (D * 128), 64 * a, (c * p.Hv + h) * D);
+        } else {
+          copy_out_sw128<D>(smem + S::s + b * S::sbuf, g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv, p.dv, D, t2);
+        }
+      }
+      if (!kTmaH && i + 2 < nch) bar_arrive(kBarSEmpty + b, kThreads);
       const int r0 = 16 * wq + g;
       const float e0 = r0 < L ? gexp(s_gam[GS * r0]) : 0.f, e1 = r0 + 8 < L ? gexp(s_gam[GS * (r0 + 8)]) : 0.f;
 #pragma unroll
@@ -464,6 +493,10 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       wg::wait_acc(r_O);
       if (g_D && !(kSkip & 2)) copy_out_sw128<C>(smem + S::dl, g_D + (bos * p.Hv + h) * p.dv, int64_t(p.Hv) * p.dv, L, t2);
       if (i + 1 < nch) bar_arrive(kBarDEmpty, kThreads);
+      if constexpr (kTmaH) {  // S buffer b is free once h_c's stores have read it
+        if (t2 == 0 && g_h) tma_store_wait_read();
+        if (i + 2 < nch) bar_arrive(kBarSEmpty + b, kThreads);
+      }
     }
     // Epilogue: o = bf16(scale O); with NORM y = o rstd w silu(z), rstd = 1 / sqrt(mean(o^2) + eps) per row
     if constexpr (kSkip & 8) continue;
