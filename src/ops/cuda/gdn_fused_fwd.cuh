@@ -47,7 +47,8 @@ constexpr int kSkip = DT_EXP_FUSED_SKIP;
 // layout) completing on mbarriers, issued by one thread per ring: no thread then has copies in
 // flight at a hand-off's fence. A chunk's box is always 64 token rows: rows past the sequence's
 // end hold the next sequence's values (past T, zeros), which every use masks by selection or
-// multiplies by an exact zero (A fragments, P's columns), so the results are the cp.async form's.
+// multiplies by an exact zero (A fragments, P's columns), so the results are the cp.async form's
+// for finite data (a NaN or Inf there would reach this sequence's last chunk through 0 x NaN).
 // gamma comes as [C][4] boxes (4 heads: TMA's 16-byte minimum row), read with stride 4.
 #ifndef DT_EXP_FUSED_TMA
 #define DT_EXP_FUSED_TMA 0
@@ -60,10 +61,12 @@ constexpr bool kTma = DT_EXP_FUSED_TMA != 0;
 #define DT_EXP_FUSED_TMA_H 0
 #endif
 constexpr bool kTmaH = kTma && DT_EXP_FUSED_TMA_H != 0;
-// DT_EXP_FUSED_STAGE_AFTER=1: S_c is staged (stmatrix, fence, arrive) after X's wgmma completes
-// instead of while it runs (in case the fence's MEMBAR waits for the wgmma's operand reads).
-#ifndef DT_EXP_FUSED_STAGE_AFTER
-#define DT_EXP_FUSED_STAGE_AFTER 0
+// DT_EXP_FUSED_STAGE_BEFORE=1: S_c is staged (stmatrix) before X's wgmma is issued, with the fence
+// and the arrive while it runs, instead of all after it completes (the default: no register of the
+// wgmma is touched while it runs, and no fence waits on it; the BEFORE form spills 20 bytes with
+// the norm epilogue). The first measured build (v0.32.0) staged while the wgmma ran.
+#ifndef DT_EXP_FUSED_STAGE_BEFORE
+#define DT_EXP_FUSED_STAGE_BEFORE 0
 #endif
 
 constexpr int kThreads = 384;       // WG0, WG1: state; WG2: out
@@ -221,6 +224,7 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
   const SeqSpan sp = seq_span(p, n);
   const int c0 = sp.c0, c1 = sp.c1, eos = sp.eos, nch = c1 - c0;
   const uint32_t s0 = smem_addr(smem);
+  if (s0 & 1023) __trap();  // the swizzled atoms (wgmma descriptors, TMA boxes) need 1 KB alignment
   [[maybe_unused]] const uint32_t bar_ring = s0 + uint32_t(S::bars), bar_out = bar_ring + 16;  // TMA: full[2], out
   if constexpr (kTma) {
     if (tid == 0) {
@@ -304,22 +308,35 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       const int L = min(C, eos - int(sp.bos(c)));
       const float gam_e = s_gam[GS * (L - 1)];
 
-      // 1. X = S^T W^T [16, C] (wgmma, A = bf16(S^T)); meanwhile bf16(S) into S buffer b for WG2.
+      // 1. X = S^T W^T [16, C] (wgmma, A = bf16(S^T)), and bf16(S) into S buffer b for WG2: after the
+      // wgmma completes (reading its A registers while it runs is undefined in PTX), or with
+      // DT_EXP_FUSED_STAGE_BEFORE before it is issued.
       float r_X[8][4];
       {
-        uint32_t a1[D / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) acc_to_a(a1[kk], r_S, kk);
-        wg::issue_kmajor_n64(r_X, a1, s_w, C * 128);
-        if (DT_EXP_FUSED_STAGE_AFTER) wg::wait_acc(r_X);
-        if (i >= 2) bar_sync(kBarSEmpty + b, kThreads);  // WG2 is done with chunk i - 2's S
+        constexpr bool AFTER = DT_EXP_FUSED_STAGE_BEFORE == 0;
         const uint32_t sb = s0 + uint32_t(S::s) + b * uint32_t(S::sbuf);
+        auto stage = [&](const uint32_t (&a)[4], int kk) { stsm_x4_t_sa(stage_sw(sb, sw, D * 128, wq, kk, lane), a); };
+        uint32_t a1[D / 16][4];
+        if (!AFTER && i >= 2) bar_sync(kBarSEmpty + b, kThreads);  // WG2 is done with chunk i - 2's S
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) stsm_x4_t_sa(stage_sw(sb, sw, D * 128, wq, kk, lane), a1[kk]);
-        wg::fence_proxy_async();
-        bar_arrive(kBarSFull + b, kThreads);
-        if (!DT_EXP_FUSED_STAGE_AFTER) wg::wait_acc(r_X);
+        for (int kk = 0; kk < D / 16; ++kk) {
+          acc_to_a(a1[kk], r_S, kk);
+          if (!AFTER) stage(a1[kk], kk);
+        }
+        wg::issue_kmajor_n64(r_X, a1, s_w, C * 128);
+        if (!AFTER) {
+          wg::fence_proxy_async();
+          bar_arrive(kBarSFull + b, kThreads);
+        }
+        wg::wait_acc(r_X);
         wg::wg_hold(a1);  // read by the wgmma until its wait
+        if (AFTER) {
+          if (i >= 2) bar_sync(kBarSEmpty + b, kThreads);
+#pragma unroll
+          for (int kk = 0; kk < D / 16; ++kk) stage(a1[kk], kk);
+          wg::fence_proxy_async();
+          bar_arrive(kBarSFull + b, kThreads);
+        }
       }
       // 2. Delta^T = U^T - X (into the Delta buffer for WG2); Delta~^T = Delta^T e^{gam_e - gam_t} as A fragments
       uint32_t a2[4][4];
@@ -348,7 +365,8 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
         if (i + 1 < nch) issue(c + 1, st ^ 1);
         cp_commit();
       }
-      // 3. S^T = e^{gam_e} S^T + Delta~^T K (a2 is 0 past L and K's rows >= L are zero)
+      // 3. S^T = e^{gam_e} S^T + Delta~^T K (a2 is 0 past L; K's rows >= L are zero, or with TMA the
+      // next sequence's finite values: + 0 exactly)
       scale_tiles(r_S, gexp(gam_e));
       wg::issue_mn_n128(r_S, a2, s_k, C * 128, true);
       wg::wait_acc(r_S);
