@@ -2439,15 +2439,21 @@ Params with_serial_pdl(const Params& p, const SerialForm& form, Tensor& done, De
   return r;
 }
 
+// prep: gamma, W, U (and Tm).
+template <class T>
+void launch_prep(const Params& p, const TensorView& k, const TensorView& v, const TensorView& g,
+                 const TensorView& beta, float* gam, T* W, T* U, T* Tm, cudaStream_t st) {
+  if (p.NT > 0) {
+    launch_chunk_kernel(prep_kernel<T>, p, PrepSmem<T>::bytes, st, tptr<T>(k), tptr<T>(v), tptr<float>(g),
+                        tptr<float>(beta), gam, W, U, Tm);
+  }
+}
 // Forward pieces shared by fwd and bwd: gamma, W, U (and Tm), then the chunk states and Delta.
 template <class T>
 void launch_prep_state(const Params& p, const TensorView& k, const TensorView& v, const TensorView& g,
                        const TensorView& beta, const TensorView& h0, float* gam, T* W, T* U, T* Tm, T* h, T* Dl,
                        float* ht, cudaStream_t st) {
-  if (p.NT > 0) {
-    launch_chunk_kernel(prep_kernel<T>, p, PrepSmem<T>::bytes, st, tptr<T>(k), tptr<T>(v), tptr<float>(g),
-                        tptr<float>(beta), gam, W, U, Tm);
-  }
+  launch_prep<T>(p, k, v, g, beta, gam, W, U, Tm, st);
   if (p.N > 0 && (p.NT > 0 || ht)) {
     if constexpr (std::is_same_v<T, bf16>) {
       const SerialForm form = serial_form<T>(p.dk, p.dv);
@@ -2624,8 +2630,7 @@ void launch_fused_fwd(const Params& p, const TensorView& q, const TensorView& k,
                       T* h, T* Dl, T* P, const TensorView& ht, const TensorView& o, const OutNorm& nrm,
                       cudaStream_t st) {
   if constexpr (std::is_same_v<T, bf16>) {
-    launch_chunk_kernel(prep_kernel<T>, p, PrepSmem<T>::bytes, st, tptr<T>(k), tptr<T>(v), tptr<float>(g),
-                        tptr<float>(beta), gam, W, U, Tm);
+    launch_prep<T>(p, k, v, g, beta, gam, W, U, Tm, st);
     const Params pw = warp_params(p, 8);  // nvt = 1 (dv = 128)
     fused::Maps maps{};
     if constexpr (fused::kTma) maps = fused_maps(p, tptr<T>(q), tptr<T>(k), W, U, gam, h);
@@ -2653,28 +2658,27 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
   Tensor W = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);                 // [T, Hv, dk]
   Tensor U = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                 // [T, Hv, dv]
   Tensor Tm = saved ? Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev) : Tensor();  // [NT, Hv, C, C]
-  Tensor h = Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev);          // [NT, Hv, dk, dv]
-  Tensor Dl = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                // [T, Hv, dv]
+  // The fused forward keeps h and Delta on chip: they are written only as saved intermediates.
+  const bool fused = fused_fwd_applies<T>(p), hd = saved || !fused;
+  Tensor h = hd ? Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev) : Tensor();  // [NT, Hv, dk, dv]
+  Tensor Dl = hd ? Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev) : Tensor();        // [T, Hv, dv]
   Tensor P = saved ? Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev) : Tensor();   // [NT, Hv, C, C]
-  if (fused_fwd_applies<T>(p)) {
-    const OutNorm nrm = out_norm<T>(norm, o, p);
-    launch_fused_fwd<T>(p, q, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(), saved ? Tm.ptr<T>() : nullptr,
-                        saved ? h.ptr<T>() : nullptr, saved ? Dl.ptr<T>() : nullptr, saved ? P.ptr<T>() : nullptr, ht,
-                        o, nrm, st);
-    if (norm && !nrm.z) cuda::gated_rmsnorm_fwd(norm->y, norm->rstd, o, norm->z, norm->w, norm->eps, Stream{st});
-    if (saved)
-      saved->tensors = {std::move(gam), std::move(W), Tensor(), std::move(Tm), std::move(h), std::move(Dl), std::move(P)};
-    return;
-  }
-  Tensor done;  // [N] int32: the state kernel's CTAs done per sequence, for out (with_serial_pdl)
-  const SerialForm form = std::is_same_v<T, bf16> && p.N > 0 ? serial_form<T>(p.dk, p.dv) : SerialForm{};
-  const Params pf = with_serial_pdl<T>(p, form, done, dev, st);
-  launch_prep_state<T>(pf, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
-                       saved ? Tm.ptr<T>() : nullptr, h.ptr<T>(), Dl.ptr<T>(), tptr<float>(ht), st);
+  T* const h_p = hd ? h.ptr<T>() : nullptr;
+  T* const Dl_p = hd ? Dl.ptr<T>() : nullptr;
   const OutNorm nrm = out_norm<T>(norm, o, p);
-  if (p.NT > 0) {
-    launch_chunk_kernel_ex(pf.done != nullptr, out_kernel<T>, pf, OutSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k),
-                           gam.ptr<float>(), h.ptr<T>(), Dl.ptr<T>(), tptr<T>(o), saved ? P.ptr<T>() : nullptr, nrm);
+  if (fused) {
+    launch_fused_fwd<T>(p, q, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(), saved ? Tm.ptr<T>() : nullptr,
+                        h_p, Dl_p, saved ? P.ptr<T>() : nullptr, ht, o, nrm, st);
+  } else {
+    Tensor done;  // [N] int32: the state kernel's CTAs done per sequence, for out (with_serial_pdl)
+    const SerialForm form = std::is_same_v<T, bf16> && p.N > 0 ? serial_form<T>(p.dk, p.dv) : SerialForm{};
+    const Params pf = with_serial_pdl<T>(p, form, done, dev, st);
+    launch_prep_state<T>(pf, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
+                         saved ? Tm.ptr<T>() : nullptr, h_p, Dl_p, tptr<float>(ht), st);
+    if (p.NT > 0) {
+      launch_chunk_kernel_ex(pf.done != nullptr, out_kernel<T>, pf, OutSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k),
+                             gam.ptr<float>(), h_p, Dl_p, tptr<T>(o), saved ? P.ptr<T>() : nullptr, nrm);
+    }
   }
   if (norm && !nrm.z) cuda::gated_rmsnorm_fwd(norm->y, norm->rstd, o, norm->z, norm->w, norm->eps, Stream{st});
   // U is not kept: the backward reads it only to recompute h and Delta, which are kept (-1x the
