@@ -139,6 +139,27 @@ Tensor upload(const Tensor& h, DType dt) {
 }
 TensorView view_or_none(const Tensor& t) { return t.shape().ndim > 0 ? t.view() : TensorView(); }
 
+// The gated norm's z and weight as the layer passes them: z a [T, Hv, dv] column view (from column 8)
+// of [T, Hv dv + 24] rows drawn N(0, 2), w drawn N(1, 0.2); seeds test_seed() + salt and + salt + 1.
+struct NormInputs {
+  int64_t Z = 0;  // zbuf's row length
+  Tensor zbuf, w;
+  TensorView z;
+};
+NormInputs norm_inputs(const Case& c, DType dt, uint64_t salt) {
+  NormInputs r;
+  const int64_t T = c.T();
+  r.Z = c.Hv * c.dv + 24;
+  r.zbuf = upload(host({T, r.Z}, std::vector<float>(size_t(T * r.Z), 0.f)), dt);
+  dt::ops::rng_normal(r.zbuf, dt::testing::test_seed() + salt, 3, 0.f, 2.f, dt::ops::RngSlice::whole(r.zbuf));
+  r.z = r.zbuf.view().slice(1, 8, 8 + c.Hv * c.dv);
+  r.z.shape = Shape{T, c.Hv, c.dv};
+  r.z.stride = {r.Z, c.dv, 1};
+  r.w = upload(host({c.dv}, std::vector<float>(size_t(c.dv), 0.f)), DType::f32);
+  dt::ops::rng_normal(r.w, dt::testing::test_seed() + salt + 1, 4, 1.f, 0.2f, dt::ops::RngSlice::whole(r.w));
+  return r;
+}
+
 // Runs forward then backward on `dev` (CPU: f32 reference; CUDA: dtype dt). Outputs are
 // NaN-poisoned before each launch.
 // save: the forward hands its intermediates to the backward (GdnChunkSaved).
@@ -633,17 +654,13 @@ TEST(GdnChunkCuda, FusedForwardNormMatchesSplit) {
   const ScopedEnv fwd("DT_GDN_FWD");
   const Case c{"d128 G2 h0", {1, 63, 64, 65, 200, 129, 700}, 2, 4, 128, 128, true, false};
   const Inputs in = make_inputs(c, true, 950);
-  const int64_t T = c.T(), Z = c.Hv * c.dv + 24;
+  const int64_t T = c.T();
   dt::ops::VarlenBatch vb(cu_of(c.lens), Device::cuda());
   Tensor q = upload(in.q, DType::bf16), k = upload(in.k, DType::bf16), v = upload(in.v, DType::bf16);
   Tensor g = upload(in.g, DType::f32), beta = upload(in.beta, DType::f32), h0 = upload(in.h0, DType::f32);
-  Tensor zbuf = upload(host({T, Z}, std::vector<float>(size_t(T * Z), 0.f)), DType::bf16);
-  dt::ops::rng_normal(zbuf, dt::testing::test_seed() + 951, 3, 0.f, 2.f, dt::ops::RngSlice::whole(zbuf));
-  TensorView z = zbuf.view().slice(1, 8, 8 + c.Hv * c.dv);
-  z.shape = Shape{T, c.Hv, c.dv};
-  z.stride = {Z, c.dv, 1};
-  Tensor w = upload(host({c.dv}, std::vector<float>(size_t(c.dv), 0.f)), DType::f32);
-  dt::ops::rng_normal(w, dt::testing::test_seed() + 952, 4, 1.f, 0.2f, dt::ops::RngSlice::whole(w));
+  const NormInputs ni = norm_inputs(c, DType::bf16, 951);
+  const TensorView z = ni.z;
+  const Tensor& w = ni.w;
   auto forward = [&](const char* mode) {
     fwd.set(mode);
     std::array<Tensor, 3> r{Tensor::empty(Shape{T, c.Hv, c.dv}, DType::bf16, Device::cuda()),
@@ -847,17 +864,13 @@ TEST(GdnChunkCuda, OutNormEpilogueEqualsGatedRmsnorm) {
     for (const Case& c : cases) {
       SCOPED_TRACE(std::string(dt::dtype_name(dt)) + " " + c.name);
       const Inputs in = make_inputs(c, dt == DType::bf16, ++salt);
-      const int64_t T = c.T(), Z = c.Hv * c.dv + 24;  // z inside [T, Hv dv + 24] rows, from column 8
       dt::ops::VarlenBatch vb(cu_of(c.lens), Device::cuda());
       Tensor q = upload(in.q, dt), k = upload(in.k, dt), v = upload(in.v, dt), g = upload(in.g, DType::f32);
       Tensor beta = upload(in.beta, DType::f32), h0 = upload(in.h0, DType::f32);
-      Tensor zbuf = upload(host({T, Z}, std::vector<float>(size_t(T * Z), 0.f)), dt);
-      dt::ops::rng_normal(zbuf, dt::testing::test_seed() + salt, 3, 0.f, 2.f, dt::ops::RngSlice::whole(zbuf));
-      TensorView z = zbuf.view().slice(1, 8, 8 + c.Hv * c.dv);
-      z.shape = Shape{T, c.Hv, c.dv};
-      z.stride = {Z, c.dv, 1};
-      Tensor w = upload(host({c.dv}, std::vector<float>(size_t(c.dv), 0.f)), DType::f32);
-      dt::ops::rng_normal(w, dt::testing::test_seed() + salt + 1, 4, 1.f, 0.2f, dt::ops::RngSlice::whole(w));
+      const NormInputs ni = norm_inputs(c, dt, salt);  // z inside [T, Hv dv + 24] rows, from column 8
+      const int64_t T = c.T(), Z = ni.Z;
+      const TensorView z = ni.z;
+      const Tensor& w = ni.w;
       auto fwd = [&](const char* mode, bool with_norm, Tensor* o, Tensor* y, Tensor* r) {
         knob.set(mode);
         *o = Tensor::empty(Shape{T, c.Hv, c.dv}, dt, Device::cuda());

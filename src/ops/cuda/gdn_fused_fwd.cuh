@@ -178,18 +178,6 @@ __device__ __forceinline__ uint32_t stage_sw(uint32_t base, int atom, uint32_t a
   const int r = 16 * kk + 8 * (lane >> 4) + (lane & 7), ch = 2 * wq + ((lane >> 3) & 1);
   return base + atom * astride + wg::sw128(r, ch);
 }
-__device__ __forceinline__ void stsm_x4_t_sa(uint32_t sa, const uint32_t (&r)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(sa), "r"(r[0]), "r"(r[1]),
-               "r"(r[2]), "r"(r[3])
-               : "memory");
-}
-__device__ __forceinline__ void ldsm_x4_sa(uint32_t (&r)[4], uint32_t sa) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(sa)
-               : "memory");
-}
-
 // Swizzled [rows][128] bf16 (two [rows][64] atoms) -> global rows r < nrows at g + r * gstride,
 // 16-byte copies by 128 threads (t: 0..127), consecutive threads on consecutive 16 bytes of a row.
 template <int ROWS>

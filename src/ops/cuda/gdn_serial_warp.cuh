@@ -29,11 +29,12 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 }
 __device__ __forceinline__ float bf16_lo(uint32_t x) { return __uint_as_float(x << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t x) { return __uint_as_float(x & 0xffff0000u); }
-__device__ __forceinline__ void stsm_x4_t(void* p, const uint32_t (&r)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_addr(p)), "r"(r[0]),
-               "r"(r[1]), "r"(r[2]), "r"(r[3])
+__device__ __forceinline__ void stsm_x4_t_sa(uint32_t sa, const uint32_t (&r)[4]) {  // sa: smem byte address
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(sa), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
                : "memory");
 }
+__device__ __forceinline__ void stsm_x4_t(void* p, const uint32_t (&r)[4]) { stsm_x4_t_sa(smem_addr(p), r); }
 // The A fragment of k-step kk (columns 16 kk .. 16 kk + 15) from fp32 accumulators of n-tiles 2kk, 2kk+1.
 template <int NJ>
 __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&acc)[NJ][4], int kk) {

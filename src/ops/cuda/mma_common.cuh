@@ -106,12 +106,14 @@ __device__ __forceinline__ void load_col(float* s, const float* g, int64_t strid
   for (int i = tid; i < n; i += nthr) cp_async4(s + i, i < nvalid ? g + i * stride : g, i < nvalid);
 }
 
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+// sa: a shared-memory byte address (smem_addr), as the swizzled-atom kernels compute them.
+__device__ __forceinline__ void ldsm_x4_sa(uint32_t (&r)[4], uint32_t sa) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p))
+               : "r"(sa)
                : "memory");
 }
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) { ldsm_x4_sa(r, smem_addr(p)); }
 __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
