@@ -18,7 +18,8 @@
 #   TEST_REPEAT runs until one fails (its log keeps the failing run); SRC=<ncu -k filter>: ncu's
 #   per-SASS-instruction stall samples of those kernels on SRC_VARIANT (default: the last), for
 #   scripts/ncu_stalls.py --source. BUDGET (s, default 520): steps that would start later are
-#   skipped, so that the logs come back within one 600 s device call. Everything lands in one
+#   skipped, so that the logs come back within one 600 s device call; STEP_TIMEOUT (s, default 120)
+#   ends any one program that runs longer (a hung kernel), so that the rest still runs. Everything lands in one
 #   tarball, $OUT/ab.tgz (the device tool returns at most 8 files), and a summary is printed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -103,7 +104,7 @@ done
 
 echo "== gdn_kernels: fwd+bwd with saved intermediates (a)-(d), digests"
 for n in "${names[@]}"; do
-  ".ab/build-$n/bench/gdn_kernels" > "$L/kern_$n.log" 2>&1
+  timeout "${STEP_TIMEOUT:-120}" ".ab/build-$n/bench/gdn_kernels" > "$L/kern_$n.log" 2>&1 || echo "$n: gdn_kernels rc $?"
   echo "$n: $(grep -o 'saved intermediates [0-9.]* ms, outputs. sha256 [0-9a-f]*' "$L/kern_$n.log" |
     sed -E 's/saved intermediates ([0-9.]+) ms, outputs. sha256 ([0-9a-f]+)/\1 \2/' | tr '\n' ' ')"
 done
@@ -116,7 +117,7 @@ if [ -n "${TEST:-}" ]; then
       rc=0 i=0
       for i in $(seq "${TEST_REPEAT:-1}"); do
         left "$tb runs $i.. on $tv" || break
-        ".ab/build-$tv/tests/$tb" ${TEST_FILTER:+--gtest_filter="$TEST_FILTER"} > "$L/test_${tv}_$tb.log" 2>&1 || { rc=$?; break; }
+        timeout "${STEP_TIMEOUT:-120}" ".ab/build-$tv/tests/$tb" ${TEST_FILTER:+--gtest_filter="$TEST_FILTER"} > "$L/test_${tv}_$tb.log" 2>&1 || { rc=$?; break; }
       done
       echo "== $tb ${TEST_FILTER:+--gtest_filter=$TEST_FILTER }on $tv, up to ${TEST_REPEAT:-1} runs: rc $rc (run $i)"
       grep -E 'Failure|FAILED|DT_TEST_SEED|PASSED' "$L/test_${tv}_$tb.log" | head -20
@@ -129,7 +130,7 @@ M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_e
 for r in $(seq "${ROUNDS:-2}"); do
   left "ncu round $r" || break
   for n in "${names[@]}"; do
-    ncu --clock-control none --profile-from-start off --metrics $M --csv --page raw \
+    timeout "${STEP_TIMEOUT:-120}" ncu --clock-control none --profile-from-start off --metrics $M --csv --page raw \
       ".ab/build-$n/bench/gdn_layer" --profile > "$L/ncu_${n}_$r.csv" 2> "$L/ncu_${n}_$r.err"
   done
 done
@@ -166,7 +167,7 @@ if [ "${LAYER:-0}" = 1 ]; then
   for r in 1 2; do
     left "layer round $r" || break
     for n in "${names[@]}"; do
-      ".ab/build-$n/bench/gdn_layer" > "$L/layer_${n}_$r.log" 2>&1
+      timeout "${STEP_TIMEOUT:-120}" ".ab/build-$n/bench/gdn_layer" > "$L/layer_${n}_$r.log" 2>&1
       echo "$n: $(grep -h -e '  fwd ' -e 'back to back' "$L/layer_${n}_$r.log" | tr -s ' \n' ' ')"
     done
   done
@@ -174,7 +175,7 @@ if [ "${LAYER:-0}" = 1 ]; then
 fi
 if [ -n "${SRC:-}" ] && left "source view"; then
   sv=${SRC_VARIANT:-$last}
-  ncu --clock-control none --profile-from-start off --section SourceCounters --section WarpStateStats \
+  timeout "${STEP_TIMEOUT:-120}" ncu --clock-control none --profile-from-start off --section SourceCounters --section WarpStateStats \
     -k "$SRC" -o /tmp/ab_src ".ab/build-$sv/bench/gdn_layer" --profile > "$L/src_$sv.log" 2>&1
   ncu -i /tmp/ab_src.ncu-rep --page source --csv --print-source sass > "$L/src_$sv.csv" 2>> "$L/src_$sv.log"
   gzip -f "$L/src_$sv.csv"
