@@ -2570,8 +2570,9 @@ bool fused_fwd_knob() {
 }
 template <class T>
 bool fused_fwd_applies(const Params& p) {
-  return std::is_same_v<T, bf16> && p.dk == D && p.dv == D && p.NT > 0 && (!fused::kTma || p.Hv % 4 == 0) &&
-         wgmma_device() && fused_fwd_knob();
+  // the knob first: a bad value fails wherever the fused form would not apply too
+  return fused_fwd_knob() && std::is_same_v<T, bf16> && p.dk == D && p.dv == D && p.NT > 0 &&
+         (!fused::kTma || p.Hv % 4 == 0) && wgmma_device();
 }
 // A TMA descriptor of a row-major tensor (dims innermost first, strides in bytes of dims 1..rank-1),
 // through the driver's cuTensorMapEncodeTiled as cudart hands it over (no link to libcuda).

@@ -165,7 +165,10 @@ struct Smem {
   static constexpr size_t gamo_buf = sizeof(float) * C * (kTma ? 4 : 1);
   static constexpr uint32_t out_tx = 2 * 2 * C * 128 + sizeof(float) * C * 4;  // TMA bytes of Q, K, gamma
   static constexpr size_t bars = gamo + 2 * gamo_buf;     // u64 [3]: the ring's full[2], the out tiles' full
-  static constexpr size_t bytes = bars + (kTma ? 3 * 8 : 0);
+  // the norm's weight, f32 [dv]: read per element from global beside the y stores (which may alias
+  // it), each load's L2 latency was on the step (v0.33.0: ~45% of the out warpgroup's samples)
+  static constexpr size_t wn = bars + 3 * 8;
+  static constexpr size_t bytes = wn + sizeof(float) * D;
   static_assert(stage % 1024 == 0 && s % 1024 == 0 && dl % 1024 == 0 && q % 1024 == 0 && ko % 1024 == 0,
                 "swizzled atoms at 1 KB boundaries");
 };
@@ -395,6 +398,8 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
     }
     return;
   }
+  const float* s_wn = reinterpret_cast<const float*>(smem + S::wn);
+  if constexpr (NORM) reinterpret_cast<float*>(smem + S::wn)[t2] = nrm.w[t2];  // seen after the loop's kBarOut
   if (nch > 0) issue(c0, 0);
   cp_commit();
   for (int i = 0; i < nch; ++i) {
@@ -529,7 +534,8 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
 #pragma unroll
           for (int j = 0; j < 16; ++j) {
             const float z0 = bf16_lo(r_z[h2][j]), z1 = bf16_hi(r_z[h2][j]);
-            const float w0 = nrm.w[8 * j + 2 * tq], w1 = nrm.w[8 * j + 2 * tq + 1];
+            const float2 w = *reinterpret_cast<const float2*>(s_wn + 8 * j + 2 * tq);
+            const float w0 = w.x, w1 = w.y;
             const float y0 = bf16_lo(ob[j]) * rstd * w0 * (z0 * ew::sigmoid_f(z0));
             const float y1 = bf16_hi(ob[j]) * rstd * w1 * (z1 * ew::sigmoid_f(z1));
             *reinterpret_cast<uint32_t*>(orow + 8 * j) = ob[j];
