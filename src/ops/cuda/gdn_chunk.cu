@@ -2596,7 +2596,7 @@ CUtensorMap tensor_map(CUtensorMapDataType type, cuuint32_t rank, const void* ba
 // fused::Maps for DT_EXP_FUSED_TMA: W, U [T, Hv, 128] and K, Q [T, Hk, 128] bf16 in boxes of 64 x 1 x 64
 // with the 128-byte swizzle (the kernels' atoms), gamma [T, Hv] f32 in boxes of 4 heads x 64 tokens.
 [[maybe_unused]] fused::Maps fused_maps(const Params& p, const bf16* q, const bf16* k, const bf16* W, const bf16* U,
-                                        const float* gam, const bf16* h) {
+                                        const float* gam, const bf16* h, const bf16* Dl) {
   DT_CHECK(p.Hv % 4 == 0, "gdn_chunk: DT_EXP_FUSED_TMA needs Hv % 4 == 0 (gamma's 16-byte TMA rows), got Hv {}", p.Hv);
   fused::Maps m;
   const cuuint32_t box[3] = {64, 1, 64};
@@ -2620,6 +2620,7 @@ CUtensorMap tensor_map(CUtensorMapDataType type, cuuint32_t rank, const void* ba
     const cuuint32_t hbox[2] = {64, cuuint32_t(D)};
     m.h = tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, h, hdims, hstrides, hbox, CU_TENSOR_MAP_SWIZZLE_128B);
   }
+  if (fused::kTmaH && Dl) m.d = rows(Dl, p.Hv);  // Delta [T, Hv, dv]
   return m;
 }
 
@@ -2634,7 +2635,7 @@ void launch_fused_fwd(const Params& p, const TensorView& q, const TensorView& k,
     launch_prep<T>(p, k, v, g, beta, gam, W, U, Tm, st);
     const Params pw = warp_params(p, 8);  // nvt = 1 (dv = 128)
     fused::Maps maps{};
-    if constexpr (fused::kTma) maps = fused_maps(p, tptr<T>(q), tptr<T>(k), W, U, gam, h);
+    if constexpr (fused::kTma) maps = fused_maps(p, tptr<T>(q), tptr<T>(k), W, U, gam, h, Dl);
     auto go = [&](auto norm) {
       constexpr bool NORM = decltype(norm)::value;
       set_smem(fused::fwd_kernel<NORM>, fused::Smem::bytes);

@@ -55,8 +55,10 @@ constexpr int kSkip = DT_EXP_FUSED_SKIP;
 #endif
 constexpr bool kTma = DT_EXP_FUSED_TMA != 0;
 // DT_EXP_FUSED_TMA_H=1 (with DT_EXP_FUSED_TMA): h_c leaves by two TMA stores from the S buffer's
-// atoms (one thread; the buffer is released once the stores have read it, after P Delta_c) instead
-// of the out warpgroup's 16-byte copies.
+// atoms, and Delta_c of a full chunk by two from the Delta buffer's (one thread; each buffer is
+// released once the stores have read it, after P Delta_c), instead of the out warpgroup's 16-byte
+// copies (~260 instructions a chunk, most of them 64-bit address arithmetic). A partial chunk's
+// Delta is still copied: a box would write the next sequence's rows.
 #ifndef DT_EXP_FUSED_TMA_H
 #define DT_EXP_FUSED_TMA_H 0
 #endif
@@ -99,6 +101,7 @@ __device__ __forceinline__ void reg_dealloc() {
 struct Maps {
   CUtensorMap w, u, k, q, g;
   CUtensorMap h;  // DT_EXP_FUSED_TMA_H: h [NT Hv dk rows][dv], boxes of 128 rows x 64 columns
+  CUtensorMap d;  // DT_EXP_FUSED_TMA_H: Delta [T, Hv, dv], boxes as W's
 };
 __device__ __forceinline__ void mbar_init(uint32_t bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
@@ -127,6 +130,14 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t sr
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(map), "r"(src),
                "r"(c0), "r"(c1)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(map), "r"(src),
+               "r"(c0), "r"(c1), "r"(c2)
                : "memory");
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 #endif
@@ -502,11 +513,20 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       bar_sync(kBarDFull, kThreads);
       wg::issue_mn_n128(r_O, pa, s0 + uint32_t(S::dl), C * 128, true);
       wg::wait_acc(r_O);
-      if (g_D && !(kSkip & 2)) copy_out_sw128<C>(smem + S::dl, g_D + (bos * p.Hv + h) * p.dv, int64_t(p.Hv) * p.dv, L, t2);
-      if (i + 1 < nch) bar_arrive(kBarDEmpty, kThreads);
-      if constexpr (kTmaH) {  // S buffer b is free once h_c's stores have read it
-        if (t2 == 0 && g_h) tma_store_wait_read();
+      if (g_D && !(kSkip & 2)) {
+        if (kTmaH && L == C) {
+          if (t2 == 0)
+            for (int a = 0; a < 2; ++a) tma_store_3d(&maps.d, s0 + uint32_t(S::dl) + a * (C * 128), 64 * a, h, int(bos));
+        } else {
+          copy_out_sw128<C>(smem + S::dl, g_D + (bos * p.Hv + h) * p.dv, int64_t(p.Hv) * p.dv, L, t2);
+        }
+      }
+      if constexpr (kTmaH) {  // the Delta buffer and S buffer b are free once their stores have read them
+        if (t2 == 0 && (g_h || g_D)) tma_store_wait_read();
+        if (i + 1 < nch) bar_arrive(kBarDEmpty, kThreads);
         if (i + 2 < nch) bar_arrive(kBarSEmpty + b, kThreads);
+      } else {
+        if (i + 1 < nch) bar_arrive(kBarDEmpty, kThreads);
       }
     }
     // Epilogue: o = bf16(scale O); with NORM y = o rstd w silu(z), rstd = 1 / sqrt(mean(o^2) + eps) per row
