@@ -583,8 +583,11 @@ TEST(GdnChunkCuda, WgmmaSerialEnvErrors) {
 // gradient with wg4's tolerances (dg 3e-2, WgmmaStateMatchesWarp4), both with the backward reading
 // the fused forward's saved h, Delta and P and with it recomputing them. Shapes the fused kernel
 // does not take (dk 64) run the split forward: the same bits.
+// DT_GDN_FWD=split_tma (the fused kernel's state chain as the split forward's state kernel, h and
+// Delta by TMA stores, out after it, overlapping through Params.done or, DT_GDN_SERIAL_PDL=0,
+// after the whole grid): every output and saved tensor the split forward's bits.
 TEST(GdnChunkCuda, FusedForwardMatchesCpuAndSplit) {
-  const ScopedEnv fwd("DT_GDN_FWD");
+  const ScopedEnv fwd("DT_GDN_FWD"), pdl("DT_GDN_SERIAL_PDL");
   const std::vector<Case> cases{
       {"d128 G2 h0+dht", {1, 63, 64, 65, 200, 129}, 1, 2, 128, 128, true, true},
       {"d128 G1 zero-length seqs", {65, 1, 0, 300, 128, 0}, 2, 2, 128, 128, true, false},
@@ -630,6 +633,17 @@ TEST(GdnChunkCuda, FusedForwardMatchesCpuAndSplit) {
         std::printf("  %s: fused vs split o %.1e, P %.1e\n", c.name.c_str(), dt::testing::compare(ff.o, fs.o).rel_l2,
                     dt::testing::compare(ff.saved.tensors[6], fs.saved.tensors[6]).rel_l2);
     }
+    for (const char* overlap : {"1", "0"}) {
+      pdl.set(overlap);
+      const Fwd ft = forward("split_tma");
+      SCOPED_TRACE(std::string("split_tma, DT_GDN_SERIAL_PDL=") + overlap);
+      EXPECT_TRUE(bitwise_eq(dev_vec(ft.ht), dev_vec(fs.ht))) << "ht";
+      if (T > 0) {
+        for (int i : {0, 1, 3, 4, 5, 6}) EXPECT_TRUE(bitwise_eq(dev_vec(ft.saved.tensors[i]), dev_vec(fs.saved.tensors[i]))) << i;
+        EXPECT_TRUE(bitwise_eq(dev_vec(ft.o), dev_vec(fs.o))) << "o";
+      }
+    }
+    pdl.set(nullptr);
     // Forward + backward against the CPU oracle, with and without the saved intermediates.
     const Outputs cpu = run(c, in, Device::cpu(), DType::f32);
     fwd.set("fused");
@@ -649,7 +663,7 @@ TEST(GdnChunkCuda, FusedForwardEnvErrors) {
 // The fused forward's norm epilogue (o, y = o rstd w silu(z), rstd, from the fragments) against the
 // split forward's (out's epilogue): o bitwise (FusedForwardMatchesCpuAndSplit), y within 1e-2 rel. L2
 // and rstd within 1e-3 (the row sums run in another order: 2.0e-6 and 2.4e-8 on an H200); z a column
-// view of wider rows, as the layer's.
+// view of wider rows, as the layer's. split_tma (out's own epilogue): all three bitwise.
 TEST(GdnChunkCuda, FusedForwardNormMatchesSplit) {
   const ScopedEnv fwd("DT_GDN_FWD");
   const Case c{"d128 G2 h0", {1, 63, 64, 65, 200, 129, 700}, 2, 4, 128, 128, true, false};
@@ -673,9 +687,10 @@ TEST(GdnChunkCuda, FusedForwardNormMatchesSplit) {
     dt::ops::gdn_chunk_fwd(r[0], TensorView(), q, k, v, g, beta, view_or_none(h0), args, vb.meta());
     return r;
   };
-  const auto rs = forward("split"), rf = forward("fused");
+  const auto rs = forward("split"), rf = forward("fused"), rt = forward("split_tma");
   const char* names[3] = {"o", "y", "rstd"};
   EXPECT_TRUE(bitwise_eq(dev_vec(rf[0]), dev_vec(rs[0]))) << "o";
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(bitwise_eq(dev_vec(rt[i]), dev_vec(rs[i]))) << "split_tma " << names[i];
   for (int i = 0; i < 3; ++i) {
     EXPECT_TRUE(dt::testing::close_rel(rf[i], rs[i], i == 2 ? 1e-3 : 1e-2)) << names[i];
     std::printf("  fused vs split %s %.1e\n", names[i], dt::testing::compare(rf[i], rs[i]).rel_l2);

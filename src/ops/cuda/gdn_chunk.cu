@@ -2562,17 +2562,25 @@ OutNorm out_norm(const GdnOutNorm* n, const TensorView& o, const Params& p) {
 }
 
 // DT_GDN_FWD: split (unset: the default): state and out as their own kernels; fused: fused::fwd_kernel,
-// the state recurrence and the output (with the norm epilogue) in one serial pass, where it applies
-// (bf16, dk = dv = 128, sm_90; elsewhere split). Read at every call.
-bool fused_fwd_knob() {
-  return env::choice("DT_GDN_FWD", {{"split", "state and out kernels (default)"},
-                                    {"fused", "state + out in one serial pass (bf16, dk = dv = 128, sm_90)"}}) == 1;
+// the state recurrence and the output (with the norm epilogue) in one serial pass; split_tma: the
+// split forward with fused::fwd_kernel's state chain alone as its state kernel (two warpgroups of
+// 64 rows sharing a ring, h and Delta leaving by TMA stores from the hand-off buffers: v0.33.0 timed
+// that chain at 0.32 ms against wg4's 0.60 with its stores). fused and split_tma apply to bf16,
+// dk = dv = 128 on sm_90 (elsewhere split). Read at every call.
+enum class FwdForm { split, fused, split_tma };
+FwdForm fwd_form_knob() {
+  return FwdForm(env::choice("DT_GDN_FWD",
+                             {{"split", "state and out kernels (default)"},
+                              {"fused", "state + out in one serial pass (bf16, dk = dv = 128, sm_90)"},
+                              {"split_tma", "out after the fused kernel's state chain, h and Delta by TMA stores (bf16, "
+                                            "dk = dv = 128, sm_90)"}}));
 }
 template <class T>
-bool fused_fwd_applies(const Params& p) {
-  // the knob first: a bad value fails wherever the fused form would not apply too
-  return fused_fwd_knob() && std::is_same_v<T, bf16> && p.dk == D && p.dv == D && p.NT > 0 &&
-         (!fused::kTma || p.Hv % 4 == 0) && wgmma_device();
+FwdForm fwd_form(const Params& p) {
+  const FwdForm f = fwd_form_knob();  // the knob first: a bad value fails wherever no fused form applies too
+  const bool ok = std::is_same_v<T, bf16> && p.dk == D && p.dv == D && p.NT > 0 && (!fused::kTma || p.Hv % 4 == 0) &&
+                  wgmma_device();
+  return ok ? f : FwdForm::split;
 }
 // A TMA descriptor of a row-major tensor (dims innermost first, strides in bytes of dims 1..rank-1),
 // through the driver's cuTensorMapEncodeTiled as cudart hands it over (no link to libcuda).
@@ -2593,58 +2601,65 @@ CUtensorMap tensor_map(CUtensorMapDataType type, cuuint32_t rank, const void* ba
   DT_CHECK(r == CUDA_SUCCESS, "gdn_chunk: cuTensorMapEncodeTiled failed (CUresult {})", int(r));
   return m;
 }
-// fused::Maps for DT_EXP_FUSED_TMA: W, U [T, Hv, 128] and K, Q [T, Hk, 128] bf16 in boxes of 64 x 1 x 64
-// with the 128-byte swizzle (the kernels' atoms), gamma [T, Hv] f32 in boxes of 4 heads x 64 tokens.
-[[maybe_unused]] fused::Maps fused_maps(const Params& p, const bf16* q, const bf16* k, const bf16* W, const bf16* U,
-                                        const float* gam, const bf16* h, const bf16* Dl) {
-  DT_CHECK(p.Hv % 4 == 0, "gdn_chunk: DT_EXP_FUSED_TMA needs Hv % 4 == 0 (gamma's 16-byte TMA rows), got Hv {}", p.Hv);
-  fused::Maps m;
+// fused::Maps: the loads' (DT_EXP_FUSED_TMA: W, U [T, Hv, 128] and K, Q [T, Hk, 128] bf16 in boxes of
+// 64 x 1 x 64 with the 128-byte swizzle, the kernels' atoms; gamma [T, Hv] f32 in boxes of 4 heads x
+// 64 tokens), and the stores' (`stores`: h rows and Delta, for split_tma and DT_EXP_FUSED_TMA_H).
+fused::Maps fused_maps(const Params& p, const bf16* q, const bf16* k, const bf16* W, const bf16* U, const float* gam,
+                       const bf16* h, const bf16* Dl, bool stores) {
+  fused::Maps m{};
   const cuuint32_t box[3] = {64, 1, 64};
   auto rows = [&](const bf16* base, int heads) {
     const cuuint64_t dims[3] = {cuuint64_t(D), cuuint64_t(heads), cuuint64_t(p.T)};
     const cuuint64_t strides[2] = {cuuint64_t(D) * 2, cuuint64_t(heads) * D * 2};
     return tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
   };
-  m.w = rows(W, p.Hv);
-  m.u = rows(U, p.Hv);
-  m.k = rows(k, p.Hk);
-  m.q = rows(q, p.Hk);
-  const cuuint64_t gdims[2] = {cuuint64_t(p.Hv), cuuint64_t(p.T)}, gstrides[1] = {cuuint64_t(p.Hv) * 4};
-  const cuuint32_t gbox[2] = {4, 64};
-  m.g = tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, gam, gdims, gstrides, gbox, CU_TENSOR_MAP_SWIZZLE_NONE);
-  if (fused::kTmaH && h) {  // h [NT Hv dk][dv] rows, stored from the S buffer's [128][64] atoms
+  if (fused::kTma) {
+    DT_CHECK(p.Hv % 4 == 0, "gdn_chunk: DT_EXP_FUSED_TMA needs Hv % 4 == 0 (gamma's 16-byte TMA rows), got Hv {}", p.Hv);
+    m.w = rows(W, p.Hv);
+    m.u = rows(U, p.Hv);
+    m.k = rows(k, p.Hk);
+    m.q = rows(q, p.Hk);
+    const cuuint64_t gdims[2] = {cuuint64_t(p.Hv), cuuint64_t(p.T)}, gstrides[1] = {cuuint64_t(p.Hv) * 4};
+    const cuuint32_t gbox[2] = {4, 64};
+    m.g = tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, gam, gdims, gstrides, gbox, CU_TENSOR_MAP_SWIZZLE_NONE);
+  }
+  if (stores && h) {  // h [NT Hv dk][dv] rows, stored from the S buffer's [128][64] atoms
     const int64_t hrows = int64_t(p.NT) * p.Hv * D;
-    DT_CHECK(hrows < (int64_t(1) << 31), "gdn_chunk: DT_EXP_FUSED_TMA_H: {} chunk-state rows exceed TMA's int32 coordinates",
-             hrows);
+    DT_CHECK(hrows < (int64_t(1) << 31), "gdn_chunk: {} chunk-state rows exceed the TMA stores' int32 coordinates", hrows);
     const cuuint64_t hdims[2] = {cuuint64_t(D), cuuint64_t(hrows)}, hstrides[1] = {cuuint64_t(D) * 2};
     const cuuint32_t hbox[2] = {64, cuuint32_t(D)};
     m.h = tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, h, hdims, hstrides, hbox, CU_TENSOR_MAP_SWIZZLE_128B);
   }
-  if (fused::kTmaH && Dl) m.d = rows(Dl, p.Hv);  // Delta [T, Hv, dv]
+  if (stores && Dl) m.d = rows(Dl, p.Hv);  // Delta [T, Hv, dv]
   return m;
 }
 
 // prep (gamma, W, U, Tm), then fused::fwd_kernel for the chunk states, Delta, ht, o (and y, rstd with
-// nrm.z) and P: run_fwd's outputs without its state and out launches.
+// nrm.z) and P: run_fwd's outputs without its state and out launches. state_only (split_tma): its
+// state chain alone, for h, Delta and ht (o, P and nrm unused), counting into p.done for out.
 template <class T>
-void launch_fused_fwd(const Params& p, const TensorView& q, const TensorView& k, const TensorView& v,
+void launch_fused_fwd(bool state_only, const Params& p, const TensorView& q, const TensorView& k, const TensorView& v,
                       const TensorView& g, const TensorView& beta, const TensorView& h0, float* gam, T* W, T* U, T* Tm,
                       T* h, T* Dl, T* P, const TensorView& ht, const TensorView& o, const OutNorm& nrm,
                       cudaStream_t st) {
   if constexpr (std::is_same_v<T, bf16>) {
     launch_prep<T>(p, k, v, g, beta, gam, W, U, Tm, st);
     const Params pw = warp_params(p, 8);  // nvt = 1 (dv = 128)
+    DT_CHECK(!state_only || (h && Dl), "gdn_chunk: split_tma's state chain needs h and Delta");
+    DT_CHECK(!p.done || (state_only && p.done_target == p.Hv), "gdn_chunk: Params.done set for the fused forward");
     fused::Maps maps{};
-    if constexpr (fused::kTma) maps = fused_maps(p, tptr<T>(q), tptr<T>(k), W, U, gam, h, Dl);
-    auto go = [&](auto norm) {
-      constexpr bool NORM = decltype(norm)::value;
-      set_smem(fused::fwd_kernel<NORM>, fused::Smem::bytes);
-      fused::fwd_kernel<NORM><<<seq_ctas(pw), fused::kThreads, fused::Smem::bytes, st>>>(
+    if (fused::kTma || fused::kTmaH || state_only)
+      maps = fused_maps(p, tptr<T>(q), tptr<T>(k), W, U, gam, h, Dl, fused::kTmaH || state_only);
+    auto go = [&](auto norm, auto only) {
+      constexpr bool NORM = decltype(norm)::value, ONLY = decltype(only)::value;
+      set_smem(fused::fwd_kernel<NORM, ONLY>, fused::Smem::bytes);
+      fused::fwd_kernel<NORM, ONLY><<<seq_ctas(pw), fused::kThreads, fused::Smem::bytes, st>>>(
           pw, tptr<T>(q), tptr<T>(k), W, U, gam, tptr<float>(h0), h, Dl, tptr<float>(ht), tptr<T>(o), P, nrm, maps);
       DT_CUDA_LAUNCH_CHECK();
     };
-    if (nrm.z) go(std::true_type{});
-    else go(std::false_type{});
+    if (state_only) go(std::false_type{}, std::true_type{});
+    else if (nrm.z) go(std::true_type{}, std::false_type{});
+    else go(std::false_type{}, std::false_type{});
   } else {
     DT_CHECK(false, "gdn_chunk: the fused forward is bf16 only");
   }
@@ -2661,7 +2676,8 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
   Tensor U = Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev);                 // [T, Hv, dv]
   Tensor Tm = saved ? Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev) : Tensor();  // [NT, Hv, C, C]
   // The fused forward keeps h and Delta on chip: they are written only as saved intermediates.
-  const bool fused = fused_fwd_applies<T>(p), hd = saved || !fused;
+  const FwdForm form = fwd_form<T>(p);
+  const bool fused = form == FwdForm::fused, hd = saved || !fused;
   Tensor h = hd ? Tensor::empty(Shape{NT1, p.Hv, p.dk, p.dv}, dt, dev) : Tensor();  // [NT, Hv, dk, dv]
   Tensor Dl = hd ? Tensor::empty(Shape{T1, p.Hv, p.dv}, dt, dev) : Tensor();        // [T, Hv, dv]
   Tensor P = saved ? Tensor::empty(Shape{NT1, p.Hv, C, C}, dt, dev) : Tensor();   // [NT, Hv, C, C]
@@ -2669,14 +2685,25 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
   T* const Dl_p = hd ? Dl.ptr<T>() : nullptr;
   const OutNorm nrm = out_norm<T>(norm, o, p);
   if (fused) {
-    launch_fused_fwd<T>(p, q, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(), saved ? Tm.ptr<T>() : nullptr,
-                        h_p, Dl_p, saved ? P.ptr<T>() : nullptr, ht, o, nrm, st);
+    launch_fused_fwd<T>(false, p, q, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
+                        saved ? Tm.ptr<T>() : nullptr, h_p, Dl_p, saved ? P.ptr<T>() : nullptr, ht, o, nrm, st);
   } else {
     Tensor done;  // [N] int32: the state kernel's CTAs done per sequence, for out (with_serial_pdl)
-    const SerialForm form = std::is_same_v<T, bf16> && p.N > 0 ? serial_form<T>(p.dk, p.dv) : SerialForm{};
-    const Params pf = with_serial_pdl<T>(p, form, done, dev, st);
-    launch_prep_state<T>(pf, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
-                         saved ? Tm.ptr<T>() : nullptr, h_p, Dl_p, tptr<float>(ht), st);
+    Params pf = p;
+    if (form == FwdForm::split_tma) {  // one CTA per (sequence, v-head)
+      if (serial_pdl_knob()) {
+        done = Tensor::zeros(Shape{p.N}, DType::i32, dev, Stream{st});
+        pf.done = done.ptr<int>();
+        pf.done_target = p.Hv;
+      }
+      launch_fused_fwd<T>(true, pf, q, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
+                          saved ? Tm.ptr<T>() : nullptr, h_p, Dl_p, nullptr, ht, o, OutNorm{}, st);
+    } else {
+      const SerialForm sf = std::is_same_v<T, bf16> && p.N > 0 ? serial_form<T>(p.dk, p.dv) : SerialForm{};
+      pf = with_serial_pdl<T>(p, sf, done, dev, st);
+      launch_prep_state<T>(pf, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
+                           saved ? Tm.ptr<T>() : nullptr, h_p, Dl_p, tptr<float>(ht), st);
+    }
     if (p.NT > 0) {
       launch_chunk_kernel_ex(pf.done != nullptr, out_kernel<T>, pf, OutSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k),
                              gam.ptr<float>(), h_p, Dl_p, tptr<T>(o), saved ? P.ptr<T>() : nullptr, nrm);

@@ -1,5 +1,5 @@
 // Internal to gdn_chunk.cu (included inside its gck namespace after gdn_serial_warp.cuh): the fused
-// forward (DT_GDN_FWD=fused, fused_fwd_knob): the state kernel (K4) and the out kernel (K5, with
+// forward (DT_GDN_FWD=fused, fwd_form_knob): the state kernel (K4) and the out kernel (K5, with
 // the gated RMSNorm epilogue) as ONE serial pass, bf16, dk = dv = 128, sm_90a.
 //
 // Why: the split forward writes every chunk-start state h_c (537 MB at the layer's shape) and
@@ -142,6 +142,14 @@ __device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, uint32_t sr
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 #endif
 }
+// Until this thread's bulk stores are complete (their writes performed), then a proxy fence: the
+// writes, made by the async proxy, are ordered before the thread's later generic release.
+__device__ __forceinline__ void tma_store_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void tma_store_wait_read() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
@@ -205,7 +213,10 @@ __device__ __forceinline__ void copy_out_sw128(const unsigned char* s, bf16* g, 
   }
 }
 
-template <bool NORM>
+// STATE_ONLY (DT_GDN_FWD=split_tma): the state chain alone, a state kernel for the split forward: WG2
+// only stores h_c and Delta_c from the hand-off buffers (TMA stores by one thread; a partial chunk's
+// Delta copied), then counts the CTA done for out (Params.done, as the split state kernels do).
+template <bool NORM, bool STATE_ONLY = false>
 __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* __restrict__ g_q,
                                                          const bf16* __restrict__ g_k,
                                                          const bf16* __restrict__ g_W,
@@ -227,6 +238,7 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
   const int c0 = sp.c0, c1 = sp.c1, eos = sp.eos, nch = c1 - c0;
   const uint32_t s0 = smem_addr(smem);
   if (s0 & 1023) __trap();  // the swizzled atoms (wgmma descriptors, TMA boxes) need 1 KB alignment
+  if constexpr (STATE_ONLY) serial_pdl_trigger(p);  // out may launch: it waits for done[n] before reading h
   [[maybe_unused]] const uint32_t bar_ring = s0 + uint32_t(S::bars), bar_out = bar_ring + 16;  // TMA: full[2], out
   if constexpr (kTma) {
     if (tid == 0) {
@@ -380,6 +392,34 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
   // ==================================================================== out warpgroup
   reg_dealloc<152>();
   const int t2 = tid - kStateThreads, wq = t2 >> 5;  // rows 16 wq .. 16 wq + 15 of the chunk
+  if constexpr (STATE_ONLY) {  // h_c and Delta_c to global, then done[n] for out
+    for (int i = 0; i < nch; ++i) {
+      const int c = c0 + i, b = i & 1;
+      const int64_t bos = sp.bos(c);
+      const int L = min(C, eos - int(bos));
+      bar_sync(kBarSFull + b, kThreads);
+      if (t2 == 0)
+        for (int a = 0; a < 2; ++a)
+          tma_store_2d(&maps.h, s0 + uint32_t(S::s) + b * uint32_t(S::sbuf) + a * (D * 128), 64 * a, (c * p.Hv + h) * D);
+      bar_sync(kBarDFull, kThreads);
+      if (L == C) {
+        if (t2 == 0)
+          for (int a = 0; a < 2; ++a) tma_store_3d(&maps.d, s0 + uint32_t(S::dl) + a * (C * 128), 64 * a, h, int(bos));
+      } else {
+        copy_out_sw128<C>(smem + S::dl, g_D + (bos * p.Hv + h) * p.dv, int64_t(p.Hv) * p.dv, L, t2);
+      }
+      if (t2 == 0) tma_store_wait_read();  // both buffers read: the state warpgroups may overwrite them
+      if (i + 1 < nch) bar_arrive(kBarDEmpty, kThreads);
+      if (i + 2 < nch) bar_arrive(kBarSEmpty + b, kThreads);
+    }
+    if (t2 == 0) tma_store_wait_all();  // the stores' writes done, and ordered before the release below
+    bar_sync(kBarOut, 128);             // the partial chunks' copies too
+    if (t2 == 0 && p.done) {
+      __threadfence();
+      atomicAdd(p.done + n, 1);
+    }
+    return;
+  }
   const int hk = h / p.G;
   auto issue = [&](int c, int gb) {
     const int64_t bos = sp.bos(c);
