@@ -653,6 +653,39 @@ TEST(GdnChunkCuda, FusedForwardMatchesCpuAndSplit) {
     }
   }
 }
+// split_tma on a grid of two waves and more (24 sequences x 16 v-heads = 384 CTAs of one per SM):
+// out's CTAs start while state CTAs of the second wave still run and wait for their own sequence's
+// count. o, ht and the saved tensors the split forward's bits, with the overlap and without.
+TEST(GdnChunkCuda, SplitTmaWideGridMatchesSplit) {
+  const ScopedEnv fwd("DT_GDN_FWD"), pdl("DT_GDN_SERIAL_PDL");
+  std::vector<int32_t> lens;
+  for (int i = 0; i < 24; ++i) lens.push_back(int32_t(1 + (i * 389) % 1100));  // 1 .. 1100 tokens, partial chunks
+  const Case c{"wide grid", lens, 8, 16, 128, 128, true, false};
+  const Inputs in = make_inputs(c, true, 960);
+  dt::ops::VarlenBatch vb(cu_of(c.lens), Device::cuda());
+  Tensor q = upload(in.q, DType::bf16), k = upload(in.k, DType::bf16), v = upload(in.v, DType::bf16);
+  Tensor g = upload(in.g, DType::f32), beta = upload(in.beta, DType::f32), h0 = upload(in.h0, DType::f32);
+  auto forward = [&](const char* mode, const char* overlap) {
+    fwd.set(mode);
+    pdl.set(overlap);
+    std::vector<Tensor> r{Tensor::empty(Shape{c.T(), c.Hv, c.dv}, DType::bf16, Device::cuda()),
+                          Tensor::empty(Shape{c.N(), c.Hv, c.dk, c.dv}, DType::f32, Device::cuda())};
+    for (Tensor& x : r) dt::testing::poison(x);
+    dt::ops::GdnChunkSaved saved;
+    dt::ops::GdnArgs args;
+    args.saved = &saved;
+    dt::ops::gdn_chunk_fwd(r[0], r[1], q, k, v, g, beta, view_or_none(h0), args, vb.meta());
+    for (int i : {0, 1, 3, 4, 5, 6}) r.push_back(std::move(saved.tensors[i]));
+    return r;
+  };
+  const auto ref = forward("split", nullptr);
+  const char* names[8] = {"o", "ht", "gamma", "W", "Tm", "h", "Delta", "P"};
+  for (const char* overlap : {"1", "0"}) {
+    const auto got = forward("split_tma", overlap);
+    for (size_t i = 0; i < ref.size(); ++i)
+      EXPECT_TRUE(bitwise_eq(dev_vec(got[i]), dev_vec(ref[i]))) << names[i] << " DT_GDN_SERIAL_PDL=" << overlap;
+  }
+}
 TEST(GdnChunkCuda, FusedForwardEnvErrors) {
   const ScopedEnv fwd("DT_GDN_FWD");
   const Case t{"tiny d128", {65, 3}, 1, 2, 128, 128, false, false};
@@ -687,10 +720,16 @@ TEST(GdnChunkCuda, FusedForwardNormMatchesSplit) {
     dt::ops::gdn_chunk_fwd(r[0], TensorView(), q, k, v, g, beta, view_or_none(h0), args, vb.meta());
     return r;
   };
-  const auto rs = forward("split"), rf = forward("fused"), rt = forward("split_tma");
+  const auto rs = forward("split"), rf = forward("fused");
   const char* names[3] = {"o", "y", "rstd"};
   EXPECT_TRUE(bitwise_eq(dev_vec(rf[0]), dev_vec(rs[0]))) << "o";
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(bitwise_eq(dev_vec(rt[i]), dev_vec(rs[i]))) << "split_tma " << names[i];
+  const ScopedEnv pdl("DT_GDN_SERIAL_PDL");
+  for (const char* overlap : {"1", "0"}) {
+    pdl.set(overlap);
+    const auto rt = forward("split_tma");
+    for (int i = 0; i < 3; ++i)
+      EXPECT_TRUE(bitwise_eq(dev_vec(rt[i]), dev_vec(rs[i]))) << "split_tma " << names[i] << " DT_GDN_SERIAL_PDL=" << overlap;
+  }
   for (int i = 0; i < 3; ++i) {
     EXPECT_TRUE(dt::testing::close_rel(rf[i], rs[i], i == 2 ? 1e-3 : 1e-2)) << names[i];
     std::printf("  fused vs split %s %.1e\n", names[i], dt::testing::compare(rf[i], rs[i]).rel_l2);

@@ -2569,11 +2569,12 @@ OutNorm out_norm(const GdnOutNorm* n, const TensorView& o, const Params& p) {
 // dk = dv = 128 on sm_90 (elsewhere split). Read at every call.
 enum class FwdForm { split, fused, split_tma };
 FwdForm fwd_form_knob() {
-  return FwdForm(env::choice("DT_GDN_FWD",
+  const int c = env::choice("DT_GDN_FWD",
                              {{"split", "state and out kernels (default)"},
                               {"fused", "state + out in one serial pass (bf16, dk = dv = 128, sm_90)"},
                               {"split_tma", "out after the fused kernel's state chain, h and Delta by TMA stores (bf16, "
-                                            "dk = dv = 128, sm_90)"}}));
+                                            "dk = dv = 128, sm_90)"}});
+  return c < 0 ? FwdForm::split : FwdForm(c);  // unset: -1
 }
 template <class T>
 FwdForm fwd_form(const Params& p) {
@@ -2643,10 +2644,10 @@ void launch_fused_fwd(bool state_only, const Params& p, const TensorView& q, con
                       T* h, T* Dl, T* P, const TensorView& ht, const TensorView& o, const OutNorm& nrm,
                       cudaStream_t st) {
   if constexpr (std::is_same_v<T, bf16>) {
-    launch_prep<T>(p, k, v, g, beta, gam, W, U, Tm, st);
-    const Params pw = warp_params(p, 8);  // nvt = 1 (dv = 128)
     DT_CHECK(!state_only || (h && Dl), "gdn_chunk: split_tma's state chain needs h and Delta");
     DT_CHECK(!p.done || (state_only && p.done_target == p.Hv), "gdn_chunk: Params.done set for the fused forward");
+    launch_prep<T>(p, k, v, g, beta, gam, W, U, Tm, st);
+    const Params pw = warp_params(p, 8);  // nvt = 1 (dv = 128)
     fused::Maps maps{};
     if (fused::kTma || fused::kTmaH || state_only)
       maps = fused_maps(p, tptr<T>(q), tptr<T>(k), W, U, gam, h, Dl, fused::kTmaH || state_only);

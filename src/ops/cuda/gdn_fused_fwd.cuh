@@ -449,7 +449,6 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
     }
     return;
   }
-  const float* s_wn = reinterpret_cast<const float*>(smem + S::wn);
   if constexpr (NORM) reinterpret_cast<float*>(smem + S::wn)[t2] = nrm.w[t2];  // seen after the loop's kBarOut
   if (nch > 0) issue(c0, 0);
   cp_commit();
@@ -594,7 +593,7 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
 #pragma unroll
           for (int j = 0; j < 16; ++j) {
             const float z0 = bf16_lo(r_z[h2][j]), z1 = bf16_hi(r_z[h2][j]);
-            const float2 w = *reinterpret_cast<const float2*>(s_wn + 8 * j + 2 * tq);
+            const float2 w = reinterpret_cast<const float2*>(smem + S::wn)[4 * j + tq];
             const float w0 = w.x, w1 = w.y;
             const float y0 = bf16_lo(ob[j]) * rstd * w0 * (z0 * ew::sigmoid_f(z0));
             const float y1 = bf16_hi(ob[j]) * rstd * w1 * (z1 * ew::sigmoid_f(z1));
