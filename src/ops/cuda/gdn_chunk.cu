@@ -167,13 +167,16 @@ __device__ __forceinline__ void serial_pdl_trigger(const Params& p) {
   if (p.done) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// One thread, after a barrier over every thread that wrote the CTA's outputs: the release.
+__device__ __forceinline__ void serial_count_done(const Params& p, int n) {
+  if (!p.done) return;
+  __threadfence();
+  atomicAdd(p.done + n, 1);
+}
 __device__ __forceinline__ void serial_done(const Params& p, int n) {
   if (!p.done) return;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(p.done + n, 1);
-  }
+  if (threadIdx.x == 0) serial_count_done(p, n);
 }
 // Thread 0 only; the caller's next barrier publishes the wait to the CTA. The grid's last CTA
 // also waits for the whole serial grid (griddepcontrol.wait), so that this kernel ends only after
@@ -2690,21 +2693,17 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
                         saved ? Tm.ptr<T>() : nullptr, h_p, Dl_p, saved ? P.ptr<T>() : nullptr, ht, o, nrm, st);
   } else {
     Tensor done;  // [N] int32: the state kernel's CTAs done per sequence, for out (with_serial_pdl)
-    Params pf = p;
-    if (form == FwdForm::split_tma) {  // one CTA per (sequence, v-head)
-      if (serial_pdl_knob()) {
-        done = Tensor::zeros(Shape{p.N}, DType::i32, dev, Stream{st});
-        pf.done = done.ptr<int>();
-        pf.done_target = p.Hv;
-      }
+    // split_tma's state kernel, fused::fwd_kernel: 8 warps of 16 rows, one CTA per (sequence, v-head)
+    const SerialForm sf = form == FwdForm::split_tma                   ? SerialForm{8}
+                          : std::is_same_v<T, bf16> && p.N > 0 ? serial_form<T>(p.dk, p.dv)
+                                                               : SerialForm{};
+    const Params pf = with_serial_pdl<T>(p, sf, done, dev, st);
+    if (form == FwdForm::split_tma)
       launch_fused_fwd<T>(true, pf, q, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
                           saved ? Tm.ptr<T>() : nullptr, h_p, Dl_p, nullptr, ht, o, OutNorm{}, st);
-    } else {
-      const SerialForm sf = std::is_same_v<T, bf16> && p.N > 0 ? serial_form<T>(p.dk, p.dv) : SerialForm{};
-      pf = with_serial_pdl<T>(p, sf, done, dev, st);
+    else
       launch_prep_state<T>(pf, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
                            saved ? Tm.ptr<T>() : nullptr, h_p, Dl_p, tptr<float>(ht), st);
-    }
     if (p.NT > 0) {
       launch_chunk_kernel_ex(pf.done != nullptr, out_kernel<T>, pf, OutSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k),
                              gam.ptr<float>(), h_p, Dl_p, tptr<T>(o), saved ? P.ptr<T>() : nullptr, nrm);

@@ -118,8 +118,8 @@ __device__ __forceinline__ void reg_dealloc() {
 // boxes of 4 heads x 64 tokens.
 struct Maps {
   CUtensorMap w, u, k, q, g;
-  CUtensorMap h;  // DT_EXP_FUSED_TMA_H: h [NT Hv dk rows][dv], boxes of 128 rows x 64 columns
-  CUtensorMap d;  // DT_EXP_FUSED_TMA_H: Delta [T, Hv, dv], boxes as W's
+  CUtensorMap h;  // split_tma, DT_EXP_FUSED_TMA_H: h [NT Hv dk rows][dv], boxes of 128 rows x 64 columns
+  CUtensorMap d;  // split_tma, DT_EXP_FUSED_TMA_H: Delta [T, Hv, dv], boxes as W's
 };
 __device__ __forceinline__ void mbar_init(uint32_t bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
@@ -410,32 +410,37 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
   // ==================================================================== out warpgroup
   reg_dealloc<152>();
   const int t2 = tid - kStateThreads, wq = t2 >> 5;  // rows 16 wq .. 16 wq + 15 of the chunk
+  // h_c from S buffer b by two TMA stores (one thread; maps.h); Delta_c from the Delta buffer, a full
+  // chunk's by two TMA stores with `tma` (maps.d), else copied by the warpgroup (a box would write
+  // the next sequence's rows)
+  [[maybe_unused]] auto store_h_tma = [&](int b, int c) {
+    if (t2 == 0)
+      for (int a = 0; a < 2; ++a)
+        tma_store_2d(&maps.h, s0 + uint32_t(S::s) + b * uint32_t(S::sbuf) + a * (D * 128), 64 * a, (c * p.Hv + h) * D);
+  };
+  auto store_delta = [&](bool tma, int64_t bos, int L) {
+    if (tma && L == C) {
+      if (t2 == 0)
+        for (int a = 0; a < 2; ++a) tma_store_3d(&maps.d, s0 + uint32_t(S::dl) + a * (C * 128), 64 * a, h, int(bos));
+    } else {
+      copy_out_sw128<C>(smem + S::dl, g_D + (bos * p.Hv + h) * p.dv, int64_t(p.Hv) * p.dv, L, t2);
+    }
+  };
   if constexpr (STATE_ONLY) {  // h_c and Delta_c to global, then done[n] for out
     for (int i = 0; i < nch; ++i) {
       const int c = c0 + i, b = i & 1;
       const int64_t bos = sp.bos(c);
-      const int L = min(C, eos - int(bos));
       bar_sync(kBarSFull + b, kThreads);
-      if (t2 == 0)
-        for (int a = 0; a < 2; ++a)
-          tma_store_2d(&maps.h, s0 + uint32_t(S::s) + b * uint32_t(S::sbuf) + a * (D * 128), 64 * a, (c * p.Hv + h) * D);
+      store_h_tma(b, c);
       bar_sync(kBarDFull, kThreads);
-      if (L == C) {
-        if (t2 == 0)
-          for (int a = 0; a < 2; ++a) tma_store_3d(&maps.d, s0 + uint32_t(S::dl) + a * (C * 128), 64 * a, h, int(bos));
-      } else {
-        copy_out_sw128<C>(smem + S::dl, g_D + (bos * p.Hv + h) * p.dv, int64_t(p.Hv) * p.dv, L, t2);
-      }
+      store_delta(true, bos, min(C, eos - int(bos)));
       if (t2 == 0) tma_store_wait_read();  // both buffers read: the state warpgroups may overwrite them
       if (i + 1 < nch) bar_arrive(kBarDEmpty, kThreads);
       if (i + 2 < nch) bar_arrive(kBarSEmpty + b, kThreads);
     }
     if (t2 == 0) tma_store_wait_all();  // the stores' writes done, and ordered before the release below
     bar_sync(kBarOut, 128);             // the partial chunks' copies too
-    if (t2 == 0 && p.done) {
-      __threadfence();
-      atomicAdd(p.done + n, 1);
-    }
+    if (t2 == 0) serial_count_done(p, n);
     return;
   }
   const int hk = h / p.G;
@@ -539,8 +544,7 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       wg::wait_acc(r_O);
       if (g_h && !(kSkip & 1)) {
         if constexpr (kTmaH) {
-          if (t2 == 0)
-            for (int a = 0; a < 2; ++a) tma_store_2d(&maps.h, sb + a * (D * 128), 64 * a, (c * p.Hv + h) * D);
+          store_h_tma(b, c);
         } else {
           copy_out_sw128<D>(smem + S::s + b * S::sbuf, g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv, p.dv, D, t2);
         }
@@ -570,14 +574,7 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       bar_sync(kBarDFull, kThreads);
       wg::issue_mn_n128(r_O, pa, s0 + uint32_t(S::dl), C * 128, true);
       wg::wait_acc(r_O);
-      if (g_D && !(kSkip & 2)) {
-        if (kTmaH && L == C) {
-          if (t2 == 0)
-            for (int a = 0; a < 2; ++a) tma_store_3d(&maps.d, s0 + uint32_t(S::dl) + a * (C * 128), 64 * a, h, int(bos));
-        } else {
-          copy_out_sw128<C>(smem + S::dl, g_D + (bos * p.Hv + h) * p.dv, int64_t(p.Hv) * p.dv, L, t2);
-        }
-      }
+      if (g_D && !(kSkip & 2)) store_delta(kTmaH, bos, L);
       if constexpr (kTmaH) {  // the Delta buffer and S buffer b are free once their stores have read them
         if (t2 == 0 && (g_h || g_D)) tma_store_wait_read();
         if (i + 1 < nch) bar_arrive(kBarDEmpty, kThreads);
