@@ -582,18 +582,19 @@ TEST(GdnChunkCuda, WgmmaSerialEnvErrors) {
 // kernel matches warp4's). Against the CPU oracle: o, ht and every
 // gradient with wg4's tolerances (dg 3e-2, WgmmaStateMatchesWarp4), both with the backward reading
 // the fused forward's saved h, Delta and P and with it recomputing them. Shapes the fused kernel
-// does not take (dk 64) run the split forward: the same bits.
+// does not take (dk 64; Hv % 4 != 0, gamma's TMA rows) run the split forward: the same bits.
 // DT_GDN_FWD=split_tma (the fused kernel's state chain as the split forward's state kernel, h and
 // Delta by TMA stores, out after it, overlapping through Params.done or, DT_GDN_SERIAL_PDL=0,
 // after the whole grid): every output and saved tensor the split forward's bits.
 TEST(GdnChunkCuda, FusedForwardMatchesCpuAndSplit) {
   const ScopedEnv fwd("DT_GDN_FWD"), pdl("DT_GDN_SERIAL_PDL");
   const std::vector<Case> cases{
-      {"d128 G2 h0+dht", {1, 63, 64, 65, 200, 129}, 1, 2, 128, 128, true, true},
-      {"d128 G1 zero-length seqs", {65, 1, 0, 300, 128, 0}, 2, 2, 128, 128, true, false},
+      {"d128 G2 h0+dht", {1, 63, 64, 65, 200, 129}, 2, 4, 128, 128, true, true},
+      {"d128 G1 zero-length seqs", {65, 1, 0, 300, 128, 0}, 4, 4, 128, 128, true, false},
       {"large grid d128 G2 dht", {1, 63, 64, 65, 300, 1000}, 8, 16, 128, 128, false, true},
-      {"long, strong decay, beta~1", {4097, 3}, 1, 2, 128, 128, true, true, 5.0, 20.0, 0.95, 1.0},
+      {"long, strong decay, beta~1", {4097, 3}, 2, 4, 128, 128, true, true, 5.0, 20.0, 0.95, 1.0},
       {"d64: split instead", {65, 1, 0, 300}, 2, 2, 64, 64, true, false},
+      {"Hv 2: split instead", {65, 3}, 1, 2, 128, 128, true, false},
   };
   uint64_t salt = 900;
   for (const Case& c : cases) {
@@ -622,7 +623,7 @@ TEST(GdnChunkCuda, FusedForwardMatchesCpuAndSplit) {
     };
     const Fwd fs = forward("split"), ff = forward("fused");
     ASSERT_EQ(fs.saved.tensors.size(), ff.saved.tensors.size());
-    const bool fused = c.dk == 128 && c.dv == 128;
+    const bool fused = c.dk == 128 && c.dv == 128 && c.Hv % 4 == 0;
     EXPECT_TRUE(bitwise_eq(dev_vec(ff.ht), dev_vec(fs.ht))) << "ht";
     if (T > 0) {
       const char* names[7] = {"gamma", "W", "U", "Tm", "h", "Delta", "P"};

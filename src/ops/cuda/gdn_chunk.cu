@@ -57,7 +57,7 @@
 // Outputs: o, ht overwritten (=). Gradients: dq, dk, dv, dg, dbeta, dh0 all overwritten (=).
 // Offsets are int64. Scratch comes from the caching allocator (Tensor::empty).
 #include <cooperative_groups.h>
-#include <cuda.h>  // CUtensorMap (the fused forward's DT_EXP_FUSED_TMA; encoded through cudart's entry-point query)
+#include <cuda.h>  // CUtensorMap (the fused forward's TMA tiles; encoded through cudart's entry-point query)
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -2569,7 +2569,7 @@ OutNorm out_norm(const GdnOutNorm* n, const TensorView& o, const Params& p) {
 // split forward with fused::fwd_kernel's state chain alone as its state kernel (two warpgroups of
 // 64 rows sharing a ring, h and Delta leaving by TMA stores from the hand-off buffers: v0.33.0 timed
 // that chain at 0.32 ms against wg4's 0.60 with its stores). fused and split_tma apply to bf16,
-// dk = dv = 128 on sm_90 (elsewhere split). Read at every call.
+// dk = dv = 128, Hv % 4 == 0 (gamma's 16-byte TMA rows) on sm_90 (elsewhere split). Read at every call.
 enum class FwdForm { split, fused, split_tma };
 FwdForm fwd_form_knob() {
   const int c = env::choice("DT_GDN_FWD",
@@ -2582,7 +2582,7 @@ FwdForm fwd_form_knob() {
 template <class T>
 FwdForm fwd_form(const Params& p) {
   const FwdForm f = fwd_form_knob();  // the knob first: a bad value fails wherever no fused form applies too
-  const bool ok = std::is_same_v<T, bf16> && p.dk == D && p.dv == D && p.NT > 0 && (!fused::kTma || p.Hv % 4 == 0) &&
+  const bool ok = std::is_same_v<T, bf16> && p.dk == D && p.dv == D && p.NT > 0 && p.Hv % 4 == 0 &&
                   wgmma_device();
   return ok ? f : FwdForm::split;
 }
@@ -2605,11 +2605,11 @@ CUtensorMap tensor_map(CUtensorMapDataType type, cuuint32_t rank, const void* ba
   DT_CHECK(r == CUDA_SUCCESS, "gdn_chunk: cuTensorMapEncodeTiled failed (CUresult {})", int(r));
   return m;
 }
-// fused::Maps: the loads' (DT_EXP_FUSED_TMA: W, U [T, Hv, 128] and K, Q [T, Hk, 128] bf16 in boxes of
+// fused::Maps: the loads' (W, U [T, Hv, 128] and K, Q [T, Hk, 128] bf16 in boxes of
 // 64 x 1 x 64 with the 128-byte swizzle, the kernels' atoms; gamma [T, Hv] f32 in boxes of 4 heads x
-// 64 tokens), and the stores' (`stores`: h rows and Delta, for split_tma and DT_EXP_FUSED_TMA_H).
+// 64 tokens), and the stores' (h rows and Delta, where given).
 fused::Maps fused_maps(const Params& p, const bf16* q, const bf16* k, const bf16* W, const bf16* U, const float* gam,
-                       const bf16* h, const bf16* Dl, bool stores) {
+                       const bf16* h, const bf16* Dl) {
   fused::Maps m{};
   const cuuint32_t box[3] = {64, 1, 64};
   auto rows = [&](const bf16* base, int heads) {
@@ -2617,24 +2617,22 @@ fused::Maps fused_maps(const Params& p, const bf16* q, const bf16* k, const bf16
     const cuuint64_t strides[2] = {cuuint64_t(D) * 2, cuuint64_t(heads) * D * 2};
     return tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
   };
-  if (fused::kTma) {
-    DT_CHECK(p.Hv % 4 == 0, "gdn_chunk: DT_EXP_FUSED_TMA needs Hv % 4 == 0 (gamma's 16-byte TMA rows), got Hv {}", p.Hv);
-    m.w = rows(W, p.Hv);
-    m.u = rows(U, p.Hv);
-    m.k = rows(k, p.Hk);
-    m.q = rows(q, p.Hk);
-    const cuuint64_t gdims[2] = {cuuint64_t(p.Hv), cuuint64_t(p.T)}, gstrides[1] = {cuuint64_t(p.Hv) * 4};
-    const cuuint32_t gbox[2] = {4, 64};
-    m.g = tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, gam, gdims, gstrides, gbox, CU_TENSOR_MAP_SWIZZLE_NONE);
-  }
-  if (stores && h) {  // h [NT Hv dk][dv] rows, stored from the S buffer's [128][64] atoms
+  DT_CHECK(p.Hv % 4 == 0, "gdn_chunk: the fused forward needs Hv % 4 == 0 (gamma's 16-byte TMA rows), got Hv {}", p.Hv);
+  m.w = rows(W, p.Hv);
+  m.u = rows(U, p.Hv);
+  m.k = rows(k, p.Hk);
+  m.q = rows(q, p.Hk);
+  const cuuint64_t gdims[2] = {cuuint64_t(p.Hv), cuuint64_t(p.T)}, gstrides[1] = {cuuint64_t(p.Hv) * 4};
+  const cuuint32_t gbox[2] = {4, 64};
+  m.g = tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, gam, gdims, gstrides, gbox, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (h) {  // h [NT Hv dk][dv] rows, stored from the S buffer's [128][64] atoms
     const int64_t hrows = int64_t(p.NT) * p.Hv * D;
     DT_CHECK(hrows < (int64_t(1) << 31), "gdn_chunk: {} chunk-state rows exceed the TMA stores' int32 coordinates", hrows);
     const cuuint64_t hdims[2] = {cuuint64_t(D), cuuint64_t(hrows)}, hstrides[1] = {cuuint64_t(D) * 2};
     const cuuint32_t hbox[2] = {64, cuuint32_t(D)};
     m.h = tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, h, hdims, hstrides, hbox, CU_TENSOR_MAP_SWIZZLE_128B);
   }
-  if (stores && Dl) m.d = rows(Dl, p.Hv);  // Delta [T, Hv, dv]
+  if (Dl) m.d = rows(Dl, p.Hv);  // Delta [T, Hv, dv]
   return m;
 }
 
@@ -2651,14 +2649,12 @@ void launch_fused_fwd(bool state_only, const Params& p, const TensorView& q, con
     DT_CHECK(!p.done || (state_only && p.done_target == p.Hv), "gdn_chunk: Params.done set for the fused forward");
     launch_prep<T>(p, k, v, g, beta, gam, W, U, Tm, st);
     const Params pw = warp_params(p, 8);  // nvt = 1 (dv = 128)
-    fused::Maps maps{};
-    if (fused::kTma || fused::kTmaH || state_only)
-      maps = fused_maps(p, tptr<T>(q), tptr<T>(k), W, U, gam, h, Dl, fused::kTmaH || state_only);
+    const fused::Maps maps = fused_maps(p, tptr<T>(q), tptr<T>(k), W, U, gam, h, Dl);
     auto go = [&](auto norm, auto only) {
       constexpr bool NORM = decltype(norm)::value, ONLY = decltype(only)::value;
       set_smem(fused::fwd_kernel<NORM, ONLY>, fused::Smem::bytes);
       fused::fwd_kernel<NORM, ONLY><<<seq_ctas(pw), fused::kThreads, fused::Smem::bytes, st>>>(
-          pw, tptr<T>(q), tptr<T>(k), W, U, gam, tptr<float>(h0), h, Dl, tptr<float>(ht), tptr<T>(o), P, nrm, maps);
+          pw, tptr<float>(h0), h, Dl, tptr<float>(ht), tptr<T>(o), P, nrm, maps);
       DT_CUDA_LAUNCH_CHECK();
     };
     if (state_only) go(std::false_type{}, std::true_type{});

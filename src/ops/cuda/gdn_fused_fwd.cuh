@@ -12,7 +12,7 @@
 // since a warpgroup's increase draws only on what the CTA's others released: 176 + 176 + 160 hung):
 //   WG0, WG1 (state): S^T rows v = 64 wg .. 64 wg + 63, each exactly wg4's state warpgroup
 //     (gdn_serial_warp.cuh): X = S^T W^T, Delta = U - X, S^T = e^{gam_e} S^T + Delta~^T K; they share
-//     the W, K, U, gamma tiles of a two-stage cp.async ring (barrier kBarRing, 256 threads). Each step
+//     the W, K, U, gamma tiles of a two-stage TMA ring (barrier kBarRing, 256 threads). Each step
 //     also puts bf16(S) [dk][dv] and Delta [C][dv] into shared memory (stmatrix.trans into 128-byte
 //     swizzled atoms: the MN-major B operands of WG2's products).
 //   WG2 (out): its own Q, K, gamma tiles (one stage, the next chunk's issued once P is made), then
@@ -25,7 +25,8 @@
 // The products are wgmma with register A operands (wgmma.cuh); o and y leave straight from the
 // accumulator fragments. o, P, h, Delta and ht are the split forward's bits (wgmma sums in
 // mma.sync's order); y and rstd are within rounding (the norm's row sums run over fragments).
-// First measured (docs/perf.md v0.32.0): correct, but slower than state + out.
+// Measured (docs/perf.md v0.32.0-v0.34.0): correct; since the norm weight moved to shared memory,
+// 1.27 ms against state + out's 1.31 on an H100, within the layer's noise of the split forward.
 namespace fused {
 
 // Timing study only (scripts/gpu_ab.sh variants; wrong outputs): DT_EXP_FUSED_SKIP bits leave out the
@@ -35,63 +36,25 @@ namespace fused {
 #define DT_EXP_FUSED_SKIP 0
 #endif
 constexpr int kSkip = DT_EXP_FUSED_SKIP;
-// DT_EXP_FUSED_LATE_ISSUE=1: the state warpgroups issue chunk c + 1's tiles after handing Delta_c
-// over, not at the step's start. Each hand-off's fence.proxy.async compiles to MEMBAR.ALL.CTA +
-// FENCE.VIEW.ASYNC.S; if that MEMBAR waits for the next chunk's cp.async copies in flight, every step
-// pays their latency (wg4's state kernel fences only right after cp.async.wait_group, with none in
-// flight). Late issue trades that for a shorter prefetch distance (the S update and the next ring wait).
-#ifndef DT_EXP_FUSED_LATE_ISSUE
-#define DT_EXP_FUSED_LATE_ISSUE 0
-#endif
-// DT_EXP_FUSED_TMA=1: the tiles come by TMA (cp.async.bulk.tensor, 128-byte swizzle: the atoms'
-// layout) completing on mbarriers, issued by one thread per ring: no thread then has copies in
-// flight at a hand-off's fence. A chunk's box is always 64 token rows: rows past the sequence's
-// end hold the next sequence's values (past T, zeros), which every use masks by selection or
-// multiplies by an exact zero (A fragments, P's columns), so the results are the cp.async form's
-// for finite data (a NaN or Inf there would reach this sequence's last chunk through 0 x NaN).
-// gamma comes as [C][4] boxes (4 heads: TMA's 16-byte minimum row), read with stride 4.
-#ifndef DT_EXP_FUSED_TMA
-#define DT_EXP_FUSED_TMA 0
-#endif
-constexpr bool kTma = DT_EXP_FUSED_TMA != 0;
-// DT_EXP_FUSED_TMA_H=1 (with DT_EXP_FUSED_TMA): h_c leaves by two TMA stores from the S buffer's
-// atoms, and Delta_c of a full chunk by two from the Delta buffer's (one thread; each buffer is
-// released once the stores have read it, after P Delta_c), instead of the out warpgroup's 16-byte
-// copies (~260 instructions a chunk, most of them 64-bit address arithmetic). A partial chunk's
-// Delta is still copied: a box would write the next sequence's rows.
-#ifndef DT_EXP_FUSED_TMA_H
-#define DT_EXP_FUSED_TMA_H 0
-#endif
-constexpr bool kTmaH = kTma && DT_EXP_FUSED_TMA_H != 0;
-// DT_EXP_FUSED_STAGE_BEFORE=1: S_c is staged (stmatrix) before X's wgmma is issued, with the fence
-// and the arrive while it runs, instead of all after it completes (the default: no register of the
-// wgmma is touched while it runs, and no fence waits on it; the BEFORE form spills 20 bytes with
-// the norm epilogue). The first measured build (v0.32.0) staged while the wgmma ran.
-#ifndef DT_EXP_FUSED_STAGE_BEFORE
-#define DT_EXP_FUSED_STAGE_BEFORE 0
-#endif
+// The tiles come by TMA (cp.async.bulk.tensor, 128-byte swizzle: the atoms' layout) completing on
+// mbarriers, issued by one thread per ring, and h_c and a full chunk's Delta_c leave by TMA stores
+// from the hand-off buffers (one thread; each buffer is released once the stores have read it).
+// Measured against the cp.async form (v0.33.0-v0.34.0): 1274 against 1319 us, and no thread then
+// has copies in flight at a hand-off's fence. A chunk's box is always 64 token rows: rows past the
+// sequence's end hold the next sequence's values (past T, zeros), which every use masks by
+// selection or multiplies by an exact zero (A fragments, P's columns), so the results equal those
+// of zero-filled tiles for finite data (a NaN or Inf there would reach this sequence's last chunk
+// through 0 x NaN). gamma comes as [C][4] boxes (4 heads: TMA's 16-byte minimum row), read with
+// stride 4, so the kernel needs Hv % 4 == 0 (fwd_form falls back to split otherwise). A partial
+// chunk's Delta is copied: a box would write the next sequence's rows. Dropped after measurement
+// (v0.33.0-v0.34.0): issuing the next chunk's tiles after the Delta hand-off, staging S_c before
+// X's wgmma, silu by tanh.approx, and an L2 prefetch of z.
+constexpr int GS = 4;  // gamma's stride in its [C][4] tiles
 
-// DT_EXP_FUSED_TANH=1 (timing study): the norm's silu(z) = z sigmoid(z) as 0.5 z (1 + tanh(z / 2)) with
-// tanh.approx.f32, one MUFU operation per element instead of ex2 and rcp (the out warpgroup issues
-// ~160 MUFU operations a chunk, ~1300 cycles of its sub-partition's pipe); y then differs from the
-// split forward's by tanh.approx's error (2^-10.99 relative), below y's bf16 rounding.
-#ifndef DT_EXP_FUSED_TANH
-#define DT_EXP_FUSED_TANH 0
-#endif
-__device__ __forceinline__ float silu_norm(float z) {
-  if constexpr (DT_EXP_FUSED_TANH != 0) {
-    float t;
-    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(0.5f * z));
-    const float hz = 0.5f * z;
-    return fmaf(hz, t, hz);
-  } else {
-    return z * ew::sigmoid_f(z);
-  }
-}
+__device__ __forceinline__ float silu_norm(float z) { return z * ew::sigmoid_f(z); }
 
 constexpr int kThreads = 384;       // WG0, WG1: state; WG2: out
 constexpr int kStateThreads = 256;
-constexpr int LDU = D + 8;          // U tile [C][LDU] bf16 (+16 bytes a row: ldmatrix conflict-free)
 enum : int { kBarRing = 1, kBarSFull = 2, kBarSEmpty = 4, kBarDFull = 6, kBarDEmpty = 7, kBarOut = 8 };
 
 __device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
@@ -113,13 +76,12 @@ __device__ __forceinline__ void reg_dealloc() {
 #endif
 }
 
-// The TMA descriptors (DT_EXP_FUSED_TMA; zeros otherwise): 3-D maps (128 columns, heads, tokens) of
-// W, U [T, Hv, 128], K, Q [T, Hk, 128], boxes of 64 columns x 1 head x 64 tokens; gamma [T, Hv] f32,
-// boxes of 4 heads x 64 tokens.
+// The TMA descriptors: 3-D maps (128 columns, heads, tokens) of W, U [T, Hv, 128], K, Q [T, Hk, 128],
+// boxes of 64 columns x 1 head x 64 tokens; gamma [T, Hv] f32, boxes of 4 heads x 64 tokens.
 struct Maps {
   CUtensorMap w, u, k, q, g;
-  CUtensorMap h;  // split_tma, DT_EXP_FUSED_TMA_H: h [NT Hv dk rows][dv], boxes of 128 rows x 64 columns
-  CUtensorMap d;  // split_tma, DT_EXP_FUSED_TMA_H: Delta [T, Hv, dv], boxes as W's
+  CUtensorMap h;  // with h: h [NT Hv dk rows][dv], boxes of 128 rows x 64 columns
+  CUtensorMap d;  // with Delta: Delta [T, Hv, dv], boxes as W's
 };
 __device__ __forceinline__ void mbar_init(uint32_t bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
@@ -183,12 +145,12 @@ __device__ __forceinline__ void tma_2d(uint32_t dst, const CUtensorMap* map, uin
 }
 
 struct Smem {
-  // the state warpgroups' ring, two stages (load_state_tiles' members)
+  // the state warpgroups' ring, two stages
   static constexpr size_t w = 0;                          // bf16 2 x [C][64] atoms
   static constexpr size_t k = w + 2 * C * 128;            // bf16 2 x [C][64] atoms
-  static constexpr size_t u = k + 2 * C * 128;            // bf16 [C][LDU] (TMA: 2 x [C][64] atoms)
-  static constexpr size_t gam = u + (kTma ? 2 * C * 128 : sizeof(bf16) * C * LDU);  // f32 [C] (TMA: [C][4])
-  static constexpr size_t gam_bytes = sizeof(float) * C * (kTma ? 4 : 1);
+  static constexpr size_t u = k + 2 * C * 128;            // bf16 2 x [C][64] atoms
+  static constexpr size_t gam = u + 2 * C * 128;          // f32 [C][4]
+  static constexpr size_t gam_bytes = sizeof(float) * C * GS;
   static constexpr size_t stage = (gam + gam_bytes + 1023) / 1024 * 1024;
   static constexpr uint32_t stage_tx = 3 * 2 * C * 128 + sizeof(float) * C * 4;  // TMA bytes of a stage
   // hand-offs
@@ -198,8 +160,8 @@ struct Smem {
   // the out warpgroup's tiles (one stage; gamma two)
   static constexpr size_t q = dl + 2 * C * 128;           // bf16 2 x [C][64] atoms
   static constexpr size_t ko = q + 2 * C * 128;           // bf16 2 x [C][64] atoms
-  static constexpr size_t gamo = ko + 2 * C * 128;        // f32 [2][C] (TMA: [2][C][4])
-  static constexpr size_t gamo_buf = sizeof(float) * C * (kTma ? 4 : 1);
+  static constexpr size_t gamo = ko + 2 * C * 128;        // f32 [2][C][4]
+  static constexpr size_t gamo_buf = sizeof(float) * C * GS;
   static constexpr uint32_t out_tx = 2 * 2 * C * 128 + sizeof(float) * C * 4;  // TMA bytes of Q, K, gamma
   static constexpr size_t bars = gamo + 2 * gamo_buf;     // u64 [3]: the ring's full[2], the out tiles' full
   // the norm's weight, f32 [dv]: read per element from global beside the y stores (which may alias
@@ -234,12 +196,9 @@ __device__ __forceinline__ void copy_out_sw128(const unsigned char* s, bf16* g, 
 // STATE_ONLY (DT_GDN_FWD=split_tma): the state chain alone, a state kernel for the split forward: WG2
 // only stores h_c and Delta_c from the hand-off buffers (TMA stores by one thread; a partial chunk's
 // Delta copied), then counts the CTA done for out (Params.done, as the split state kernels do).
+// Q, K, W, U and gamma come through `maps` only.
 template <bool NORM, bool STATE_ONLY = false>
-__global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* __restrict__ g_q,
-                                                         const bf16* __restrict__ g_k,
-                                                         const bf16* __restrict__ g_W,
-                                                         const bf16* __restrict__ g_U,
-                                                         const float* __restrict__ g_gam,
+__global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p,
                                                          const float* __restrict__ g_h0,  // or null
                                                          bf16* __restrict__ g_h,          // or null
                                                          bf16* __restrict__ g_D,          // or null
@@ -257,16 +216,14 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
   const uint32_t s0 = smem_addr(smem);
   if (s0 & 1023) __trap();  // the swizzled atoms (wgmma descriptors, TMA boxes) need 1 KB alignment
   if constexpr (STATE_ONLY) serial_pdl_trigger(p);  // out may launch: it waits for done[n] before reading h
-  [[maybe_unused]] const uint32_t bar_ring = s0 + uint32_t(S::bars), bar_out = bar_ring + 16;  // TMA: full[2], out
-  if constexpr (kTma) {
-    if (tid == 0) {
-      mbar_init(bar_ring);
-      mbar_init(bar_ring + 8);
-      mbar_init(bar_out);
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+  const uint32_t bar_ring = s0 + uint32_t(S::bars), bar_out = bar_ring + 16;  // the ring's full[2], out's
+  if (tid == 0) {
+    mbar_init(bar_ring);
+    mbar_init(bar_ring + 8);
+    mbar_init(bar_out);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
+  __syncthreads();
 
   if (tid < kStateThreads) {
     // ================================================================== state warpgroups
@@ -277,98 +234,49 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
     float r_S[16][4];
     state_elems(r_S, D, 0, [&](float& x, int, int) { x = 0.f; });
     if (g_h0) state_elems(r_S, D, 0, [&](float& x, int col, int row) { x = g_h0[state_base + int64_t(col) * p.dv + row]; });
-    // A full chunk's copies from per-thread pointers made once (wg4's LEAN path: the same copies as
-    // load_state_tiles' full path, an add each instead of its per-call address arithmetic).
-    const int r = tid >> 4, cc = tid & 15;  // W, K atoms: rows r + 16 i, chunk cc; U: rows r + 16 i, columns 8 cc
-    const int64_t rw = int64_t(p.Hv) * p.dk, rk = int64_t(p.Hk) * p.dk, ru = int64_t(p.Hv) * p.dv;  // row strides
-    const bf16* lw = g_W + (sp.bos0 + r) * rw + int64_t(h) * p.dk + 8 * cc;
-    const bf16* lk = g_k + (sp.bos0 + r) * rk + int64_t(h / p.G) * p.dk + 8 * cc;
-    const bf16* lu = g_U + (sp.bos0 + r) * ru + int64_t(h) * p.dv + 8 * cc;
-    const float* lg = g_gam + (sp.bos0 + min(tid, C - 1)) * p.Hv + h;
-    const uint32_t lo_sdk = (cc >> 3) * (C * 128) + wg::sw128(r, cc & 7), lo_su = (r * LDU + 8 * cc) * sizeof(bf16);
-    auto issue = [&](int c, int st) {
-      const uint32_t sb = s0 + st * uint32_t(S::stage);
-      if constexpr (kTma) {  // one thread: the whole stage
-        if (tid == 0) {
-          const uint32_t bar = bar_ring + 8 * st;
-          const int t0 = int(sp.bos(c));
-          mbar_expect_tx(bar, S::stage_tx);
+    auto issue = [&](int c, int st) {  // one thread: the whole stage
+      if (tid == 0) {
+        const uint32_t sb = s0 + st * uint32_t(S::stage), bar = bar_ring + 8 * st;
+        const int t0 = int(sp.bos(c));
+        mbar_expect_tx(bar, S::stage_tx);
 #pragma unroll
-          for (int a = 0; a < 2; ++a) {
-            tma_3d(sb + uint32_t(S::w) + a * (C * 128), &maps.w, bar, 64 * a, h, t0);
-            tma_3d(sb + uint32_t(S::k) + a * (C * 128), &maps.k, bar, 64 * a, h / p.G, t0);
-            tma_3d(sb + uint32_t(S::u) + a * (C * 128), &maps.u, bar, 64 * a, h, t0);
-          }
-          tma_2d(sb + uint32_t(S::gam), &maps.g, bar, h & ~3, t0);
+        for (int a = 0; a < 2; ++a) {
+          tma_3d(sb + uint32_t(S::w) + a * (C * 128), &maps.w, bar, 64 * a, h, t0);
+          tma_3d(sb + uint32_t(S::k) + a * (C * 128), &maps.k, bar, 64 * a, h / p.G, t0);
+          tma_3d(sb + uint32_t(S::u) + a * (C * 128), &maps.u, bar, 64 * a, h, t0);
         }
-        return;
+        tma_2d(sb + uint32_t(S::gam), &maps.g, bar, h & ~3, t0);
       }
-      if (eos - sp.bos(c) >= C) {
-        const int64_t dc = c - c0;
-        cp_sw128_rows<kStateThreads>(sb + uint32_t(S::w) + lo_sdk, lw + dc * C * rw, rw);
-        cp_sw128_rows<kStateThreads>(sb + uint32_t(S::k) + lo_sdk, lk + dc * C * rk, rk);
-#pragma unroll
-        for (int i = 0; i < C / 16; ++i)
-          cp_async16_sa(sb + uint32_t(S::u) + lo_su + i * uint32_t(16 * LDU * sizeof(bf16)), lu + (dc * C + 16 * i) * ru);
-        if (tid < C) cp_async4_sa(sb + uint32_t(S::gam) + 4 * tid, lg + dc * C * p.Hv);
-        return;
-      }
-      load_state_tiles<S, D, kStateThreads, true>(smem + st * S::stage, p, sp.bos(c), eos, h, 0, D, LDU, g_k, g_W, g_U,
-                                                  g_gam, tid);
     };
     if (nch > 0) issue(c0, 0);
-    cp_commit();
     for (int i = 0; i < nch; ++i) {
       const int c = c0 + i, st = i & 1, b = i & 1;
-      if constexpr (kTma) {
-        mbar_wait(bar_ring + 8 * st, (i >> 1) & 1);
-      } else {
-        cp_wait<0>();
-        wg::fence_proxy_async();  // the tiles are read by the tensor cores' async proxy
-      }
-      bar_sync(kBarRing, kStateThreads);  // stage st visible; both warpgroups done with stage st ^ 1
-      if (!DT_EXP_FUSED_LATE_ISSUE) {
-        if (i + 1 < nch) issue(c + 1, st ^ 1);
-        cp_commit();
-      }
+      mbar_wait(bar_ring + 8 * st, (i >> 1) & 1);
+      bar_sync(kBarRing, kStateThreads);  // both warpgroups done with stage st ^ 1
+      if (i + 1 < nch) issue(c + 1, st ^ 1);
       const unsigned char* base = smem + st * S::stage;
       const uint32_t s_w = s0 + st * uint32_t(S::stage) + uint32_t(S::w);
       const uint32_t s_k = s0 + st * uint32_t(S::stage) + uint32_t(S::k);
-      const bf16* s_u = reinterpret_cast<const bf16*>(base + S::u);
-      constexpr int GS = kTma ? 4 : 1;  // gamma's stride
-      const float* s_gam = reinterpret_cast<const float*>(base + S::gam) + (kTma ? (h & 3) : 0);
+      const float* s_gam = reinterpret_cast<const float*>(base + S::gam) + (h & 3);
       const int L = min(C, eos - int(sp.bos(c)));
       const float gam_e = s_gam[GS * (L - 1)];
 
-      // 1. X = S^T W^T [16, C] (wgmma, A = bf16(S^T)), and bf16(S) into S buffer b for WG2: after the
-      // wgmma completes (reading its A registers while it runs is undefined in PTX), or with
-      // DT_EXP_FUSED_STAGE_BEFORE before it is issued.
+      // 1. X = S^T W^T [16, C] (wgmma, A = bf16(S^T)), then bf16(S) into S buffer b for WG2 once the
+      // wgmma completes (reading its A registers while it runs is undefined in PTX)
       float r_X[8][4];
       {
-        constexpr bool AFTER = DT_EXP_FUSED_STAGE_BEFORE == 0;
         const uint32_t sb = s0 + uint32_t(S::s) + b * uint32_t(S::sbuf);
-        auto stage = [&](const uint32_t (&a)[4], int kk) { stsm_x4_t_sa(stage_sw(sb, sw, D * 128, wq, kk, lane), a); };
         uint32_t a1[D / 16][4];
-        if (!AFTER && i >= 2) bar_sync(kBarSEmpty + b, kThreads);  // WG2 is done with chunk i - 2's S
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          acc_to_a(a1[kk], r_S, kk);
-          if (!AFTER) stage(a1[kk], kk);
-        }
+        for (int kk = 0; kk < D / 16; ++kk) acc_to_a(a1[kk], r_S, kk);
         wg::issue_kmajor_n64(r_X, a1, s_w, C * 128);
-        if (!AFTER) {
-          wg::fence_proxy_async();
-          bar_arrive(kBarSFull + b, kThreads);
-        }
         wg::wait_acc(r_X);
         wg::wg_hold(a1);  // read by the wgmma until its wait
-        if (AFTER) {
-          if (i >= 2) bar_sync(kBarSEmpty + b, kThreads);
+        if (i >= 2) bar_sync(kBarSEmpty + b, kThreads);  // WG2 is done with chunk i - 2's S
 #pragma unroll
-          for (int kk = 0; kk < D / 16; ++kk) stage(a1[kk], kk);
-          wg::fence_proxy_async();
-          bar_arrive(kBarSFull + b, kThreads);
-        }
+        for (int kk = 0; kk < D / 16; ++kk) stsm_x4_t_sa(stage_sw(sb, sw, D * 128, wq, kk, lane), a1[kk]);
+        wg::fence_proxy_async();
+        bar_arrive(kBarSFull + b, kThreads);
       }
       // 2. Delta^T = U^T - X (into the Delta buffer for WG2); Delta~^T = Delta^T e^{gam_e - gam_t} as A fragments
       uint32_t a2[4][4];
@@ -376,11 +284,8 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
         uint32_t r_u[4][4];
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
-          const int t = 16 * jj + r8 + (mi >> 1) * 8, v = wv + (mi & 1) * 8;
-          if constexpr (kTma)  // U in two swizzled [C][64] atoms
-            ldsm_x4_t(r_u[jj], base + S::u + (v >> 6) * (C * 128) + wg::sw128(t, (v & 63) >> 3));
-          else
-            ldsm_x4_t(r_u[jj], s_u + t * LDU + v);
+          const int t = 16 * jj + r8 + (mi >> 1) * 8, v = wv + (mi & 1) * 8;  // U in two swizzled [C][64] atoms
+          ldsm_x4_t(r_u[jj], base + S::u + (v >> 6) * (C * 128) + wg::sw128(t, (v & 63) >> 3));
         }
         if (i >= 1) bar_sync(kBarDEmpty, kThreads);  // WG2 is done with chunk i - 1's Delta
         const uint32_t db = s0 + uint32_t(S::dl);
@@ -392,10 +297,6 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
         }
         wg::fence_proxy_async();
         bar_arrive(kBarDFull, kThreads);
-      }
-      if (DT_EXP_FUSED_LATE_ISSUE) {
-        if (i + 1 < nch) issue(c + 1, st ^ 1);
-        cp_commit();
       }
       // 3. S^T = e^{gam_e} S^T + Delta~^T K (a2 is 0 past L; K's rows >= L are zero, or with TMA the
       // next sequence's finite values: + 0 exactly)
@@ -418,8 +319,8 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       for (int a = 0; a < 2; ++a)
         tma_store_2d(&maps.h, s0 + uint32_t(S::s) + b * uint32_t(S::sbuf) + a * (D * 128), 64 * a, (c * p.Hv + h) * D);
   };
-  auto store_delta = [&](bool tma, int64_t bos, int L) {
-    if (tma && L == C) {
+  auto store_delta = [&](int64_t bos, int L) {
+    if (L == C) {
       if (t2 == 0)
         for (int a = 0; a < 2; ++a) tma_store_3d(&maps.d, s0 + uint32_t(S::dl) + a * (C * 128), 64 * a, h, int(bos));
     } else {
@@ -433,7 +334,7 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       bar_sync(kBarSFull + b, kThreads);
       store_h_tma(b, c);
       bar_sync(kBarDFull, kThreads);
-      store_delta(true, bos, min(C, eos - int(bos)));
+      store_delta(bos, min(C, eos - int(bos)));
       if (t2 == 0) tma_store_wait_read();  // both buffers read: the state warpgroups may overwrite them
       if (i + 1 < nch) bar_arrive(kBarDEmpty, kThreads);
       if (i + 2 < nch) bar_arrive(kBarSEmpty + b, kThreads);
@@ -444,24 +345,17 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
     return;
   }
   const int hk = h / p.G;
-  auto issue = [&](int c, int gb) {
-    const int64_t bos = sp.bos(c);
-    if constexpr (kTma) {
-      if (t2 == 0) {
-        mbar_expect_tx(bar_out, S::out_tx);
+  auto issue = [&](int c, int gb) {  // one thread: Q, K and gamma of chunk c
+    if (t2 == 0) {
+      const int t0 = int(sp.bos(c));
+      mbar_expect_tx(bar_out, S::out_tx);
 #pragma unroll
-        for (int a = 0; a < 2; ++a) {
-          tma_3d(s0 + uint32_t(S::q) + a * (C * 128), &maps.q, bar_out, 64 * a, hk, int(bos));
-          tma_3d(s0 + uint32_t(S::ko) + a * (C * 128), &maps.k, bar_out, 64 * a, hk, int(bos));
-        }
-        tma_2d(s0 + uint32_t(S::gamo) + gb * uint32_t(S::gamo_buf), &maps.g, bar_out, h & ~3, int(bos));
+      for (int a = 0; a < 2; ++a) {
+        tma_3d(s0 + uint32_t(S::q) + a * (C * 128), &maps.q, bar_out, 64 * a, hk, t0);
+        tma_3d(s0 + uint32_t(S::ko) + a * (C * 128), &maps.k, bar_out, 64 * a, hk, t0);
       }
-      return;
+      tma_2d(s0 + uint32_t(S::gamo) + gb * uint32_t(S::gamo_buf), &maps.g, bar_out, h & ~3, t0);
     }
-    const int L = min(C, eos - int(bos));
-    load_dk_rows<128, true>(smem + S::q, g_q + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L == C, L, p.dk, t2);
-    load_dk_rows<128, true>(smem + S::ko, g_k + (bos * p.Hk + hk) * p.dk, int64_t(p.Hk) * p.dk, L == C, L, p.dk, t2);
-    load_col(reinterpret_cast<float*>(smem + S::gamo) + gb * C, g_gam + bos * p.Hv + h, p.Hv, C, L, t2, 128);
   };
   if constexpr (kSkip & 16) {  // the hand-offs alone
     for (int i = 0; i < nch; ++i) {
@@ -474,20 +368,12 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
   }
   if constexpr (NORM) reinterpret_cast<float*>(smem + S::wn)[t2] = nrm.w[t2];  // seen after the loop's kBarOut
   if (nch > 0) issue(c0, 0);
-  cp_commit();
   for (int i = 0; i < nch; ++i) {
     const int c = c0 + i, b = i & 1;
     const int64_t bos = sp.bos(c);
     const int L = min(C, eos - int(bos));
-    if constexpr (kTma) {
-      mbar_wait(bar_out, i & 1);  // Q, K, gamma of chunk c landed
-    } else {
-      cp_wait<0>();
-      wg::fence_proxy_async();
-      bar_sync(kBarOut, 128);  // Q, K, gamma of chunk c visible
-    }
-    constexpr int GS = kTma ? 4 : 1;  // gamma's stride
-    const float* s_gam = reinterpret_cast<const float*>(smem + S::gamo + b * S::gamo_buf) + (kTma ? (h & 3) : 0);
+    mbar_wait(bar_out, i & 1);  // Q, K, gamma of chunk c landed
+    const float* s_gam = reinterpret_cast<const float*>(smem + S::gamo + b * S::gamo_buf) + (h & 3);
 
     // Q's A fragments (rows 16 wq + .., k-step kk), kept for P and for Q S_c
     uint32_t qa[D / 16][4];
@@ -505,7 +391,6 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
     wg::wait_acc(r_P);
     bar_sync(kBarOut, 128);  // every warp is done reading Q and K: the next chunk's load them
     if (i + 1 < nch) issue(c + 1, b ^ 1);
-    cp_commit();
     // P (.) Gamma, causal, rows < L; rounded once to bf16 as the A fragments of P Delta
     uint32_t pa[4][4];
     {
@@ -542,14 +427,7 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       const uint32_t sb = s0 + uint32_t(S::s) + b * uint32_t(S::sbuf);
       wg::issue_mn_n128(r_O, qa, sb, D * 128, false);
       wg::wait_acc(r_O);
-      if (g_h && !(kSkip & 1)) {
-        if constexpr (kTmaH) {
-          store_h_tma(b, c);
-        } else {
-          copy_out_sw128<D>(smem + S::s + b * S::sbuf, g_h + (int64_t(c) * p.Hv + h) * p.dk * p.dv, p.dv, D, t2);
-        }
-      }
-      if (!kTmaH && i + 2 < nch) bar_arrive(kBarSEmpty + b, kThreads);
+      if (g_h && !(kSkip & 1)) store_h_tma(b, c);
       const int r0 = 16 * wq + g;
       const float e0 = r0 < L ? gexp(s_gam[GS * r0]) : 0.f, e1 = r0 + 8 < L ? gexp(s_gam[GS * (r0 + 8)]) : 0.f;
 #pragma unroll
@@ -574,14 +452,11 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p, const bf16* 
       bar_sync(kBarDFull, kThreads);
       wg::issue_mn_n128(r_O, pa, s0 + uint32_t(S::dl), C * 128, true);
       wg::wait_acc(r_O);
-      if (g_D && !(kSkip & 2)) store_delta(kTmaH, bos, L);
-      if constexpr (kTmaH) {  // the Delta buffer and S buffer b are free once their stores have read them
-        if (t2 == 0 && (g_h || g_D)) tma_store_wait_read();
-        if (i + 1 < nch) bar_arrive(kBarDEmpty, kThreads);
-        if (i + 2 < nch) bar_arrive(kBarSEmpty + b, kThreads);
-      } else {
-        if (i + 1 < nch) bar_arrive(kBarDEmpty, kThreads);
-      }
+      if (g_D && !(kSkip & 2)) store_delta(bos, L);
+      // the Delta buffer and S buffer b are free once their stores have read them
+      if (t2 == 0 && (g_h || g_D)) tma_store_wait_read();
+      if (i + 1 < nch) bar_arrive(kBarDEmpty, kThreads);
+      if (i + 2 < nch) bar_arrive(kBarSEmpty + b, kThreads);
     }
     // Epilogue: o = bf16(scale O); with NORM y = o rstd w silu(z), rstd = 1 / sqrt(mean(o^2) + eps) per row
     if constexpr (kSkip & 8) continue;

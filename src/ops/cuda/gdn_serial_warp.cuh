@@ -157,7 +157,7 @@ __device__ __forceinline__ void add_times_rows(float (&S)[NJ][4], const uint32_t
 }
 // f[i] = e^{gam_e - gam_t} for the lane's tokens t = 16 jj + 2 tq + {0, 1, 8, 9} of token tile jj
 // (the rows of its accumulator fragments), 0 for t >= L: one expf per token and lane. gamma_t at
-// s_gam[GS t] (GS > 1: a TMA box of GS heads a row, the fused forward's DT_EXP_FUSED_TMA).
+// s_gam[GS t] (GS > 1: a TMA box of GS heads a row, the fused forward's tiles).
 template <int GS = 1>
 __device__ __forceinline__ void decay_to_end(float (&f)[4], const float* s_gam, float gam_e, int jj, int tq, int L) {
 #pragma unroll
