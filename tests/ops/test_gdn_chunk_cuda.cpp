@@ -20,6 +20,7 @@
 //     the forward's P and from dvl's
 //   * token-strided v / dv (column views, as the layer passes them) give the contiguous bits
 //   * G == 2's GQA sum in clusters of two CTAs (DT_GDN_GQA_PAIR) gives gsum's bits
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -586,6 +587,12 @@ TEST(GdnChunkCuda, WgmmaSerialEnvErrors) {
 // DT_GDN_FWD=split_tma (the fused kernel's state chain as the split forward's state kernel, h and
 // Delta by TMA stores, out after it, overlapping through Params.done or, DT_GDN_SERIAL_PDL=0,
 // after the whole grid): every output and saved tensor the split forward's bits.
+// The fused kernels' forms run on sm_90 (wgmma, TMA); elsewhere the split forward.
+bool sm90() {
+  int dev = 0, major = 0;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major == 9;
+}
 TEST(GdnChunkCuda, FusedForwardMatchesCpuAndSplit) {
   const ScopedEnv fwd("DT_GDN_FWD"), pdl("DT_GDN_SERIAL_PDL");
   const std::vector<Case> cases{
@@ -623,7 +630,10 @@ TEST(GdnChunkCuda, FusedForwardMatchesCpuAndSplit) {
     };
     const Fwd fs = forward("split"), ff = forward("fused");
     ASSERT_EQ(fs.saved.tensors.size(), ff.saved.tensors.size());
-    const bool fused = c.dk == 128 && c.dv == 128 && c.Hv % 4 == 0;
+    // which forward ran: the bitwise checks below hold for a silent fallback to split too
+    const bool fused = c.dk == 128 && c.dv == 128 && c.Hv % 4 == 0 && sm90();
+    EXPECT_STREQ(fs.saved.fwd_form, "split");
+    EXPECT_STREQ(ff.saved.fwd_form, fused ? "fused" : "split");
     EXPECT_TRUE(bitwise_eq(dev_vec(ff.ht), dev_vec(fs.ht))) << "ht";
     if (T > 0) {
       const char* names[7] = {"gamma", "W", "U", "Tm", "h", "Delta", "P"};
@@ -638,6 +648,7 @@ TEST(GdnChunkCuda, FusedForwardMatchesCpuAndSplit) {
       pdl.set(overlap);
       const Fwd ft = forward("split_tma");
       SCOPED_TRACE(std::string("split_tma, DT_GDN_SERIAL_PDL=") + overlap);
+      EXPECT_STREQ(ft.saved.fwd_form, fused ? "split_tma" : "split");
       EXPECT_TRUE(bitwise_eq(dev_vec(ft.ht), dev_vec(fs.ht))) << "ht";
       if (T > 0) {
         for (int i : {0, 1, 3, 4, 5, 6}) EXPECT_TRUE(bitwise_eq(dev_vec(ft.saved.tensors[i]), dev_vec(fs.saved.tensors[i]))) << i;
@@ -676,6 +687,7 @@ TEST(GdnChunkCuda, SplitTmaWideGridMatchesSplit) {
     dt::ops::GdnArgs args;
     args.saved = &saved;
     dt::ops::gdn_chunk_fwd(r[0], r[1], q, k, v, g, beta, view_or_none(h0), args, vb.meta());
+    EXPECT_STREQ(saved.fwd_form, sm90() ? mode : "split");
     for (int i : {0, 1, 3, 4, 5, 6}) r.push_back(std::move(saved.tensors[i]));
     return r;
   };
@@ -709,21 +721,26 @@ TEST(GdnChunkCuda, FusedForwardNormMatchesSplit) {
   const NormInputs ni = norm_inputs(c, DType::bf16, 951);
   const TensorView z = ni.z;
   const Tensor& w = ni.w;
-  auto forward = [&](const char* mode) {
+  auto forward = [&](const char* mode, bool save = false) {
     fwd.set(mode);
     std::array<Tensor, 3> r{Tensor::empty(Shape{T, c.Hv, c.dv}, DType::bf16, Device::cuda()),
                             Tensor::empty(Shape{T, c.Hv, c.dv}, DType::bf16, Device::cuda()),
                             Tensor::empty(Shape{T * c.Hv}, DType::f32, Device::cuda())};
     for (Tensor& x : r) dt::testing::poison(x);
     const dt::ops::GdnOutNorm norm{r[1], r[2], z, w, 1e-6f};
+    dt::ops::GdnChunkSaved saved;  // the layer's case; it also says which forward ran
     dt::ops::GdnArgs args;
     args.norm = &norm;
+    args.saved = save ? &saved : nullptr;
     dt::ops::gdn_chunk_fwd(r[0], TensorView(), q, k, v, g, beta, view_or_none(h0), args, vb.meta());
+    if (save) EXPECT_STREQ(saved.fwd_form, sm90() ? mode : "split");
     return r;
   };
   const auto rs = forward("split"), rf = forward("fused");
   const char* names[3] = {"o", "y", "rstd"};
   EXPECT_TRUE(bitwise_eq(dev_vec(rf[0]), dev_vec(rs[0]))) << "o";
+  const auto rfs = forward("fused", true);  // with the saved intermediates' stores: the same bits
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(bitwise_eq(dev_vec(rfs[i]), dev_vec(rf[i]))) << "fused, saved, " << names[i];
   const ScopedEnv pdl("DT_GDN_SERIAL_PDL");
   for (const char* overlap : {"1", "0"}) {
     pdl.set(overlap);

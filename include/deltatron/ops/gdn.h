@@ -118,8 +118,12 @@ void causal_conv1d_l2norm_bwd(const TensorView& dx, const TensorView& dw, const 
 // (reads it); clear it after the backward.
 struct GdnChunkSaved {
   std::vector<Tensor> tensors;  // opaque to callers
+  const char* fwd_form = "";    // the CUDA forward that filled it (DT_GDN_FWD: "split", "fused", "split_tma")
   bool defined() const { return !tensors.empty(); }
-  void clear() { tensors.clear(); }
+  void clear() {
+    tensors.clear();
+    fwd_form = "";
+  }
 };
 // The gated RMSNorm of the output (section 5 below) as part of the forward: exactly
 // gated_rmsnorm_fwd(y, rstd, o, z, w, eps) after the chunk rule (o is still written). CUDA

@@ -2574,9 +2574,9 @@ enum class FwdForm { split, fused, split_tma };
 FwdForm fwd_form_knob() {
   const int c = env::choice("DT_GDN_FWD",
                              {{"split", "state and out kernels (default)"},
-                              {"fused", "state + out in one serial pass (bf16, dk = dv = 128, sm_90)"},
+                              {"fused", "state + out in one serial pass (bf16, dk = dv = 128, Hv % 4 == 0, sm_90)"},
                               {"split_tma", "out after the fused kernel's state chain, h and Delta by TMA stores (bf16, "
-                                            "dk = dv = 128, sm_90)"}});
+                                            "dk = dv = 128, Hv % 4 == 0, sm_90)"}});
   return c < 0 ? FwdForm::split : FwdForm(c);  // unset: -1
 }
 template <class T>
@@ -2708,8 +2708,10 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
   if (norm && !nrm.z) cuda::gated_rmsnorm_fwd(norm->y, norm->rstd, o, norm->z, norm->w, norm->eps, Stream{st});
   // U is not kept: the backward reads it only to recompute h and Delta, which are kept (-1x the
   // bytes of v per layer; bench-0.8b: -33 MB per GDN layer, -0.6 GB a step).
-  if (saved)
+  if (saved) {
     saved->tensors = {std::move(gam), std::move(W), Tensor(), std::move(Tm), std::move(h), std::move(Dl), std::move(P)};
+    saved->fwd_form = form == FwdForm::fused ? "fused" : form == FwdForm::split_tma ? "split_tma" : "split";
+  }
 }
 
 // dvl's norm prologue for GdnArgs.norm_bwd, unless DT_GDN_OUT_NORM=0, when every row is 16-byte

@@ -30,7 +30,7 @@
 namespace fused {
 
 // Timing study only (scripts/gpu_ab.sh variants; wrong outputs): DT_EXP_FUSED_SKIP bits leave out the
-// out warpgroup's h_c copy (1), Delta_c copy (2), P store (4), o / y / rstd stores (8), or all of its
+// out warpgroup's h_c stores (1), Delta_c stores (2), P store (4), o / y / rstd stores (8), or all of its
 // work but the hand-offs (16: the state warpgroups' chain alone, as this kernel schedules it).
 #ifndef DT_EXP_FUSED_SKIP
 #define DT_EXP_FUSED_SKIP 0
@@ -298,8 +298,8 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p,
         wg::fence_proxy_async();
         bar_arrive(kBarDFull, kThreads);
       }
-      // 3. S^T = e^{gam_e} S^T + Delta~^T K (a2 is 0 past L; K's rows >= L are zero, or with TMA the
-      // next sequence's finite values: + 0 exactly)
+      // 3. S^T = e^{gam_e} S^T + Delta~^T K (a2 is 0 past L; K's rows >= L hold the next sequence's
+      // finite values, or zeros past T: + 0 exactly)
       scale_tiles(r_S, gexp(gam_e));
       wg::issue_mn_n128(r_S, a2, s_k, C * 128, true);
       wg::wait_acc(r_S);
@@ -312,9 +312,9 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p,
   reg_dealloc<152>();
   const int t2 = tid - kStateThreads, wq = t2 >> 5;  // rows 16 wq .. 16 wq + 15 of the chunk
   // h_c from S buffer b by two TMA stores (one thread; maps.h); Delta_c from the Delta buffer, a full
-  // chunk's by two TMA stores with `tma` (maps.d), else copied by the warpgroup (a box would write
+  // chunk's by two TMA stores (maps.d), a partial one's copied by the warpgroup (a box would write
   // the next sequence's rows)
-  [[maybe_unused]] auto store_h_tma = [&](int b, int c) {
+  auto store_h_tma = [&](int b, int c) {
     if (t2 == 0)
       for (int a = 0; a < 2; ++a)
         tma_store_2d(&maps.h, s0 + uint32_t(S::s) + b * uint32_t(S::sbuf) + a * (D * 128), 64 * a, (c * p.Hv + h) * D);
