@@ -2618,12 +2618,13 @@ OutNorm out_norm(const GdnOutNorm* n, const TensorView& o, const Params& p) {
 // that chain at 0.32 ms against wg4's 0.60 with its stores). fused and split_tma apply to bf16,
 // dk = dv = 128, Hv % 4 == 0 (gamma's 16-byte TMA rows) on sm_90 (elsewhere split). Read at every call.
 enum class FwdForm { split, fused, split_tma };
+constexpr const char* kFwdFormNames[] = {"split", "fused", "split_tma"};  // the knob's values, GdnChunkSaved::fwd_form
 FwdForm fwd_form_knob() {
   const int c = env::choice("DT_GDN_FWD",
-                             {{"split", "state and out kernels (default)"},
-                              {"fused", "state + out in one serial pass (bf16, dk = dv = 128, Hv % 4 == 0, sm_90)"},
-                              {"split_tma", "out after the fused kernel's state chain, h and Delta by TMA stores (bf16, "
-                                            "dk = dv = 128, Hv % 4 == 0, sm_90)"}});
+                             {{kFwdFormNames[0], "state and out kernels (default)"},
+                              {kFwdFormNames[1], "state + out in one serial pass (bf16, dk = dv = 128, Hv % 4 == 0, sm_90)"},
+                              {kFwdFormNames[2], "out after the fused kernel's state chain, h and Delta by TMA stores "
+                                                 "(bf16, dk = dv = 128, Hv % 4 == 0, sm_90)"}});
   return c < 0 ? FwdForm::split : FwdForm(c);  // unset: -1
 }
 template <class T>
@@ -2757,7 +2758,7 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
   // bytes of v per layer; bench-0.8b: -33 MB per GDN layer, -0.6 GB a step).
   if (saved) {
     saved->tensors = {std::move(gam), std::move(W), Tensor(), std::move(Tm), std::move(h), std::move(Dl), std::move(P)};
-    saved->fwd_form = form == FwdForm::fused ? "fused" : form == FwdForm::split_tma ? "split_tma" : "split";
+    saved->fwd_form = kFwdFormNames[int(form)];
   }
 }
 

@@ -51,8 +51,6 @@ constexpr int kSkip = DT_EXP_FUSED_SKIP;
 // X's wgmma, silu by tanh.approx, and an L2 prefetch of z.
 constexpr int GS = 4;  // gamma's stride in its [C][4] tiles
 
-__device__ __forceinline__ float silu_norm(float z) { return z * ew::sigmoid_f(z); }
-
 constexpr int kThreads = 384;       // WG0, WG1: state; WG2: out
 constexpr int kStateThreads = 256;
 enum : int { kBarRing = 1, kBarSFull = 2, kBarSEmpty = 4, kBarDFull = 6, kBarDEmpty = 7, kBarOut = 8 };
@@ -152,7 +150,7 @@ struct Smem {
   static constexpr size_t gam = u + 2 * C * 128;          // f32 [C][4]
   static constexpr size_t gam_bytes = sizeof(float) * C * GS;
   static constexpr size_t stage = (gam + gam_bytes + 1023) / 1024 * 1024;
-  static constexpr uint32_t stage_tx = 3 * 2 * C * 128 + sizeof(float) * C * 4;  // TMA bytes of a stage
+  static constexpr uint32_t stage_tx = 3 * 2 * C * 128 + gam_bytes;  // TMA bytes of a stage
   // hand-offs
   static constexpr size_t s = 2 * stage;                  // bf16 [2] x 2 x [D][64] atoms: S_c [dk][dv]
   static constexpr size_t sbuf = 2 * D * 128;
@@ -162,7 +160,7 @@ struct Smem {
   static constexpr size_t ko = q + 2 * C * 128;           // bf16 2 x [C][64] atoms
   static constexpr size_t gamo = ko + 2 * C * 128;        // f32 [2][C][4]
   static constexpr size_t gamo_buf = sizeof(float) * C * GS;
-  static constexpr uint32_t out_tx = 2 * 2 * C * 128 + sizeof(float) * C * 4;  // TMA bytes of Q, K, gamma
+  static constexpr uint32_t out_tx = 2 * 2 * C * 128 + gamo_buf;  // TMA bytes of Q, K, gamma
   static constexpr size_t bars = gamo + 2 * gamo_buf;     // u64 [3]: the ring's full[2], the out tiles' full
   // the norm's weight, f32 [dv]: read per element from global beside the y stores (which may alias
   // it), each load's L2 latency was on the step (v0.33.0: ~45% of the out warpgroup's samples)
@@ -485,8 +483,8 @@ __global__ __launch_bounds__(kThreads, 1) void fwd_kernel(Params p,
             const float z0 = bf16_lo(r_z[h2][j]), z1 = bf16_hi(r_z[h2][j]);
             const float2 w = reinterpret_cast<const float2*>(smem + S::wn)[4 * j + tq];
             const float w0 = w.x, w1 = w.y;
-            const float y0 = bf16_lo(ob[j]) * rstd * w0 * silu_norm(z0);
-            const float y1 = bf16_hi(ob[j]) * rstd * w1 * silu_norm(z1);
+            const float y0 = bf16_lo(ob[j]) * rstd * w0 * (z0 * ew::sigmoid_f(z0));
+            const float y1 = bf16_hi(ob[j]) * rstd * w1 * (z1 * ew::sigmoid_f(z1));
             *reinterpret_cast<uint32_t*>(orow + 8 * j) = ob[j];
             *reinterpret_cast<uint32_t*>(yrow + 8 * j) = pack_bf16(y0, y1);
           }
