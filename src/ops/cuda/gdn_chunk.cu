@@ -106,18 +106,6 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef GDN_SOLVE_BLOCKED
 #define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
 #endif
-// Candidates for scripts/gpu_ab.sh (compile-time, off; session 36, compiled, not yet measured; the
-// same products in the same order, so the same bits): the masked gated products of prep's A
-// (DT_EXP_PREP_A_SEL) and dqk's ds (DT_EXP_DQK_DS_SEL) with every factor computed first and then
-// selected, instead of a branch per element around its own shared-memory loads, gexp and multiply
-// (the SASS issued those 16 chains one after another: prep's epilogue 340 -> 160 instructions a
-// warp, 48 -> 8 LDS; masked lanes may compute inf or NaN, which the select drops).
-#ifndef DT_EXP_PREP_A_SEL
-#define DT_EXP_PREP_A_SEL 0
-#endif
-#ifndef DT_EXP_DQK_DS_SEL
-#define DT_EXP_DQK_DS_SEL 0
-#endif
 // The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
 // inside the causal triangle: gdn-math.md 10.3): ex2.approx of x log2(e), as Triton's exp (FLA)
 // computes it, 2 instructions instead of expf's ~10, relative error ~1e-6 at |x| <= 20 (measured
@@ -361,7 +349,7 @@ struct PrepSmem {
   static constexpr size_t y = eg + sizeof(float) * C;                    // f32 [3][16][LDY] merge scratch
   static constexpr size_t bytes = y + sizeof(float) * 3 * 16 * 20;
   static_assert(tm % 16 == 0 && y % 16 == 0, "float4 access");
-  static_assert(gam % 8 == 0 && a % 8 == 0 && LDA % 2 == 0, "DT_EXP_PREP_A_SEL's float2 reads and stores");
+  static_assert(gam % 8 == 0 && a % 8 == 0 && LDA % 2 == 0, "A's float2 reads and stores");
   static_assert(sizeof(T) * C * LDC<T> <= sizeof(float) * C * LDT, "rounded Tm over the fp32 one");
 };
 template <class T> constexpr int kPrepMinBlocks = sizeof(T) == 2 && GDN_SOLVE_BLOCKED ? 4 : 1;
@@ -405,9 +393,10 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
     float r_acc[1][4][4];
     zero(r_acc);
     if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_k, LDD<T>, s_k, LDD<T>, m0, n0, p.dk);
-#if DT_EXP_PREP_A_SEL
-    // every factor first (shared-memory reads only, so they all issue before the first store),
-    // then the selects and 8-byte stores: the same products, no branch per element
+    // Every factor first (shared-memory reads only, so they all issue before the first store),
+    // then the selects and 8-byte stores. A branch per element around its own loads, gexp and
+    // multiply compiled to 16 chains issued one after another (340 instructions a warp against
+    // 160; prep 678 -> 656 us, perf.md v0.35.0). Masked lanes may compute inf or NaN; the select drops them.
     frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
       const float gr = s_gam[r], br = s_beta[r];
       const float2 gc = *reinterpret_cast<const float2*>(s_gam + c);
@@ -418,13 +407,6 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
       const bool rv = r < L;
       *reinterpret_cast<float2*>(s_a + r * LDA + c) = make_float2((rv && c < r) ? y0 : 0.f, (rv && c + 1 < r) ? y1 : 0.f);
     });
-#else
-    frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-      const bool rv = r < L;
-      s_a[r * LDA + c] = (rv && c < r) ? x0 * s_beta[r] * gexp(s_gam[r] - s_gam[c]) : 0.f;
-      s_a[r * LDA + c + 1] = (rv && c + 1 < r) ? x1 * s_beta[r] * gexp(s_gam[r] - s_gam[c + 1]) : 0.f;
-    });
-#endif
   }
   __syncthreads();
 
@@ -1545,12 +1527,12 @@ __device__ __forceinline__ void ds_tile(T* s_ds, float* s_dsd, const T* s_do, co
   float r_acc[1][4][4];
   zero(r_acc);
   if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_do, LDD<T>, s_D, LDD<T>, m0, n0, dv);
-#if DT_EXP_DQK_DS_SEL
   frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
     const bool rv = r < L;
     if (c == r) s_dsd[r] = rv ? scale * x0 : 0.f;
     if (c + 1 == r) s_dsd[r] = rv ? scale * x1 : 0.f;
   });
+  // every factor, then the selects (as prep's A: dqk 1408 -> 1376 us, perf.md v0.35.0)
   frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
     const float gr = s_gam[r];
     const float2 gc = *reinterpret_cast<const float2*>(s_gam + c);
@@ -1561,15 +1543,6 @@ __device__ __forceinline__ void ds_tile(T* s_ds, float* s_dsd, const T* s_do, co
     const bool rv = r < L;
     store2(s_ds + r * LDC<T> + c, (rv && c < r) ? y0 : 0.f, (rv && c + 1 < r) ? y1 : 0.f);
   });
-#else
-  frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-    const bool rv = r < L;
-    store2(s_ds + r * LDC<T> + c, (rv && c < r) ? scale * x0 * gexp(s_gam[r] - s_gam[c]) : 0.f,
-           (rv && c + 1 < r) ? scale * x1 * gexp(s_gam[r] - s_gam[c + 1]) : 0.f);
-    if (c == r) s_dsd[r] = rv ? scale * x0 : 0.f;
-    if (c + 1 == r) s_dsd[r] = rv ? scale * x1 : 0.f;
-  });
-#endif
 }
 // Step 4: this warp's part of sum(S0 (.) dS1) over `rows` state rows -> s_ws[warp]; S0 from shared
 // memory ([rows][LDD]), dS1 from global ([rows][dv]) in 16-byte vectors.
@@ -1639,7 +1612,7 @@ struct DqkSmem {
   static constexpr size_t ws = red2 + sizeof(float) * 4 * C;       // f32 [8]
   static constexpr size_t bars = ws + sizeof(float) * 8;           // u64 [4]  pair_sum_push's mbarriers (dq, dk)
   static constexpr size_t bytes = bars + sizeof(uint64_t) * 4;
-  static_assert(gam % 8 == 0, "DT_EXP_DQK_DS_SEL's float2 reads");
+  static_assert(gam % 8 == 0, "ds_tile's float2 reads of gamma");
 };
 
 // Two CTAs per SM in bf16 by launch bound, not by luck: unbounded, one more Params field once took
