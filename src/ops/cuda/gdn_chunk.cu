@@ -106,6 +106,16 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef GDN_SOLVE_BLOCKED
 #define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
 #endif
+// Candidates for scripts/gpu_ab.sh (compile-time, off; session 37, compiled, not yet measured):
+// prep's and dqk's select form (v0.35.0) for the other masked epilogues with per-element
+// shared-memory reads: P (out, and dvl without the forward's P: DT_EXP_P_SEL) and wy's dTm and dB
+// (DT_EXP_WY_SEL, a bit mask: 1 step 1, 2 step 3). The same products in the same order, so the same bits.
+#ifndef DT_EXP_P_SEL
+#define DT_EXP_P_SEL 0
+#endif
+#ifndef DT_EXP_WY_SEL
+#define DT_EXP_WY_SEL 0
+#endif
 // The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
 // inside the causal triangle: gdn-math.md 10.3): ex2.approx of x log2(e), as Triton's exp (FLA)
 // computes it, 2 instructions instead of expf's ~10, relative error ~1e-6 at |x| <= 20 (measured
@@ -821,11 +831,24 @@ __device__ __forceinline__ void p_tile(T* s_p, const T* s_q, const T* s_k, const
   float r_acc[1][4][4];
   zero(r_acc);
   if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_q, LDD<T>, s_k, LDD<T>, m0, n0, dk);
+#if DT_EXP_P_SEL
+  frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+    const float gr = s_gam[r];
+    const float2 gc = *reinterpret_cast<const float2*>(s_gam + c);
+    x0 = x0 * gexp(gr - gc.x);
+    x1 = x1 * gexp(gr - gc.y);
+  });
+  frag_pairs(r_acc, m0, n0, [&](int r, int c, float& y0, float& y1) {
+    const bool rv = r < L;
+    store2(s_p + r * LDC<T> + c, (rv && c <= r) ? y0 : 0.f, (rv && c + 1 <= r) ? y1 : 0.f);
+  });
+#else
   frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
     const bool rv = r < L;
     store2(s_p + r * LDC<T> + c, (rv && c <= r) ? x0 * gexp(s_gam[r] - s_gam[c]) : 0.f,
            (rv && c + 1 <= r) ? x1 * gexp(s_gam[r] - s_gam[c + 1]) : 0.f);
   });
+#endif
 }
 // The whole [C][C] tile to global (16-byte vectors); the forward hands it to dvl.
 template <class T>
@@ -848,6 +871,7 @@ struct OutSmem {
   static constexpr size_t pm = hs + sizeof(T) * D * LDD<T>;      // T [C][LDC]
   static constexpr size_t gam = pm + sizeof(T) * C * LDC<T>;     // f32 [C]
   static constexpr size_t bytes = gam + sizeof(float) * C;
+  static_assert(gam % 8 == 0, "p_tile's float2 reads of gamma");
 };
 template <class T> constexpr int kOutMinBlocks = sizeof(T) == 2 ? 3 : 1;
 static_assert(3 * (OutSmem<bf16>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "out: three bf16 CTAs per SM");
@@ -862,6 +886,7 @@ struct DvlSmem {
   static constexpr size_t q = bytes_p;                           // T [C][LDD]
   static constexpr size_t k = q + sizeof(T) * C * LDD<T>;        // T [C][LDD]
   static constexpr size_t bytes = k + sizeof(T) * C * LDD<T>;    // P computed here
+  static_assert(gam % 8 == 0, "p_tile's float2 reads of gamma");
 };
 
 // The gated RMSNorm epilogue (GdnOutNorm; off with DT_GDN_OUT_NORM=0): y = o rstd w silu(z) per row of dv,
@@ -1866,6 +1891,7 @@ struct WySmem {
   static constexpr size_t red2 = red + sizeof(float) * 4 * C;      // f32 [4][C]
   static constexpr size_t bars = red2 + sizeof(float) * 4 * C;     // u64 [2]  pair_sum_push's mbarriers
   static constexpr size_t bytes = bars + sizeof(uint64_t) * 2;
+  static_assert(gam % 8 == 0 && beta % 8 == 0 && eg % 8 == 0, "steps 1 and 3's float2 reads");
 };
 template <class T> constexpr int kWyMinBlocks = sizeof(T) == 2 ? 3 : 1;
 static_assert(3 * (WySmem<bf16>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "wy: three bf16 CTAs per SM");
@@ -1977,6 +2003,27 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     zero(r_a1);
     if (tri) warp_gemm<1, 4, false, true>(r_a1, s_dw, LDD<T>, s_k, LDD<T>, tm0, tn0, p.dk);
     const int g = lane >> 2, t = lane & 3;
+#if DT_EXP_WY_SEL & 1
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // beta and e^gamma depend on the column only: one float2 each
+      const int c = tn0 + 8 * j + 2 * t;
+      const float2 bc = *reinterpret_cast<const float2*>(s_beta + c), ec = *reinterpret_cast<const float2*>(s_eg + c);
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        r_a1[0][j][2 * h2] = bc.x * (ec.x * r_a1[0][j][2 * h2] + r_a2[0][j][2 * h2]);
+        r_a1[0][j][2 * h2 + 1] = bc.y * (ec.y * r_a1[0][j][2 * h2 + 1] + r_a2[0][j][2 * h2 + 1]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
+        const bool rv = r < L;
+        store2(s_dt + r * LDC<T> + c, (rv && c < r) ? r_a1[0][j][2 * h2] : 0.f,
+               (rv && c + 1 < r) ? r_a1[0][j][2 * h2 + 1] : 0.f);
+      }
+#else
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -1988,6 +2035,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
             (rv && c + 1 < r) ? s_beta[c + 1] * (s_eg[c + 1] * r_a1[0][j][2 * h2 + 1] + r_a2[0][j][2 * h2 + 1]) : 0.f;
         store2(s_dt + r * LDC<T> + c, y0, y1);
       }
+#endif
   }
   __syncthreads();
   {  // 2. X = dTm_sl Tm^T
@@ -2009,6 +2057,10 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     // trees, then fixed-order sums over the warps in step 4)
     const int g = lane >> 2, t = lane & 3;
     float r_row[2] = {0.f, 0.f}, r_col[4][2];
+#if DT_EXP_WY_SEL & 2
+    // the row factors once; a column pair's gamma as one float2 (every factor read unconditionally)
+    const float gr[2] = {s_gam[tm0 + g], s_gam[tm0 + g + 8]}, br[2] = {s_beta[tm0 + g], s_beta[tm0 + g + 8]};
+#endif
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       r_col[j][0] = r_col[j][1] = 0.f;
@@ -2016,6 +2068,16 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
       for (int h2 = 0; h2 < 2; ++h2) {
         const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
         const bool rv = r < L;
+#if DT_EXP_WY_SEL & 2
+        const float2 gc = *reinterpret_cast<const float2*>(s_gam + c);
+        const float e0 = -r_acc[0][j][2 * h2] * gexp(gr[h2] - gc.x), e1 = -r_acc[0][j][2 * h2 + 1] * gexp(gr[h2] - gc.y);
+        const float b0 = (rv && c < r) ? e0 : 0.f, b1 = (rv && c + 1 < r) ? e1 : 0.f;
+        const float m0v = b0 * r_kk[0][j][2 * h2], m1v = b1 * r_kk[0][j][2 * h2 + 1];
+        r_row[h2] += m0v + m1v;
+        r_col[j][0] = fmaf(br[h2], m0v, r_col[j][0]);
+        r_col[j][1] = fmaf(br[h2], m1v, r_col[j][1]);
+        store2(s_dbb + r * LDC<T> + c, br[h2] * b0, br[h2] * b1);
+#else
         const float b0 = (rv && c < r) ? -r_acc[0][j][2 * h2] * gexp(s_gam[r] - s_gam[c]) : 0.f;
         const float b1 = (rv && c + 1 < r) ? -r_acc[0][j][2 * h2 + 1] * gexp(s_gam[r] - s_gam[c + 1]) : 0.f;
         const float m0v = b0 * r_kk[0][j][2 * h2], m1v = b1 * r_kk[0][j][2 * h2 + 1];
@@ -2023,6 +2085,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
         r_col[j][0] = fmaf(s_beta[r], m0v, r_col[j][0]);
         r_col[j][1] = fmaf(s_beta[r], m1v, r_col[j][1]);
         store2(s_dbb + r * LDC<T> + c, s_beta[r] * b0, s_beta[r] * b1);
+#endif
       }
     }
 #pragma unroll
