@@ -106,15 +106,16 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef GDN_SOLVE_BLOCKED
 #define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
 #endif
-// Candidates for scripts/gpu_ab.sh (compile-time, off; session 37, compiled, not yet measured):
-// prep's and dqk's select form (v0.35.0) for the other masked epilogues with per-element
-// shared-memory reads: P (out, and dvl without the forward's P: DT_EXP_P_SEL) and wy's dTm and dB
-// (DT_EXP_WY_SEL, a bit mask: 1 step 1, 2 step 3). The same products in the same order, so the same bits.
-#ifndef DT_EXP_P_SEL
-#define DT_EXP_P_SEL 0
+// (session 37, from ncu's executed-instruction counts per SASS line) dqk's index arithmetic
+// (DT_EXP_DQK_IDX): state_dot without a division per vector, and a full Q window (step 2) by
+// load_tile_full instead of load_tile's ~31 instructions a copy; full fragment tiles stored through one row pointer per
+// fragment row with immediate column offsets, unpredicated (DT_EXP_FSTORE: the predicated
+// per-element address arithmetic took ~7 instructions a store). Same values, same bits.
+#ifndef DT_EXP_DQK_IDX
+#define DT_EXP_DQK_IDX 0
 #endif
-#ifndef DT_EXP_WY_SEL
-#define DT_EXP_WY_SEL 0
+#ifndef DT_EXP_FSTORE
+#define DT_EXP_FSTORE 0
 #endif
 // The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
 // inside the causal triangle: gdn-math.md 10.3): ex2.approx of x log2(e), as Triton's exp (FLA)
@@ -341,6 +342,34 @@ __device__ __forceinline__ void load_ctile(T* s, int lds, const T* g, int64_t gs
   else load_tile(s, lds, g, gstride, ROWS, nvalid, ncols, COLS, tid, kChunkThreads);
 }
 
+#if DT_EXP_FSTORE
+// A warp's fragment tile ([16 WM][8 WN] at m0, n0, warp_gemm's ownership) to global, element
+// (r, c) at g + r * ld + c, each pair through f(r, x0, x1) first. A tile whose every element is
+// valid (r < L, c < ncols: every chunk but a sequence's last) takes one row pointer per fragment
+// row and immediate column offsets, unpredicated; the others the per-element predicated form.
+template <int WM, int WN, class T, class F>
+__device__ __forceinline__ void store_frags(T* g, int64_t ld, const float (&acc)[WM][WN][4], int m0, int n0, int L,
+                                            int ncols, F&& f) {
+  const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
+  auto tile = [&](auto full) {
+#pragma unroll
+    for (int i = 0; i < WM; ++i)
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int r = m0 + 16 * i + gq + 8 * h2;
+        T* row = g + r * ld + n0 + 2 * t;
+#pragma unroll
+        for (int j = 0; j < WN; ++j) {
+          float x0 = acc[i][j][2 * h2], x1 = acc[i][j][2 * h2 + 1];
+          f(r, x0, x1);
+          if (decltype(full)::value || (r < L && n0 + 8 * j + 2 * t < ncols)) store2(row + 8 * j, x0, x1);
+        }
+      }
+  };
+  if (m0 + 16 * WM <= L && n0 + 8 * WN <= ncols) tile(std::true_type{});
+  else tile(std::false_type{});
+}
+#endif
 // =================================================================================== kernels
 // ---- prep: gamma, A, Tm (fp32 solve), W = Tm diag(beta e^gamma) K, U = Tm diag(beta) V --------
 // V is loaded once the solve is done, over A, and the rounded Tm is written over the fp32 one, so
@@ -542,17 +571,27 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
       float r_acc[2][4][4];
       zero(r_acc);
       warp_gemm<2, 4, false, false>(r_acc, s_tmt, LDC<T>, s_k, LDD<T>, m0, n0, Lk);
+#if DT_EXP_FSTORE
+      store_frags(g_W + (ci.bos * p.Hv + ci.h) * p.dk, int64_t(p.Hv) * p.dk, r_acc, m0, n0, L, p.dk,
+                  [](int, float&, float&) {});
+#else
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         if (r < L && c < p.dk) store2(g_W + ((ci.bos + r) * p.Hv + ci.h) * p.dk + c, x0, x1);
       });
+#endif
     }
     if (m0 < L && n0 < p.dv) {
       float r_acc[2][4][4];
       zero(r_acc);
       warp_gemm<2, 4, false, false>(r_acc, s_tmt, LDC<T>, s_v, LDD<T>, m0, n0, Lk);
+#if DT_EXP_FSTORE
+      store_frags(g_U + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, r_acc, m0, n0, L, p.dv,
+                  [](int, float&, float&) {});
+#else
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         if (r < L && c < p.dv) store2(g_U + ((ci.bos + r) * p.Hv + ci.h) * p.dv + c, x0, x1);
       });
+#endif
     }
   }
 }
@@ -831,24 +870,11 @@ __device__ __forceinline__ void p_tile(T* s_p, const T* s_q, const T* s_k, const
   float r_acc[1][4][4];
   zero(r_acc);
   if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_q, LDD<T>, s_k, LDD<T>, m0, n0, dk);
-#if DT_EXP_P_SEL
-  frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-    const float gr = s_gam[r];
-    const float2 gc = *reinterpret_cast<const float2*>(s_gam + c);
-    x0 = x0 * gexp(gr - gc.x);
-    x1 = x1 * gexp(gr - gc.y);
-  });
-  frag_pairs(r_acc, m0, n0, [&](int r, int c, float& y0, float& y1) {
-    const bool rv = r < L;
-    store2(s_p + r * LDC<T> + c, (rv && c <= r) ? y0 : 0.f, (rv && c + 1 <= r) ? y1 : 0.f);
-  });
-#else
   frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
     const bool rv = r < L;
     store2(s_p + r * LDC<T> + c, (rv && c <= r) ? x0 * gexp(s_gam[r] - s_gam[c]) : 0.f,
            (rv && c + 1 <= r) ? x1 * gexp(s_gam[r] - s_gam[c + 1]) : 0.f);
   });
-#endif
 }
 // The whole [C][C] tile to global (16-byte vectors); the forward hands it to dvl.
 template <class T>
@@ -1575,10 +1601,23 @@ template <class T>
 __device__ __forceinline__ void state_dot(float* s_ws, const T* s_s, const T* g_d1, int rows, int dv, int tid) {
   constexpr int V = kPad<T>;  // elements per 16 bytes; dv % 16 == 0, so a vector stays in its row
   float r_s = 0.f;
+#if DT_EXP_DQK_IDX
+  // idx's row and column stepped (STEP / dv rows and STEP % dv columns, with a carry) instead of
+  // a signed division by the runtime dv per vector (~15 instructions each, 13% of dqk's)
+  constexpr int STEP = kChunkThreads * V;
+  const int dr = STEP / dv, dc = STEP - dr * dv;
+  int r = tid * V / dv, c = tid * V - r * dv;
+#pragma unroll 4  // four loads in flight before their products (dS1 comes from L2; the same sum order)
+  for (int idx = tid * V; idx < rows * dv; idx += STEP) {
+    const uint4 sa = *reinterpret_cast<const uint4*>(s_s + r * LDD<T> + c);
+    r += dr, c += dc;
+    if (c >= dv) c -= dv, ++r;
+#else
 #pragma unroll 4  // four loads in flight before their products (dS1 comes from L2; the same sum order)
   for (int idx = tid * V; idx < rows * dv; idx += kChunkThreads * V) {
     const int r = idx / dv, c = idx - r * dv;
     const uint4 sa = *reinterpret_cast<const uint4*>(s_s + r * LDD<T> + c);
+#endif
     uint4 ga;  // L2 (.cg), not the read-only path: under serial_wait the rev kernel wrote dS1 during this kernel
     asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(ga.x), "=r"(ga.y), "=r"(ga.z), "=r"(ga.w)
@@ -1706,6 +1745,12 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   // Delta is dead until step 5 (which loads it again, from L2): Q takes its tile, each warp its own
   // [32][32] window (rows m0.., columns n0..; rows >= L and columns >= dk zero, as load_ctile
   // would) for step 2's row sums, loading while the products run; the warp waits for it alone.
+#if DT_EXP_DQK_IDX
+  if (L - m0 >= 32 && p.dk - n0 >= 32)
+    load_tile_full<T, 32, 32, 32>(s_x2 + m0 * LDD<T> + n0, LDD<T>, g_q + (qrow + int64_t(m0) * p.Hk) * p.dk + n0,
+                                  int64_t(p.Hk) * p.dk, lane);
+  else
+#endif
   load_tile(s_x2 + m0 * LDD<T> + n0, LDD<T>, g_q + (qrow + int64_t(m0) * p.Hk) * p.dk + n0, int64_t(p.Hk) * p.dk, 32,
             L - m0, p.dk - n0, 32, lane, 32);
   cp_commit();
@@ -1742,10 +1787,15 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
       __syncthreads();
       float* xbuf = reinterpret_cast<float*>(s_x1);
       const bool sum = pair_sum_mode(r_acc, xbuf, s_bars, p.pair);
+#if DT_EXP_FSTORE
+      if (sum && active)
+        store_frags(g_dq + qrow * p.dk, int64_t(p.Hk) * p.dk, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
+#else
       if (sum && active)
         frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
           if (r < L && c < p.dk) store2(g_dq + (qrow + int64_t(r) * p.Hk) * p.dk + c, x0, x1);
         });
+#endif
       // pull: the partner has read this CTA's s_x1 before dDelta overwrites it (push: the barrier
       // below waits for this CTA's mine-warps, which waited for the partner's pushes)
       if (p.pair == kPairPull) cluster_wait();
@@ -1764,9 +1814,15 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     float r_acc[2][4][4];
     zero(r_acc);
     warp_gemm<2, 4, false, true>(r_acc, s_x1, LDD<T>, s_big, LDD<T>, m0, n0, p.dv);
+#if DT_EXP_FSTORE
+    store_frags(g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, r_acc, m0, n0, L, p.dk, [](int, float& x0, float& x1) {
+      x0 = -x0, x1 = -x1;
+    });
+#else
     frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
       if (r < L && c < p.dk) store2(g_dW + (vrow + int64_t(r) * p.Hv) * p.dk + c, -x0, -x1);
     });
+#endif
   }
   if (tid < C) s_dgq[tid] = s_red[tid] + s_red[C + tid] + s_red[2 * C + tid] + s_red[3 * C + tid];
   __syncthreads();
@@ -1826,10 +1882,15 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     // pair sum to it (so [T, Hk, dk] f32 is written and read once, not [T, Hv, dk] twice)
     float* xbuf = reinterpret_cast<float*>(s_big);
     const bool sum = pair_sum_mode(r_acc, xbuf, s_bars + 2, p.pair, false);
+#if DT_EXP_FSTORE
+    if (sum && active)
+      store_frags(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
+#else
     if (sum && active)
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         if (r < L && c < p.dk) store2(g_dkh + (qrow + int64_t(r) * p.Hk) * p.dk + c, x0, x1);
       });
+#endif
     if (p.pair == kPairPull) cluster_wait();  // the partner has read this CTA's s_big before it exits
   }
   dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red, s_red2, s_ws, s_eg, L, tid);
@@ -1844,6 +1905,31 @@ template <class T>
 __device__ __forceinline__ void add_dkh_store(const float (&acc)[2][4][4], int m0, int n0, int L, int dk,
                                               const float* g_dkh, int64_t stride, T* g_dk, int lane) {
   const int lg = lane >> 2, lt = lane & 3;
+#if DT_EXP_FSTORE
+  if (m0 + 32 <= L && n0 + 32 <= dk) {  // every pair valid: a row pointer per fragment row, the same order
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float2 r_old[4][2];
+      const float* src[2];
+      T* dst[2];
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int64_t o = int64_t(m0 + 16 * i + lg + 8 * h2) * stride + n0 + 2 * lt;
+        src[h2] = g_dkh + o, dst[h2] = g_dk + o;
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int h2 = 0; h2 < 2; ++h2) r_old[j][h2] = load2(src[h2] + 8 * j);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int h2 = 0; h2 < 2; ++h2)
+          store2(dst[h2] + 8 * j, r_old[j][h2].x + acc[i][j][2 * h2], r_old[j][h2].y + acc[i][j][2 * h2 + 1]);
+    }
+    return;
+  }
+#endif
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     float2 r_old[4][2];
@@ -1977,11 +2063,17 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     float r_rs[2][2];
     frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_v + r * LDD<T> + c); });
     store_row_sums(s_red2, wn, m0, r_rs, lane);
+#if DT_EXP_FSTORE
+    if (active)
+      store_frags(g_dv + ci.bos * p.sdv + int64_t(ci.h) * p.dv, p.sdv, r_acc, m0, n0, L, p.dv,
+                  [&](int r, float& x0, float& x1) { x0 = s_beta[r] * x0, x1 = s_beta[r] * x1; });
+#else
     if (active)
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         if (r < L && c < p.dv)
           store2(g_dv + (ci.bos + r) * p.sdv + int64_t(ci.h) * p.dv + c, s_beta[r] * x0, s_beta[r] * x1);
       });
+#endif
   }
   __syncthreads();  // dDelta and V are dead: phase II loads dW and K over them
   // Step 5's dk_h (G == 1; with p.pair the key head's sum, read by rank r's column half r) and step
@@ -2003,27 +2095,6 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     zero(r_a1);
     if (tri) warp_gemm<1, 4, false, true>(r_a1, s_dw, LDD<T>, s_k, LDD<T>, tm0, tn0, p.dk);
     const int g = lane >> 2, t = lane & 3;
-#if DT_EXP_WY_SEL & 1
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // beta and e^gamma depend on the column only: one float2 each
-      const int c = tn0 + 8 * j + 2 * t;
-      const float2 bc = *reinterpret_cast<const float2*>(s_beta + c), ec = *reinterpret_cast<const float2*>(s_eg + c);
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        r_a1[0][j][2 * h2] = bc.x * (ec.x * r_a1[0][j][2 * h2] + r_a2[0][j][2 * h2]);
-        r_a1[0][j][2 * h2 + 1] = bc.y * (ec.y * r_a1[0][j][2 * h2 + 1] + r_a2[0][j][2 * h2 + 1]);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
-        const bool rv = r < L;
-        store2(s_dt + r * LDC<T> + c, (rv && c < r) ? r_a1[0][j][2 * h2] : 0.f,
-               (rv && c + 1 < r) ? r_a1[0][j][2 * h2 + 1] : 0.f);
-      }
-#else
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -2035,7 +2106,6 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
             (rv && c + 1 < r) ? s_beta[c + 1] * (s_eg[c + 1] * r_a1[0][j][2 * h2 + 1] + r_a2[0][j][2 * h2 + 1]) : 0.f;
         store2(s_dt + r * LDC<T> + c, y0, y1);
       }
-#endif
   }
   __syncthreads();
   {  // 2. X = dTm_sl Tm^T
@@ -2057,10 +2127,6 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     // trees, then fixed-order sums over the warps in step 4)
     const int g = lane >> 2, t = lane & 3;
     float r_row[2] = {0.f, 0.f}, r_col[4][2];
-#if DT_EXP_WY_SEL & 2
-    // the row factors once; a column pair's gamma as one float2 (every factor read unconditionally)
-    const float gr[2] = {s_gam[tm0 + g], s_gam[tm0 + g + 8]}, br[2] = {s_beta[tm0 + g], s_beta[tm0 + g + 8]};
-#endif
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       r_col[j][0] = r_col[j][1] = 0.f;
@@ -2068,16 +2134,6 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
       for (int h2 = 0; h2 < 2; ++h2) {
         const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
         const bool rv = r < L;
-#if DT_EXP_WY_SEL & 2
-        const float2 gc = *reinterpret_cast<const float2*>(s_gam + c);
-        const float e0 = -r_acc[0][j][2 * h2] * gexp(gr[h2] - gc.x), e1 = -r_acc[0][j][2 * h2 + 1] * gexp(gr[h2] - gc.y);
-        const float b0 = (rv && c < r) ? e0 : 0.f, b1 = (rv && c + 1 < r) ? e1 : 0.f;
-        const float m0v = b0 * r_kk[0][j][2 * h2], m1v = b1 * r_kk[0][j][2 * h2 + 1];
-        r_row[h2] += m0v + m1v;
-        r_col[j][0] = fmaf(br[h2], m0v, r_col[j][0]);
-        r_col[j][1] = fmaf(br[h2], m1v, r_col[j][1]);
-        store2(s_dbb + r * LDC<T> + c, br[h2] * b0, br[h2] * b1);
-#else
         const float b0 = (rv && c < r) ? -r_acc[0][j][2 * h2] * gexp(s_gam[r] - s_gam[c]) : 0.f;
         const float b1 = (rv && c + 1 < r) ? -r_acc[0][j][2 * h2 + 1] * gexp(s_gam[r] - s_gam[c + 1]) : 0.f;
         const float m0v = b0 * r_kk[0][j][2 * h2], m1v = b1 * r_kk[0][j][2 * h2 + 1];
@@ -2085,7 +2141,6 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
         r_col[j][0] = fmaf(s_beta[r], m0v, r_col[j][0]);
         r_col[j][1] = fmaf(s_beta[r], m1v, r_col[j][1]);
         store2(s_dbb + r * LDC<T> + c, s_beta[r] * b0, s_beta[r] * b1);
-#endif
       }
     }
 #pragma unroll
