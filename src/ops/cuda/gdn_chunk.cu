@@ -106,17 +106,6 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef GDN_SOLVE_BLOCKED
 #define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
 #endif
-// (session 37, from ncu's executed-instruction counts per SASS line) dqk's index arithmetic
-// (DT_EXP_DQK_IDX): state_dot without a division per vector, and a full Q window (step 2) by
-// load_tile_full instead of load_tile's ~31 instructions a copy; full fragment tiles stored through one row pointer per
-// fragment row with immediate column offsets, unpredicated (DT_EXP_FSTORE: the predicated
-// per-element address arithmetic took ~7 instructions a store). Same values, same bits.
-#ifndef DT_EXP_DQK_IDX
-#define DT_EXP_DQK_IDX 0
-#endif
-#ifndef DT_EXP_FSTORE
-#define DT_EXP_FSTORE 0
-#endif
 // The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
 // inside the causal triangle: gdn-math.md 10.3): ex2.approx of x log2(e), as Triton's exp (FLA)
 // computes it, 2 instructions instead of expf's ~10, relative error ~1e-6 at |x| <= 20 (measured
@@ -342,11 +331,12 @@ __device__ __forceinline__ void load_ctile(T* s, int lds, const T* g, int64_t gs
   else load_tile(s, lds, g, gstride, ROWS, nvalid, ncols, COLS, tid, kChunkThreads);
 }
 
-#if DT_EXP_FSTORE
 // A warp's fragment tile ([16 WM][8 WN] at m0, n0, warp_gemm's ownership) to global, element
 // (r, c) at g + r * ld + c, each pair through f(r, x0, x1) first. A tile whose every element is
 // valid (r < L, c < ncols: every chunk but a sequence's last) takes one row pointer per fragment
 // row and immediate column offsets, unpredicated; the others the per-element predicated form.
+// (The predicated per-element address arithmetic took ~7 instructions a store: prep 665 -> 634,
+// dqk -> -24, wy -10 us under ncu on an H100, perf.md v0.35.0.)
 template <int WM, int WN, class T, class F>
 __device__ __forceinline__ void store_frags(T* g, int64_t ld, const float (&acc)[WM][WN][4], int m0, int n0, int L,
                                             int ncols, F&& f) {
@@ -369,7 +359,6 @@ __device__ __forceinline__ void store_frags(T* g, int64_t ld, const float (&acc)
   if (m0 + 16 * WM <= L && n0 + 8 * WN <= ncols) tile(std::true_type{});
   else tile(std::false_type{});
 }
-#endif
 // =================================================================================== kernels
 // ---- prep: gamma, A, Tm (fp32 solve), W = Tm diag(beta e^gamma) K, U = Tm diag(beta) V --------
 // V is loaded once the solve is done, over A, and the rounded Tm is written over the fp32 one, so
@@ -571,27 +560,15 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
       float r_acc[2][4][4];
       zero(r_acc);
       warp_gemm<2, 4, false, false>(r_acc, s_tmt, LDC<T>, s_k, LDD<T>, m0, n0, Lk);
-#if DT_EXP_FSTORE
       store_frags(g_W + (ci.bos * p.Hv + ci.h) * p.dk, int64_t(p.Hv) * p.dk, r_acc, m0, n0, L, p.dk,
                   [](int, float&, float&) {});
-#else
-      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-        if (r < L && c < p.dk) store2(g_W + ((ci.bos + r) * p.Hv + ci.h) * p.dk + c, x0, x1);
-      });
-#endif
     }
     if (m0 < L && n0 < p.dv) {
       float r_acc[2][4][4];
       zero(r_acc);
       warp_gemm<2, 4, false, false>(r_acc, s_tmt, LDC<T>, s_v, LDD<T>, m0, n0, Lk);
-#if DT_EXP_FSTORE
       store_frags(g_U + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, r_acc, m0, n0, L, p.dv,
                   [](int, float&, float&) {});
-#else
-      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-        if (r < L && c < p.dv) store2(g_U + ((ci.bos + r) * p.Hv + ci.h) * p.dv + c, x0, x1);
-      });
-#endif
     }
   }
 }
@@ -1601,9 +1578,9 @@ template <class T>
 __device__ __forceinline__ void state_dot(float* s_ws, const T* s_s, const T* g_d1, int rows, int dv, int tid) {
   constexpr int V = kPad<T>;  // elements per 16 bytes; dv % 16 == 0, so a vector stays in its row
   float r_s = 0.f;
-#if DT_EXP_DQK_IDX
   // idx's row and column stepped (STEP / dv rows and STEP % dv columns, with a carry) instead of
-  // a signed division by the runtime dv per vector (~15 instructions each, 13% of dqk's)
+  // a signed division by the runtime dv per vector (~15 instructions each, 13% of dqk's executed
+  // instructions; the loop hides behind dDelta's load, so dqk gained only ~5 us)
   constexpr int STEP = kChunkThreads * V;
   const int dr = STEP / dv, dc = STEP - dr * dv;
   int r = tid * V / dv, c = tid * V - r * dv;
@@ -1612,12 +1589,6 @@ __device__ __forceinline__ void state_dot(float* s_ws, const T* s_s, const T* g_
     const uint4 sa = *reinterpret_cast<const uint4*>(s_s + r * LDD<T> + c);
     r += dr, c += dc;
     if (c >= dv) c -= dv, ++r;
-#else
-#pragma unroll 4  // four loads in flight before their products (dS1 comes from L2; the same sum order)
-  for (int idx = tid * V; idx < rows * dv; idx += kChunkThreads * V) {
-    const int r = idx / dv, c = idx - r * dv;
-    const uint4 sa = *reinterpret_cast<const uint4*>(s_s + r * LDD<T> + c);
-#endif
     uint4 ga;  // L2 (.cg), not the read-only path: under serial_wait the rev kernel wrote dS1 during this kernel
     asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(ga.x), "=r"(ga.y), "=r"(ga.z), "=r"(ga.w)
@@ -1745,12 +1716,11 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   // Delta is dead until step 5 (which loads it again, from L2): Q takes its tile, each warp its own
   // [32][32] window (rows m0.., columns n0..; rows >= L and columns >= dk zero, as load_ctile
   // would) for step 2's row sums, loading while the products run; the warp waits for it alone.
-#if DT_EXP_DQK_IDX
+  // A full window by load_tile_full (an add a copy, against load_tile's ~31 instructions).
   if (L - m0 >= 32 && p.dk - n0 >= 32)
     load_tile_full<T, 32, 32, 32>(s_x2 + m0 * LDD<T> + n0, LDD<T>, g_q + (qrow + int64_t(m0) * p.Hk) * p.dk + n0,
                                   int64_t(p.Hk) * p.dk, lane);
   else
-#endif
   load_tile(s_x2 + m0 * LDD<T> + n0, LDD<T>, g_q + (qrow + int64_t(m0) * p.Hk) * p.dk + n0, int64_t(p.Hk) * p.dk, 32,
             L - m0, p.dk - n0, 32, lane, 32);
   cp_commit();
@@ -1787,15 +1757,8 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
       __syncthreads();
       float* xbuf = reinterpret_cast<float*>(s_x1);
       const bool sum = pair_sum_mode(r_acc, xbuf, s_bars, p.pair);
-#if DT_EXP_FSTORE
       if (sum && active)
         store_frags(g_dq + qrow * p.dk, int64_t(p.Hk) * p.dk, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
-#else
-      if (sum && active)
-        frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-          if (r < L && c < p.dk) store2(g_dq + (qrow + int64_t(r) * p.Hk) * p.dk + c, x0, x1);
-        });
-#endif
       // pull: the partner has read this CTA's s_x1 before dDelta overwrites it (push: the barrier
       // below waits for this CTA's mine-warps, which waited for the partner's pushes)
       if (p.pair == kPairPull) cluster_wait();
@@ -1814,15 +1777,9 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     float r_acc[2][4][4];
     zero(r_acc);
     warp_gemm<2, 4, false, true>(r_acc, s_x1, LDD<T>, s_big, LDD<T>, m0, n0, p.dv);
-#if DT_EXP_FSTORE
     store_frags(g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, r_acc, m0, n0, L, p.dk, [](int, float& x0, float& x1) {
       x0 = -x0, x1 = -x1;
     });
-#else
-    frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-      if (r < L && c < p.dk) store2(g_dW + (vrow + int64_t(r) * p.Hv) * p.dk + c, -x0, -x1);
-    });
-#endif
   }
   if (tid < C) s_dgq[tid] = s_red[tid] + s_red[C + tid] + s_red[2 * C + tid] + s_red[3 * C + tid];
   __syncthreads();
@@ -1882,15 +1839,8 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     // pair sum to it (so [T, Hk, dk] f32 is written and read once, not [T, Hv, dk] twice)
     float* xbuf = reinterpret_cast<float*>(s_big);
     const bool sum = pair_sum_mode(r_acc, xbuf, s_bars + 2, p.pair, false);
-#if DT_EXP_FSTORE
     if (sum && active)
       store_frags(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
-#else
-    if (sum && active)
-      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-        if (r < L && c < p.dk) store2(g_dkh + (qrow + int64_t(r) * p.Hk) * p.dk + c, x0, x1);
-      });
-#endif
     if (p.pair == kPairPull) cluster_wait();  // the partner has read this CTA's s_big before it exits
   }
   dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red, s_red2, s_ws, s_eg, L, tid);
@@ -1905,7 +1855,6 @@ template <class T>
 __device__ __forceinline__ void add_dkh_store(const float (&acc)[2][4][4], int m0, int n0, int L, int dk,
                                               const float* g_dkh, int64_t stride, T* g_dk, int lane) {
   const int lg = lane >> 2, lt = lane & 3;
-#if DT_EXP_FSTORE
   if (m0 + 32 <= L && n0 + 32 <= dk) {  // every pair valid: a row pointer per fragment row, the same order
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -1929,7 +1878,6 @@ __device__ __forceinline__ void add_dkh_store(const float (&acc)[2][4][4], int m
     }
     return;
   }
-#endif
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     float2 r_old[4][2];
@@ -2063,17 +2011,9 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     float r_rs[2][2];
     frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_v + r * LDD<T> + c); });
     store_row_sums(s_red2, wn, m0, r_rs, lane);
-#if DT_EXP_FSTORE
     if (active)
       store_frags(g_dv + ci.bos * p.sdv + int64_t(ci.h) * p.dv, p.sdv, r_acc, m0, n0, L, p.dv,
                   [&](int r, float& x0, float& x1) { x0 = s_beta[r] * x0, x1 = s_beta[r] * x1; });
-#else
-    if (active)
-      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-        if (r < L && c < p.dv)
-          store2(g_dv + (ci.bos + r) * p.sdv + int64_t(ci.h) * p.dv + c, s_beta[r] * x0, s_beta[r] * x1);
-      });
-#endif
   }
   __syncthreads();  // dDelta and V are dead: phase II loads dW and K over them
   // Step 5's dk_h (G == 1; with p.pair the key head's sum, read by rank r's column half r) and step
