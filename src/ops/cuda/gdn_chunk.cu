@@ -106,6 +106,14 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef GDN_SOLVE_BLOCKED
 #define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
 #endif
+// Candidate for scripts/gpu_ab.sh (compile-time, off; session 37, compiled, not yet measured, and
+// NOT bit-preserving): prep's W and U from Tm's columns scaled, W = (Tm diag(beta e^gamma)) K and
+// U = (Tm diag(beta)) V, each scaled Tm rounded once and K, V used as loaded, instead of K's and
+// V's rows scaled and rounded (scale_rows: 14% of prep's executed instructions, perf.md v0.35.0).
+// One rounding fewer per product; the digests change, so the tests' tolerances judge it.
+#ifndef DT_EXP_PREP_TMSCALE
+#define DT_EXP_PREP_TMSCALE 0
+#endif
 // The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
 // inside the causal triangle: gdn-math.md 10.3): ex2.approx of x log2(e), as Triton's exp (FLA)
 // computes it, 2 instructions instead of expf's ~10, relative error ~1e-6 at |x| <= 20 (measured
@@ -375,8 +383,15 @@ struct PrepSmem {
   static constexpr size_t beta = gam + sizeof(float) * C;
   static constexpr size_t eg = beta + sizeof(float) * C;
   static constexpr size_t y = eg + sizeof(float) * C;                    // f32 [3][16][LDY] merge scratch
+#if DT_EXP_PREP_TMSCALE
+  // U's operand Tm diag(beta) rounded, after W's (tmt) over the fp32 Tm's rest, gamma, beta, e^gamma
+  // and the solve's scratch, all dead by then (bf16: inside the 55.5 KB; f32: beyond it)
+  static constexpr size_t tmu = tmt + sizeof(T) * C * LDC<T>;
+  static constexpr size_t bytes = std::max(y + sizeof(float) * 3 * 16 * 20, tmu + sizeof(T) * C * LDC<T>);
+#else
   static constexpr size_t bytes = y + sizeof(float) * 3 * 16 * 20;
-  static_assert(tm % 16 == 0 && y % 16 == 0, "float4 access");
+#endif
+  static_assert(tm % 16 == 0 && y % 16 == 0 && beta % 16 == 0 && eg % 16 == 0, "float4 access");
   static_assert(gam % 8 == 0 && a % 8 == 0 && LDA % 2 == 0, "A's float2 reads and stores");
   static_assert(sizeof(T) * C * LDC<T> <= sizeof(float) * C * LDT, "rounded Tm over the fp32 one");
 };
@@ -524,11 +539,18 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   load_ctile<C, D>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
   cp_commit();
   // Tm -> T (the MMA operand, over the fp32 Tm through registers, and the backward's copy)
+  constexpr int NQ = C * C / 4 / kChunkThreads;  // float4 groups per thread
+  static_assert(NQ * 4 * kChunkThreads == C * C, "every Tm element in exactly one thread's registers");
   {
     T* g_tm = g_Tm ? g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C : nullptr;
-    constexpr int NQ = C * C / 4 / kChunkThreads;  // float4 groups per thread
-    static_assert(NQ * 4 * kChunkThreads == C * C, "every Tm element in exactly one thread's registers");
     float4 r_t[NQ];
+#if DT_EXP_PREP_TMSCALE
+    // this thread's four columns (the same for every j): beta and e^gamma read before the barrier,
+    // since U's operand tile overwrites them
+    static_assert(kChunkThreads % 16 == 0, "one column group per thread");
+    const float4 b = *reinterpret_cast<const float4*>(s_beta + (tid & 15) * 4);
+    const float4 e = *reinterpret_cast<const float4*>(s_eg + (tid & 15) * 4);
+#endif
 #pragma unroll
     for (int j = 0; j < NQ; ++j) {
       const int idx = tid + j * kChunkThreads, r = idx >> 4, c = (idx & 15) * 4;
@@ -542,15 +564,26 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
 #pragma unroll
     for (int j = 0; j < NQ; ++j) {
       const int idx = tid + j * kChunkThreads, r = idx >> 4, c = (idx & 15) * 4;
+#if DT_EXP_PREP_TMSCALE
+      // columns c..c+3: W's operand Tm diag(beta e^gamma) and U's Tm diag(beta), each rounded once
+      T* s_tmu = reinterpret_cast<T*>(smem + S::tmu);
+      store2(s_tmt + r * LDC<T> + c, r_t[j].x * (b.x * e.x), r_t[j].y * (b.y * e.y));
+      store2(s_tmt + r * LDC<T> + c + 2, r_t[j].z * (b.z * e.z), r_t[j].w * (b.w * e.w));
+      store2(s_tmu + r * LDC<T> + c, r_t[j].x * b.x, r_t[j].y * b.y);
+      store2(s_tmu + r * LDC<T> + c + 2, r_t[j].z * b.z, r_t[j].w * b.w);
+#else
       store2(s_tmt + r * LDC<T> + c, r_t[j].x, r_t[j].y);
       store2(s_tmt + r * LDC<T> + c + 2, r_t[j].z, r_t[j].w);
+#endif
     }
   }
   cp_wait<0>();
   __syncthreads();
+#if !DT_EXP_PREP_TMSCALE
   // K <- K beta e^gamma; V <- V beta (in place)
   scale_rows<T>(s_k, s_v, s_beta, s_eg, tid);
   __syncthreads();
+#endif
 
   // W = Tm Kb [C, dk], U = Tm Vb [C, dv]
   {
@@ -566,7 +599,11 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
     if (m0 < L && n0 < p.dv) {
       float r_acc[2][4][4];
       zero(r_acc);
+#if DT_EXP_PREP_TMSCALE
+      warp_gemm<2, 4, false, false>(r_acc, reinterpret_cast<const T*>(smem + S::tmu), LDC<T>, s_v, LDD<T>, m0, n0, Lk);
+#else
       warp_gemm<2, 4, false, false>(r_acc, s_tmt, LDC<T>, s_v, LDD<T>, m0, n0, Lk);
+#endif
       store_frags(g_U + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, r_acc, m0, n0, L, p.dv,
                   [](int, float&, float&) {});
     }
