@@ -114,6 +114,13 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef DT_EXP_PREP_TMSCALE
 #define DT_EXP_PREP_TMSCALE 0
 #endif
+// (session 37, compiled, not yet measured; bit-preserving) DT_EXP_PREP_L2AHEAD=N: each prep CTA
+// also prefetches into L2 the K and V rows of chunk c + N (same head): the CTA that an SM runs
+// after this one starts about one residency (4 CTAs x 132 SMs / Hv heads ~ 16 chunks) later, and
+// prep's first barrier waits on K's DRAM load (8.9% of prep's stall samples, perf.md v0.35.0).
+#ifndef DT_EXP_PREP_L2AHEAD
+#define DT_EXP_PREP_L2AHEAD 0
+#endif
 // The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
 // inside the causal triangle: gdn-math.md 10.3): ex2.approx of x log2(e), as Triton's exp (FLA)
 // computes it, 2 instructions instead of expf's ~10, relative error ~1e-6 at |x| <= 20 (measured
@@ -427,6 +434,16 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   // DRAM latency hides behind A and the solve.
   if (sizeof(T) == 2 && warp >= 4)
     prefetch_l2_rows<2>(g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv * 2, L, p.dv * 2, tid - 128);
+#if DT_EXP_PREP_L2AHEAD
+  if (sizeof(T) == 2 && ci.c + DT_EXP_PREP_L2AHEAD < p.NT) {  // K (one v-head of its key head) and V, chunk c + N
+    const int ca = ci.c + DT_EXP_PREP_L2AHEAD;
+    const int64_t bos = p.chunk_start[ca];
+    const int La = min(C, (ca + 1 < p.NT ? p.chunk_start[ca + 1] : int(p.T)) - int(bos));
+    if (warp < 4 && ci.h % p.G == 0)
+      prefetch_l2_rows<2>(g_k + (bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk * 2, La, p.dk * 2, tid);
+    if (warp >= 4) prefetch_l2_rows<2>(g_v + bos * p.sv + int64_t(ci.h) * p.dv, p.sv * 2, La, p.dv * 2, tid - 128);
+  }
+#endif
   cp_wait<0>();
   __syncthreads();
 
