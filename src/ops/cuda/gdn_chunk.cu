@@ -121,6 +121,7 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef DT_EXP_PREP_L2AHEAD
 #define DT_EXP_PREP_L2AHEAD 0
 #endif
+static_assert(DT_EXP_PREP_L2AHEAD >= 0, "DT_EXP_PREP_L2AHEAD: chunks ahead, >= 0");
 // The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
 // inside the causal triangle: gdn-math.md 10.3): ex2.approx of x log2(e), as Triton's exp (FLA)
 // computes it, 2 instructions instead of expf's ~10, relative error ~1e-6 at |x| <= 20 (measured
@@ -1775,8 +1776,8 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     load_tile_full<T, 32, 32, 32>(s_x2 + m0 * LDD<T> + n0, LDD<T>, g_q + (qrow + int64_t(m0) * p.Hk) * p.dk + n0,
                                   int64_t(p.Hk) * p.dk, lane);
   else
-  load_tile(s_x2 + m0 * LDD<T> + n0, LDD<T>, g_q + (qrow + int64_t(m0) * p.Hk) * p.dk + n0, int64_t(p.Hk) * p.dk, 32,
-            L - m0, p.dk - n0, 32, lane, 32);
+    load_tile(s_x2 + m0 * LDD<T> + n0, LDD<T>, g_q + (qrow + int64_t(m0) * p.Hk) * p.dk + n0, int64_t(p.Hk) * p.dk,
+              32, L - m0, p.dk - n0, 32, lane, 32);
   cp_commit();
   {  // 2. dq = scale e^gamma (dO S0^T) + ds K   [C, dk]; dgamma_i += sum_k dq q
     float r_acc[2][4][4];
