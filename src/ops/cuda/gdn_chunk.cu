@@ -428,6 +428,12 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int L = ci.L;
+#if DT_EXP_PREP_L2AHEAD
+  const int ca = ci.c + DT_EXP_PREP_L2AHEAD;
+  const bool ahead_ok = ca < p.NT;
+  const int64_t ahead_bos = ahead_ok ? p.chunk_start[ca] : 0;
+  const int ahead_end = ahead_ok ? (ca + 1 < p.NT ? p.chunk_start[ca + 1] : int(p.T)) : 0;
+#endif
   load_ctile<C, D>(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
   cp_commit();
   if (warp == 0) chunk_gates(p, g_g, g_beta, ci.bos, ci.h, L, s_gam, s_beta, s_eg, g_gam);
@@ -435,18 +441,19 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   // DRAM latency hides behind A and the solve.
   if (sizeof(T) == 2 && warp >= 4)
     prefetch_l2_rows<2>(g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv * 2, L, p.dv * 2, tid - 128);
-#if DT_EXP_PREP_L2AHEAD
-  if (sizeof(T) == 2 && ci.c + DT_EXP_PREP_L2AHEAD < p.NT) {  // K (one v-head of its key head) and V, chunk c + N
-    const int ca = ci.c + DT_EXP_PREP_L2AHEAD;
-    const int64_t bos = p.chunk_start[ca];
-    const int La = min(C, (ca + 1 < p.NT ? p.chunk_start[ca + 1] : int(p.T)) - int(bos));
-    if (warp < 4 && ci.h % p.G == 0)
-      prefetch_l2_rows<2>(g_k + (bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk * 2, La, p.dk * 2, tid);
-    if (warp >= 4) prefetch_l2_rows<2>(g_v + bos * p.sv + int64_t(ci.h) * p.dv, p.sv * 2, La, p.dv * 2, tid - 128);
-  }
-#endif
   cp_wait<0>();
   __syncthreads();
+#if DT_EXP_PREP_L2AHEAD
+  // after the first barrier (its chunk boundaries were loaded at the start, so the barrier never
+  // waits on them): K (one v-head of its key head) and V of chunk c + N
+  if (sizeof(T) == 2 && ahead_ok) {
+    const int La = min(C, ahead_end - int(ahead_bos));
+    if (warp < 4 && ci.h % p.G == 0)
+      prefetch_l2_rows<2>(g_k + (ahead_bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk * 2, La, p.dk * 2, tid);
+    if (warp >= 4)
+      prefetch_l2_rows<2>(g_v + ahead_bos * p.sv + int64_t(ci.h) * p.dv, p.sv * 2, La, p.dv * 2, tid - 128);
+  }
+#endif
 
   // A = strict_lower(diag(beta) K K^T (.) Gamma), valid rows only        [C, C] fp32
   {
