@@ -17,8 +17,8 @@
 #   variant) [with --gtest_filter=TEST_FILTER], a fresh process (and DT_TEST_SEED) per run, up to
 #   TEST_REPEAT runs until one fails (its log keeps the failing run); SRC=<ncu -k filter>: ncu's
 #   per-SASS-instruction stall samples of those kernels on SRC_VARIANT (default: the last), for
-#   scripts/ncu_stalls.py --source. BUDGET (s, default 520): steps that would start later are
-#   skipped, so that the logs come back within one 600 s device call; STEP_TIMEOUT (s, default 120)
+#   scripts/ncu_stalls.py --source (its --blocks summary is printed). BUDGET (s, default 520):
+#   steps that would start later are skipped, so that the logs come back within one 600 s device call; STEP_TIMEOUT (s, default 120)
 #   ends any one program that runs longer (a hung kernel), so that the rest still runs. Everything lands in one
 #   tarball, $OUT/ab.tgz (the device tool returns at most 8 files), and a summary is printed.
 set -uo pipefail
@@ -180,6 +180,9 @@ if [ -n "${SRC:-}" ] && left "source view"; then
   ncu -i /tmp/ab_src.ncu-rep --page source --csv --print-source sass > "$L/src_$sv.csv" 2>> "$L/src_$sv.log"
   gzip -f "$L/src_$sv.csv"
   rm -f /tmp/ab_src.ncu-rep
-  t "source view of '$SRC' on $sv: src_$sv.csv.gz"
+  # where the executed instructions go, by straight-line block (ncu_stalls.py --blocks)
+  python3 scripts/ncu_stalls.py --blocks --top 12 "$L/src_$sv.csv.gz" > "$L/src_blocks_$sv.txt" 2>&1
+  head -60 "$L/src_blocks_$sv.txt"
+  t "source view of '$SRC' on $sv: src_$sv.csv.gz, src_blocks_$sv.txt"
 fi
 t "done"

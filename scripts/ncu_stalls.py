@@ -21,11 +21,20 @@ their two largest stall reasons, and the share of samples by reason:
       -k 'regex:wy_kernel|dqk_kernel' -o src build-gpu/bench/gdn_layer --profile
   ncu -i src.ncu-rep --page source --csv --print-source sass > src.csv
   python3 scripts/ncu_stalls.py --source src.csv [--top 30]
+
+Where the executed instructions go (the same source page, --blocks): runs of consecutive SASS
+instructions executed equally often (straight-line blocks), the largest first, with their share
+of the kernel's executed warp instructions and of its stall samples, and their opcode mix. A
+block's share is what removing it would save at most in issue slots (docs/perf.md v0.35.0:
+prep's and dqk's predicated fragment stores, a division per vector in dqk's state_dot):
+
+  python3 scripts/ncu_stalls.py --blocks src.csv [--top 20]
 """
 import argparse
 import csv
 import gzip
-from collections import OrderedDict
+import re
+from collections import Counter, OrderedDict
 
 from ncu_summary import US_PER, raw_csv  # same folder
 
@@ -75,7 +84,8 @@ def raw_table(path):
     print(f"total {sum(a['t'] for a in agg.values()):.0f} us")
 
 
-def source_table(path, top):
+def source_kernels(path):
+    """The source page's kernels, each {name, hdr, rows}, a kernel profiled twice only once."""
     kernels, cur = [], None
     for l in lines_of(path):
         if l.startswith('"Kernel Name"'):
@@ -85,11 +95,17 @@ def source_table(path, top):
             cur["hdr"] = next(csv.reader([l]))
         elif l.startswith('"0x') and cur is not None:
             cur["rows"].append(next(csv.reader([l])))
-    seen = set()
+    seen, out = set(), []
     for k in kernels:
         if k["name"] in seen or "hdr" not in k:  # a kernel profiled twice: its first launch
             continue
         seen.add(k["name"])
+        out.append(k)
+    return out
+
+
+def source_table(path, top):
+    for k in source_kernels(path):
         ix = {h: i for i, h in enumerate(k["hdr"])}
         samples = ix["Warp Stall Sampling (All Samples)"]
         reasons = [h for h in k["hdr"] if h.startswith("stall_") and "Not Issued" not in h]
@@ -105,13 +121,45 @@ def source_table(path, top):
                   + " ".join(f"{s}={v}" for v, s in two))
 
 
+def opcode(src):
+    """SASS opcode without predicate and modifiers: '@!P1 LDG.E.128 R4, ...' -> 'LDG'."""
+    return re.sub(r"^@!?U?P\w+\s+", "", src.strip()).split(" ")[0].split(".")[0]
+
+
+def block_table(path, top):
+    for k in source_kernels(path):
+        ix = {h: i for i, h in enumerate(k["hdr"])}
+        ex, samples = ix["Instructions Executed"], ix["Warp Stall Sampling (All Samples)"]
+        blocks = []  # [first, last, executions, samples, opcodes]
+        for i, r in enumerate(k["rows"]):
+            e = int(num(r[ex]))
+            if blocks and blocks[-1][2] == e and blocks[-1][1] == i - 1:
+                b = blocks[-1]
+                b[1], b[3] = i, b[3] + int(r[samples])
+                b[4][opcode(r[ix["Source"]])] += 1
+            else:
+                blocks.append([i, i, e, int(r[samples]), Counter([opcode(r[ix["Source"]])])])
+        total = sum(b[2] * (b[1] - b[0] + 1) for b in blocks) or 1
+        tsamp = sum(b[3] for b in blocks) or 1
+        print(f"== {k['name']}: {total / 1e6:.1f} M warp instructions executed, {tsamp} samples")
+        print(f"  {'first-last':>11s} {'n':>4s} {'x/warp':>9s} {'instr%':>6s} {'samp%':>6s}  opcodes")
+        for b in sorted(blocks, key=lambda b: -b[2] * (b[1] - b[0] + 1))[:top]:
+            n = b[1] - b[0] + 1
+            mix = " ".join(f"{o} {c}" for o, c in b[4].most_common(7))
+            print(f"  {b[0]:5d}-{b[1]:<5d} {n:4d} {b[2]:9d} {100 * b[2] * n / total:6.1f} {100 * b[3] / tsamp:6.1f}  {mix}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv", help="ncu CSV (raw page, or source page with --source; .gz read as gzip)")
     ap.add_argument("--source", action="store_true", help="the CSV is ncu's source page (SASS with stall samples)")
-    ap.add_argument("--top", type=int, default=30, help="hottest instructions per kernel (--source)")
+    ap.add_argument("--blocks", action="store_true",
+                    help="the CSV is ncu's source page: executed instructions by straight-line block")
+    ap.add_argument("--top", type=int, default=30, help="hottest instructions or largest blocks per kernel")
     a = ap.parse_args()
-    if a.source:
+    if a.blocks:
+        block_table(a.csv, a.top)
+    elif a.source:
         source_table(a.csv, a.top)
     else:
         raw_table(a.csv)
