@@ -122,6 +122,14 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #define DT_EXP_PREP_L2AHEAD 0
 #endif
 static_assert(DT_EXP_PREP_L2AHEAD >= 0, "DT_EXP_PREP_L2AHEAD: chunks ahead, >= 0");
+// (session 37, compiled, not yet measured; bit-preserving) DT_EXP_WY_DG_EARLY: in wy's pushed pair
+// exchange, steps 7 and 8 (dbeta, dgamma, dg's cumsum) run on two of the four warps that push
+// their dk fragments to the partner and then idle, while the other four wait for the partner's
+// and store dk; the CTA's last two barriers go (9.2% of wy's stall samples sat on the last one,
+// perf.md v0.35.0). Their inputs are complete at the exchange's first barrier.
+#ifndef DT_EXP_WY_DG_EARLY
+#define DT_EXP_WY_DG_EARLY 0
+#endif
 // The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
 // inside the causal triangle: gdn-math.md 10.3): ex2.approx of x log2(e), as Triton's exp (FLA)
 // computes it, 2 instructions instead of expf's ~10, relative error ~1e-6 at |x| <= 20 (measured
@@ -1963,6 +1971,36 @@ __device__ __forceinline__ void add_dkh_store(const float (&acc)[2][4][4], int m
   }
 }
 
+// wy's steps 7 and 8 on a chunk's row i < C: dbeta, and the total dgamma into s_dg[i] (only thread i
+// reads s_dg[i] first); then, by one warp once every row's s_dg is written, dg = the reverse cumsum
+// of dgamma inside the chunk (fixed shuffle order).
+__device__ __forceinline__ void wy_dbeta_dgamma(int i, int L, int64_t vrow, int Hv, const float* s_red,
+                                                const float* s_red2, const float* s_eg, const float* s_beta,
+                                                const float* s_db, float* s_dg, const float* g_dgam, float* g_dbeta) {
+  float dgam = 0.f;
+  if (i < L) {
+    const float r1 = s_red[i] + s_red[C + i] + s_red[2 * C + i] + s_red[3 * C + i];
+    const float r2 = s_red2[i] + s_red2[C + i] + s_red2[2 * C + i] + s_red2[3 * C + i];
+    g_dbeta[vrow + int64_t(i) * Hv] = s_eg[i] * r1 + r2 + s_db[i];
+    dgam = g_dgam[vrow + int64_t(i) * Hv] + s_beta[i] * s_eg[i] * r1 + s_dg[i];
+  }
+  s_dg[i] = dgam;
+}
+__device__ __forceinline__ void wy_dg_cumsum(int lane, int L, int64_t vrow, int Hv, const float* s_dg, float* g_dg) {
+  const int i0 = 2 * lane, i1 = i0 + 1;
+  const float y1 = s_dg[i1], y0 = s_dg[i0] + y1;
+  float incl = y0;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const float y = __shfl_down_sync(0xffffffffu, incl, off);
+    if (lane + off < 32) incl += y;
+  }
+  float excl = __shfl_down_sync(0xffffffffu, incl, 1);
+  if (lane == 31) excl = 0.f;
+  if (i0 < L) g_dg[vrow + int64_t(i0) * Hv] = excl + y0;
+  if (i1 < L) g_dg[vrow + int64_t(i1) * Hv] = excl + y1;
+}
+
 // ---- wy (B6-B8): WY backward, dv, dbeta, dgamma, reverse chunk cumsum -> dg ----------------------
 // Two load phases, so that only two [C][LDD] tiles are resident: phase I holds dDelta and V
 // (dDelta V^T into registers, then dv and its dbeta term), phase II loads dW and K over them; dbb
@@ -2200,35 +2238,24 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
       const bool sum = pair_sum_mode(r_acc, xbuf, s_bars, p.pair);  // (pulled: waited for at the CTA's exit)
       if (sum && active)
         add_dkh_store(r_acc, m0, n0, L, p.dk, g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, g_dk + qrow * p.dk, lane);
+#if DT_EXP_WY_DG_EARLY
+      if (p.pair == kPairPush) {  // uniform: every thread leaves here
+        const int w4 = warp & 3;  // the pushing group's first two warps, rows w4 * 32 + lane
+        if (!sum && w4 < 2) {
+          wy_dbeta_dgamma(w4 * 32 + lane, L, vrow, p.Hv, s_red, s_red2, s_eg, s_beta, s_db, s_dg, g_dgam, g_dbeta);
+          asm volatile("bar.sync 1, 64;" ::: "memory");  // those 64 threads: every s_dg row written
+          if (w4 == 0) wy_dg_cumsum(lane, L, vrow, p.Hv, s_dg, g_dg);
+        }
+        return;
+      }
+#endif
     }
   }
   __syncthreads();
-  if (tid < C) {  // 7. dbeta, total dgamma
-    const int i = tid;
-    float dgam = 0.f;
-    if (i < L) {
-      const float r1 = s_red[i] + s_red[C + i] + s_red[2 * C + i] + s_red[3 * C + i];
-      const float r2 = s_red2[i] + s_red2[C + i] + s_red2[2 * C + i] + s_red2[3 * C + i];
-      g_dbeta[vrow + int64_t(i) * p.Hv] = s_eg[i] * r1 + r2 + s_db[i];
-      dgam = g_dgam[vrow + int64_t(i) * p.Hv] + s_beta[i] * s_eg[i] * r1 + s_dg[i];
-    }
-    s_dg[i] = dgam;  // only thread i reads s_dg[i] above
-  }
+  // 7. dbeta, total dgamma
+  if (tid < C) wy_dbeta_dgamma(tid, L, vrow, p.Hv, s_red, s_red2, s_eg, s_beta, s_db, s_dg, g_dgam, g_dbeta);
   __syncthreads();
-  if (warp == 0) {  // 8. dg = reverse cumsum of dgamma inside the chunk (fixed shuffle order)
-    const int i0 = 2 * lane, i1 = i0 + 1;
-    const float y1 = s_dg[i1], y0 = s_dg[i0] + y1;
-    float incl = y0;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const float y = __shfl_down_sync(0xffffffffu, incl, off);
-      if (lane + off < 32) incl += y;
-    }
-    float excl = __shfl_down_sync(0xffffffffu, incl, 1);
-    if (lane == 31) excl = 0.f;
-    if (i0 < L) g_dg[vrow + int64_t(i0) * p.Hv] = excl + y0;
-    if (i1 < L) g_dg[vrow + int64_t(i1) * p.Hv] = excl + y1;
-  }
+  if (warp == 0) wy_dg_cumsum(lane, L, vrow, p.Hv, s_dg, g_dg);  // 8. dg
   if (p.pair == kPairPull) cluster_wait();  // the partner has read this CTA's s_dt (push: see pair_sum_push)
 }
 
