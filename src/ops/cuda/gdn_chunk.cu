@@ -130,6 +130,12 @@ static_assert(DT_EXP_PREP_L2AHEAD >= 0, "DT_EXP_PREP_L2AHEAD: chunks ahead, >= 0
 #ifndef DT_EXP_WY_DG_EARLY
 #define DT_EXP_WY_DG_EARLY 0
 #endif
+// (session 37, compiled, not yet measured; bit-preserving) DT_EXP_FSTORE_G1: store_frags also for
+// the paths without the pair exchange (G == 1, as in bench-0.8b, and G > 1 through gsum): dqk's dq
+// (or its f32 part) and dk part, wy's dk2. gdn_kernels' shape (d) (Hk = Hv) times and digests it.
+#ifndef DT_EXP_FSTORE_G1
+#define DT_EXP_FSTORE_G1 0
+#endif
 // The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
 // inside the causal triangle: gdn-math.md 10.3): ex2.approx of x log2(e), as Triton's exp (FLA)
 // computes it, 2 instructions instead of expf's ~10, relative error ~1e-6 at |x| <= 20 (measured
@@ -1809,6 +1815,18 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     cp_wait<0>();  // this warp's window of Q
     __syncwarp();
     frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_x2 + r * LDD<T> + c); });  // q_i
+#if DT_EXP_FSTORE_G1
+    if (active) {  // dq + diag(ds) K, kept in r_acc (the pair sums it below; else it is stored here)
+      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+        const float2 kk = load2(s_x3 + r * LDD<T> + c);
+        x0 = fmaf(s_dsd[r], kk.x, x0), x1 = fmaf(s_dsd[r], kk.y, x1);
+      });
+      // G == 1: [T, Hv, dk] is dq's layout and B12's sum of one head is this value, rounded here.
+      const int64_t base = (ci.bos * p.Hv + ci.h) * p.dk, ld = int64_t(p.Hv) * p.dk;
+      if (!p.pair && p.G == 1) store_frags(g_dq + base, ld, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
+      else if (!p.pair) store_frags(g_dqh + base, ld, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
+    }
+#else
     if (active)
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         const float2 kk = load2(s_x3 + r * LDD<T> + c);
@@ -1822,6 +1840,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
           else store2(g_dqh + i, y0, y1);
         }
       });
+#endif
     store_row_sums(s_red, wn, m0, r_rs, lane);
     if (p.pair) {  // 2b. dq of the key head = this v-head's + the partner's, through s_x1 (dO is dead)
       __syncthreads();
@@ -1900,8 +1919,13 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
             float& x1 = r_acc[i][j][2 * h2 + 1];
             x0 = r_st[i][j][2 * h2] + fmaf(s_dsd[r], qq.x, x0);
             x1 = r_st[i][j][2 * h2 + 1] + fmaf(s_dsd[r], qq.y, x1);
+#if !DT_EXP_FSTORE_G1
             if (!p.pair && r < L && c < p.dk) store2(g_dkh + (vrow + int64_t(r) * p.Hv) * p.dk + c, x0, x1);
+#endif
           }
+#if DT_EXP_FSTORE_G1
+      if (!p.pair) store_frags(g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
+#endif
     }
   }
   __syncthreads();  // (also: every warp is past its reads of dS1, so s_big is dead)
@@ -2225,9 +2249,13 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
       if (p.G == 1) {  // dk itself, as gsum would round it
         add_dkh_store(r_acc, m0, n0, L, p.dk, g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk, g_dk + vrow * p.dk, lane);
       } else if (!p.pair) {  // gsum adds the heads' dk2, then their dqk parts
+#if DT_EXP_FSTORE_G1
+        store_frags(g_dk2 + vrow * p.dk, int64_t(p.Hv) * p.dk, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
+#else
         frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
           if (r < L && c < p.dk) store2(g_dk2 + (vrow + int64_t(r) * p.Hv) * p.dk + c, x0, x1);
         });
+#endif
       }
     }
     // dk of the key head = (this v-head's dk2 + the partner's) + dqk's pair sum, through s_dt and
