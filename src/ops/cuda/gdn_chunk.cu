@@ -122,13 +122,14 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #define DT_EXP_PREP_L2AHEAD 0
 #endif
 static_assert(DT_EXP_PREP_L2AHEAD >= 0, "DT_EXP_PREP_L2AHEAD: chunks ahead, >= 0");
-// (session 37, compiled, not yet measured; bit-preserving) DT_EXP_WY_DG_EARLY: in wy's pushed pair
-// exchange, steps 7 and 8 (dbeta, dgamma, dg's cumsum) run on two of the four warps that push
-// their dk fragments to the partner and then idle, while the other four wait for the partner's
-// and store dk; the CTA's last two barriers go (9.2% of wy's stall samples sat on the last one,
-// perf.md v0.35.0). Their inputs are complete at the exchange's first barrier.
-#ifndef DT_EXP_WY_DG_EARLY
-#define DT_EXP_WY_DG_EARLY 0
+// (session 37, compiled, not yet measured; bit-preserving) DT_EXP_DG_EARLY: in the pushed pair
+// exchanges that end wy and dqk, the rows' dgamma epilogue runs on two of the four warps that push
+// their fragments to the partner and then idle, while the other four wait for the partner's and
+// store dk: wy's steps 7 and 8 (dbeta, dgamma, dg's cumsum; the CTA's last two barriers go: 9.2%
+// of wy's stall samples sat on the last one, perf.md v0.35.0) and dqk's dgamma_rows. Their inputs
+// are complete at the exchange's first barrier.
+#ifndef DT_EXP_DG_EARLY
+#define DT_EXP_DG_EARLY 0
 #endif
 // (session 37, compiled, not yet measured; bit-preserving) DT_EXP_FSTORE_G1: store_frags also for
 // the paths without the pair exchange (G == 1, as in bench-0.8b, and G > 1 through gsum): dqk's dq
@@ -1933,6 +1934,14 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     // pair sum to it (so [T, Hk, dk] f32 is written and read once, not [T, Hv, dk] twice)
     float* xbuf = reinterpret_cast<float*>(s_big);
     const bool sum = pair_sum_mode(r_acc, xbuf, s_bars + 2, p.pair, false);
+#if DT_EXP_DG_EARLY
+    if (p.pair == kPairPush) {  // rows 0..63 on the pushing group's first two warps, before the others' stores
+      dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red, s_red2, s_ws, s_eg, L, sum ? C : (warp & 3) * 32 + lane);
+      if (sum && active)
+        store_frags(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
+      return;
+    }
+#endif
     if (sum && active)
       store_frags(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
     if (p.pair == kPairPull) cluster_wait();  // the partner has read this CTA's s_big before it exits
@@ -2266,7 +2275,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
       const bool sum = pair_sum_mode(r_acc, xbuf, s_bars, p.pair);  // (pulled: waited for at the CTA's exit)
       if (sum && active)
         add_dkh_store(r_acc, m0, n0, L, p.dk, g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, g_dk + qrow * p.dk, lane);
-#if DT_EXP_WY_DG_EARLY
+#if DT_EXP_DG_EARLY
       if (p.pair == kPairPush) {  // uniform: every thread leaves here
         const int w4 = warp & 3;  // the pushing group's first two warps, rows w4 * 32 + lane
         if (!sum && w4 < 2) {
