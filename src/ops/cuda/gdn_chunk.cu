@@ -368,9 +368,12 @@ __device__ __forceinline__ void load_ctile(T* s, int lds, const T* g, int64_t gs
 // row and immediate column offsets, unpredicated; the others the per-element predicated form.
 // (The predicated per-element address arithmetic took ~7 instructions a store: prep 665 -> 634,
 // dqk -> -24, wy -10 us under ncu on an H100, perf.md v0.35.0.)
-template <int WM, int WN, class T, class F>
+struct KeepPair {  // store_frags' default f: the fragment values as they are
+  __device__ void operator()(int, float&, float&) const {}
+};
+template <int WM, int WN, class T, class F = KeepPair>
 __device__ __forceinline__ void store_frags(T* g, int64_t ld, const float (&acc)[WM][WN][4], int m0, int n0, int L,
-                                            int ncols, F&& f) {
+                                            int ncols, F&& f = F{}) {
   const int lane = threadIdx.x & 31, gq = lane >> 2, t = lane & 3;
   auto tile = [&](auto full) {
 #pragma unroll
@@ -633,8 +636,7 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
       float r_acc[2][4][4];
       zero(r_acc);
       warp_gemm<2, 4, false, false>(r_acc, s_tmt, LDC<T>, s_k, LDD<T>, m0, n0, Lk);
-      store_frags(g_W + (ci.bos * p.Hv + ci.h) * p.dk, int64_t(p.Hv) * p.dk, r_acc, m0, n0, L, p.dk,
-                  [](int, float&, float&) {});
+      store_frags(g_W + (ci.bos * p.Hv + ci.h) * p.dk, int64_t(p.Hv) * p.dk, r_acc, m0, n0, L, p.dk);
     }
     if (m0 < L && n0 < p.dv) {
       float r_acc[2][4][4];
@@ -644,8 +646,7 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
 #else
       warp_gemm<2, 4, false, false>(r_acc, s_tmt, LDC<T>, s_v, LDD<T>, m0, n0, Lk);
 #endif
-      store_frags(g_U + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, r_acc, m0, n0, L, p.dv,
-                  [](int, float&, float&) {});
+      store_frags(g_U + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, r_acc, m0, n0, L, p.dv);
     }
   }
 }
@@ -1824,8 +1825,8 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
       });
       // G == 1: [T, Hv, dk] is dq's layout and B12's sum of one head is this value, rounded here.
       const int64_t base = (ci.bos * p.Hv + ci.h) * p.dk, ld = int64_t(p.Hv) * p.dk;
-      if (!p.pair && p.G == 1) store_frags(g_dq + base, ld, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
-      else if (!p.pair) store_frags(g_dqh + base, ld, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
+      if (!p.pair && p.G == 1) store_frags(g_dq + base, ld, r_acc, m0, n0, L, p.dk);
+      else if (!p.pair) store_frags(g_dqh + base, ld, r_acc, m0, n0, L, p.dk);
     }
 #else
     if (active)
@@ -1848,7 +1849,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
       float* xbuf = reinterpret_cast<float*>(s_x1);
       const bool sum = pair_sum_mode(r_acc, xbuf, s_bars, p.pair);
       if (sum && active)
-        store_frags(g_dq + qrow * p.dk, int64_t(p.Hk) * p.dk, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
+        store_frags(g_dq + qrow * p.dk, int64_t(p.Hk) * p.dk, r_acc, m0, n0, L, p.dk);
       // pull: the partner has read this CTA's s_x1 before dDelta overwrites it (push: the barrier
       // below waits for this CTA's mine-warps, which waited for the partner's pushes)
       if (p.pair == kPairPull) cluster_wait();
@@ -1925,7 +1926,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
 #endif
           }
 #if DT_EXP_FSTORE_G1
-      if (!p.pair) store_frags(g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
+      if (!p.pair) store_frags(g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk, r_acc, m0, n0, L, p.dk);
 #endif
     }
   }
@@ -1938,12 +1939,12 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     if (p.pair == kPairPush) {  // rows 0..63 on the pushing group's first two warps, before the others' stores
       dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red, s_red2, s_ws, s_eg, L, sum ? C : (warp & 3) * 32 + lane);
       if (sum && active)
-        store_frags(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
+        store_frags(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, r_acc, m0, n0, L, p.dk);
       return;
     }
 #endif
     if (sum && active)
-      store_frags(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
+      store_frags(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, r_acc, m0, n0, L, p.dk);
     if (p.pair == kPairPull) cluster_wait();  // the partner has read this CTA's s_big before it exits
   }
   dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red, s_red2, s_ws, s_eg, L, tid);
@@ -1958,50 +1959,34 @@ template <class T>
 __device__ __forceinline__ void add_dkh_store(const float (&acc)[2][4][4], int m0, int n0, int L, int dk,
                                               const float* g_dkh, int64_t stride, T* g_dk, int lane) {
   const int lg = lane >> 2, lt = lane & 3;
-  if (m0 + 32 <= L && n0 + 32 <= dk) {  // every pair valid: a row pointer per fragment row, the same order
+  // full: every pair valid, so one row pointer per fragment row (store_frags' fast path); the
+  // same loads and stores in the same order either way
+  auto tile = [&](auto full) {
+    constexpr bool F = decltype(full)::value;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float2 r_old[4][2];
-      const float* src[2];
-      T* dst[2];
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        const int64_t o = int64_t(m0 + 16 * i + lg + 8 * h2) * stride + n0 + 2 * lt;
-        src[h2] = g_dkh + o, dst[h2] = g_dk + o;
-      }
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int h2 = 0; h2 < 2; ++h2) r_old[j][h2] = load2(src[h2] + 8 * j);
+        for (int h2 = 0; h2 < 2; ++h2) {
+          const int r = m0 + 16 * i + lg + 8 * h2, c = n0 + 8 * j + 2 * lt;
+          const bool ok = F || (r < L && c < dk);
+          r_old[j][h2] = load2(g_dkh + int64_t(ok ? r : 0) * stride + (ok ? c : 0));
+        }
 #pragma unroll
       for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int h2 = 0; h2 < 2; ++h2)
-          store2(dst[h2] + 8 * j, r_old[j][h2].x + acc[i][j][2 * h2], r_old[j][h2].y + acc[i][j][2 * h2 + 1]);
+        for (int h2 = 0; h2 < 2; ++h2) {
+          const int r = m0 + 16 * i + lg + 8 * h2, c = n0 + 8 * j + 2 * lt;
+          if (F || (r < L && c < dk))
+            store2(g_dk + int64_t(r) * stride + c, r_old[j][h2].x + acc[i][j][2 * h2],
+                   r_old[j][h2].y + acc[i][j][2 * h2 + 1]);
+        }
     }
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    float2 r_old[4][2];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        const int r = m0 + 16 * i + lg + 8 * h2, c = n0 + 8 * j + 2 * lt;
-        const bool ok = r < L && c < dk;
-        r_old[j][h2] = load2(g_dkh + int64_t(ok ? r : 0) * stride + (ok ? c : 0));
-      }
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        const int r = m0 + 16 * i + lg + 8 * h2, c = n0 + 8 * j + 2 * lt;
-        if (r < L && c < dk)
-          store2(g_dk + int64_t(r) * stride + c, r_old[j][h2].x + acc[i][j][2 * h2],
-                 r_old[j][h2].y + acc[i][j][2 * h2 + 1]);
-      }
-  }
+  };
+  if (m0 + 32 <= L && n0 + 32 <= dk) tile(std::true_type{});
+  else tile(std::false_type{});
 }
 
 // wy's steps 7 and 8 on a chunk's row i < C: dbeta, and the total dgamma into s_dg[i] (only thread i
@@ -2259,7 +2244,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
         add_dkh_store(r_acc, m0, n0, L, p.dk, g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk, g_dk + vrow * p.dk, lane);
       } else if (!p.pair) {  // gsum adds the heads' dk2, then their dqk parts
 #if DT_EXP_FSTORE_G1
-        store_frags(g_dk2 + vrow * p.dk, int64_t(p.Hv) * p.dk, r_acc, m0, n0, L, p.dk, [](int, float&, float&) {});
+        store_frags(g_dk2 + vrow * p.dk, int64_t(p.Hv) * p.dk, r_acc, m0, n0, L, p.dk);
 #else
         frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
           if (r < L && c < p.dk) store2(g_dk2 + (vrow + int64_t(r) * p.Hv) * p.dk + c, x0, x1);
