@@ -106,37 +106,6 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef GDN_SOLVE_BLOCKED
 #define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
 #endif
-// Candidate for scripts/gpu_ab.sh (compile-time, off; session 37, compiled, not yet measured, and
-// NOT bit-preserving): prep's W and U from Tm's columns scaled, W = (Tm diag(beta e^gamma)) K and
-// U = (Tm diag(beta)) V, each scaled Tm rounded once and K, V used as loaded, instead of K's and
-// V's rows scaled and rounded (scale_rows: 14% of prep's executed instructions, perf.md v0.35.0).
-// One rounding fewer per product; the digests change, so the tests' tolerances judge it.
-#ifndef DT_EXP_PREP_TMSCALE
-#define DT_EXP_PREP_TMSCALE 0
-#endif
-// (session 37, compiled, not yet measured; bit-preserving) DT_EXP_PREP_L2AHEAD=N: each prep CTA
-// also prefetches into L2 the K and V rows of chunk c + N (same head): the CTA that an SM runs
-// after this one starts about one residency (4 CTAs x 132 SMs / Hv heads ~ 16 chunks) later, and
-// prep's first barrier waits on K's DRAM load (8.9% of prep's stall samples, perf.md v0.35.0).
-#ifndef DT_EXP_PREP_L2AHEAD
-#define DT_EXP_PREP_L2AHEAD 0
-#endif
-static_assert(DT_EXP_PREP_L2AHEAD >= 0, "DT_EXP_PREP_L2AHEAD: chunks ahead, >= 0");
-// (session 37, compiled, not yet measured; bit-preserving) DT_EXP_DG_EARLY: in the pushed pair
-// exchanges that end wy and dqk, the rows' dgamma epilogue runs on two of the four warps that push
-// their fragments to the partner and then idle, while the other four wait for the partner's and
-// store dk: wy's steps 7 and 8 (dbeta, dgamma, dg's cumsum; the CTA's last two barriers go: 9.2%
-// of wy's stall samples sat on the last one, perf.md v0.35.0) and dqk's dgamma_rows. Their inputs
-// are complete at the exchange's first barrier.
-#ifndef DT_EXP_DG_EARLY
-#define DT_EXP_DG_EARLY 0
-#endif
-// (session 37, compiled, not yet measured; bit-preserving) DT_EXP_FSTORE_G1: store_frags also for
-// the paths without the pair exchange (G == 1, as in bench-0.8b, and G > 1 through gsum): dqk's dq
-// (or its f32 part) and dk part, wy's dk2. gdn_kernels' shape (d) (Hk = Hv) times and digests it.
-#ifndef DT_EXP_FSTORE_G1
-#define DT_EXP_FSTORE_G1 0
-#endif
 // The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
 // inside the causal triangle: gdn-math.md 10.3): ex2.approx of x log2(e), as Triton's exp (FLA)
 // computes it, 2 instructions instead of expf's ~10, relative error ~1e-6 at |x| <= 20 (measured
@@ -330,28 +299,6 @@ __device__ __forceinline__ ChunkIdx chunk_idx(const Params& p) {
   return r;
 }
 
-// s_k[r][:] *= beta_r e^gamma_r, s_v[r][:] *= beta_r (in place, [C][LDD] tiles, 16-byte vectors);
-// each element is rounded once, from_f(to_f(x) * f), exactly as an elementwise loop would.
-template <class T>
-__device__ __forceinline__ void scale_rows(T* s_k, T* s_v, const float* s_beta, const float* s_eg, int tid) {
-  constexpr int V = kPad<T>, VPR = D / V;
-  for (int idx = tid; idx < C * VPR; idx += kChunkThreads) {
-    const int r = idx / VPR, c = (idx - r * VPR) * V;
-    const float fv = s_beta[r], fk = fv * s_eg[r];
-    uint4* pk = reinterpret_cast<uint4*>(s_k + r * LDD<T> + c);
-    uint4* pv = reinterpret_cast<uint4*>(s_v + r * LDD<T> + c);
-    uint4 xk = *pk, xv = *pv;
-    T* ek = reinterpret_cast<T*>(&xk);
-    T* ev = reinterpret_cast<T*>(&xv);
-#pragma unroll
-    for (int e = 0; e < V; ++e) {
-      ek[e] = from_f<T>(to_f(ek[e]) * fk);
-      ev[e] = from_f<T>(to_f(ev[e]) * fv);
-    }
-    *pk = xk;
-    *pv = xv;
-  }
-}
 // A per-chunk kernel's [ROWS][COLS] tile (kChunkThreads threads): load_tile_full when every element
 // is valid (every chunk but a sequence's last, at dk = dv = D), else load_tile's zero-filling loop.
 // The same copies either way; the full form spends one add per copy on addresses instead of
@@ -397,6 +344,9 @@ __device__ __forceinline__ void store_frags(T* g, int64_t ld, const float (&acc)
 // ---- prep: gamma, A, Tm (fp32 solve), W = Tm diag(beta e^gamma) K, U = Tm diag(beta) V --------
 // V is loaded once the solve is done, over A, and the rounded Tm is written over the fp32 one, so
 // bf16 prep takes 55.5 KB: four CTAs per SM (three with V and the rounded Tm apart: 75.3 KB).
+// The diagonal scales go on Tm's columns (each scaled Tm rounded once, K and V used as loaded), not
+// on K's and V's rows: one rounding fewer per product, and the row scaling pass (14% of prep's
+// executed instructions) gone: prep 630 -> 595 us under ncu on an H100 (perf.md v0.36.0).
 template <class T>
 struct PrepSmem {
   static constexpr size_t k = 0;                                         // T [C][LDD]
@@ -409,14 +359,10 @@ struct PrepSmem {
   static constexpr size_t beta = gam + sizeof(float) * C;
   static constexpr size_t eg = beta + sizeof(float) * C;
   static constexpr size_t y = eg + sizeof(float) * C;                    // f32 [3][16][LDY] merge scratch
-#if DT_EXP_PREP_TMSCALE
   // U's operand Tm diag(beta) rounded, after W's (tmt) over the fp32 Tm's rest, gamma, beta, e^gamma
   // and the solve's scratch, all dead by then (bf16: inside the 55.5 KB; f32: beyond it)
   static constexpr size_t tmu = tmt + sizeof(T) * C * LDC<T>;
   static constexpr size_t bytes = std::max(y + sizeof(float) * 3 * 16 * 20, tmu + sizeof(T) * C * LDC<T>);
-#else
-  static constexpr size_t bytes = y + sizeof(float) * 3 * 16 * 20;
-#endif
   static_assert(tm % 16 == 0 && y % 16 == 0 && beta % 16 == 0 && eg % 16 == 0, "float4 access");
   static_assert(gam % 8 == 0 && a % 8 == 0 && LDA % 2 == 0, "A's float2 reads and stores");
   static_assert(sizeof(T) * C * LDC<T> <= sizeof(float) * C * LDT, "rounded Tm over the fp32 one");
@@ -446,12 +392,6 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int L = ci.L;
-#if DT_EXP_PREP_L2AHEAD
-  const int ca = ci.c + DT_EXP_PREP_L2AHEAD;
-  const bool ahead_ok = ca < p.NT;
-  const int64_t ahead_bos = ahead_ok ? p.chunk_start[ca] : 0;
-  const int ahead_end = ahead_ok ? (ca + 1 < p.NT ? p.chunk_start[ca + 1] : int(p.T)) : 0;
-#endif
   load_ctile<C, D>(s_k, LDD<T>, g_k + (ci.bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
   cp_commit();
   if (warp == 0) chunk_gates(p, g_g, g_beta, ci.bos, ci.h, L, s_gam, s_beta, s_eg, g_gam);
@@ -461,17 +401,6 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
     prefetch_l2_rows<2>(g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv * 2, L, p.dv * 2, tid - 128);
   cp_wait<0>();
   __syncthreads();
-#if DT_EXP_PREP_L2AHEAD
-  // after the first barrier (its chunk boundaries were loaded at the start, so the barrier never
-  // waits on them): K (one v-head of its key head) and V of chunk c + N
-  if (sizeof(T) == 2 && ahead_ok) {
-    const int La = min(C, ahead_end - int(ahead_bos));
-    if (warp < 4 && ci.h % p.G == 0)
-      prefetch_l2_rows<2>(g_k + (ahead_bos * p.Hk + ci.hk) * p.dk, int64_t(p.Hk) * p.dk * 2, La, p.dk * 2, tid);
-    if (warp >= 4)
-      prefetch_l2_rows<2>(g_v + ahead_bos * p.sv + int64_t(ci.h) * p.dv, p.sv * 2, La, p.dv * 2, tid - 128);
-  }
-#endif
 
   // A = strict_lower(diag(beta) K K^T (.) Gamma), valid rows only        [C, C] fp32
   {
@@ -587,13 +516,11 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   {
     T* g_tm = g_Tm ? g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C : nullptr;
     float4 r_t[NQ];
-#if DT_EXP_PREP_TMSCALE
     // this thread's four columns (the same for every j): beta and e^gamma read before the barrier,
     // since U's operand tile overwrites them
     static_assert(kChunkThreads % 16 == 0, "one column group per thread");
     const float4 b = *reinterpret_cast<const float4*>(s_beta + (tid & 15) * 4);
     const float4 e = *reinterpret_cast<const float4*>(s_eg + (tid & 15) * 4);
-#endif
 #pragma unroll
     for (int j = 0; j < NQ; ++j) {
       const int idx = tid + j * kChunkThreads, r = idx >> 4, c = (idx & 15) * 4;
@@ -607,26 +534,16 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
 #pragma unroll
     for (int j = 0; j < NQ; ++j) {
       const int idx = tid + j * kChunkThreads, r = idx >> 4, c = (idx & 15) * 4;
-#if DT_EXP_PREP_TMSCALE
       // columns c..c+3: W's operand Tm diag(beta e^gamma) and U's Tm diag(beta), each rounded once
       T* s_tmu = reinterpret_cast<T*>(smem + S::tmu);
       store2(s_tmt + r * LDC<T> + c, r_t[j].x * (b.x * e.x), r_t[j].y * (b.y * e.y));
       store2(s_tmt + r * LDC<T> + c + 2, r_t[j].z * (b.z * e.z), r_t[j].w * (b.w * e.w));
       store2(s_tmu + r * LDC<T> + c, r_t[j].x * b.x, r_t[j].y * b.y);
       store2(s_tmu + r * LDC<T> + c + 2, r_t[j].z * b.z, r_t[j].w * b.w);
-#else
-      store2(s_tmt + r * LDC<T> + c, r_t[j].x, r_t[j].y);
-      store2(s_tmt + r * LDC<T> + c + 2, r_t[j].z, r_t[j].w);
-#endif
     }
   }
   cp_wait<0>();
   __syncthreads();
-#if !DT_EXP_PREP_TMSCALE
-  // K <- K beta e^gamma; V <- V beta (in place)
-  scale_rows<T>(s_k, s_v, s_beta, s_eg, tid);
-  __syncthreads();
-#endif
 
   // W = Tm Kb [C, dk], U = Tm Vb [C, dv]
   {
@@ -641,11 +558,7 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
     if (m0 < L && n0 < p.dv) {
       float r_acc[2][4][4];
       zero(r_acc);
-#if DT_EXP_PREP_TMSCALE
       warp_gemm<2, 4, false, false>(r_acc, reinterpret_cast<const T*>(smem + S::tmu), LDC<T>, s_v, LDD<T>, m0, n0, Lk);
-#else
-      warp_gemm<2, 4, false, false>(r_acc, s_tmt, LDC<T>, s_v, LDD<T>, m0, n0, Lk);
-#endif
       store_frags(g_U + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, r_acc, m0, n0, L, p.dv);
     }
   }
@@ -1817,18 +1730,6 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     cp_wait<0>();  // this warp's window of Q
     __syncwarp();
     frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_x2 + r * LDD<T> + c); });  // q_i
-#if DT_EXP_FSTORE_G1
-    if (active) {  // dq + diag(ds) K, kept in r_acc (the pair sums it below; else it is stored here)
-      frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-        const float2 kk = load2(s_x3 + r * LDD<T> + c);
-        x0 = fmaf(s_dsd[r], kk.x, x0), x1 = fmaf(s_dsd[r], kk.y, x1);
-      });
-      // G == 1: [T, Hv, dk] is dq's layout and B12's sum of one head is this value, rounded here.
-      const int64_t base = (ci.bos * p.Hv + ci.h) * p.dk, ld = int64_t(p.Hv) * p.dk;
-      if (!p.pair && p.G == 1) store_frags(g_dq + base, ld, r_acc, m0, n0, L, p.dk);
-      else if (!p.pair) store_frags(g_dqh + base, ld, r_acc, m0, n0, L, p.dk);
-    }
-#else
     if (active)
       frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
         const float2 kk = load2(s_x3 + r * LDD<T> + c);
@@ -1842,7 +1743,6 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
           else store2(g_dqh + i, y0, y1);
         }
       });
-#endif
     store_row_sums(s_red, wn, m0, r_rs, lane);
     if (p.pair) {  // 2b. dq of the key head = this v-head's + the partner's, through s_x1 (dO is dead)
       __syncthreads();
@@ -1921,13 +1821,8 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
             float& x1 = r_acc[i][j][2 * h2 + 1];
             x0 = r_st[i][j][2 * h2] + fmaf(s_dsd[r], qq.x, x0);
             x1 = r_st[i][j][2 * h2 + 1] + fmaf(s_dsd[r], qq.y, x1);
-#if !DT_EXP_FSTORE_G1
             if (!p.pair && r < L && c < p.dk) store2(g_dkh + (vrow + int64_t(r) * p.Hv) * p.dk + c, x0, x1);
-#endif
           }
-#if DT_EXP_FSTORE_G1
-      if (!p.pair) store_frags(g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk, r_acc, m0, n0, L, p.dk);
-#endif
     }
   }
   __syncthreads();  // (also: every warp is past its reads of dS1, so s_big is dead)
@@ -1935,14 +1830,15 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
     // pair sum to it (so [T, Hk, dk] f32 is written and read once, not [T, Hv, dk] twice)
     float* xbuf = reinterpret_cast<float*>(s_big);
     const bool sum = pair_sum_mode(r_acc, xbuf, s_bars + 2, p.pair, false);
-#if DT_EXP_DG_EARLY
+    // The pushing CTA's warps idle once pushed, while the pulling ones store dk: the dgamma epilogue
+    // (inputs complete at the exchange's first barrier) runs there (dqk 1368 -> 1352, wy 908 -> 899
+    // us under ncu on an H100, perf.md v0.36.0).
     if (p.pair == kPairPush) {  // rows 0..63 on the pushing group's first two warps, before the others' stores
       dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red, s_red2, s_ws, s_eg, L, sum ? C : (warp & 3) * 32 + lane);
       if (sum && active)
         store_frags(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, r_acc, m0, n0, L, p.dk);
       return;
     }
-#endif
     if (sum && active)
       store_frags(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, r_acc, m0, n0, L, p.dk);
     if (p.pair == kPairPull) cluster_wait();  // the partner has read this CTA's s_big before it exits
@@ -2243,13 +2139,9 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
       if (p.G == 1) {  // dk itself, as gsum would round it
         add_dkh_store(r_acc, m0, n0, L, p.dk, g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk, g_dk + vrow * p.dk, lane);
       } else if (!p.pair) {  // gsum adds the heads' dk2, then their dqk parts
-#if DT_EXP_FSTORE_G1
-        store_frags(g_dk2 + vrow * p.dk, int64_t(p.Hv) * p.dk, r_acc, m0, n0, L, p.dk);
-#else
         frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
           if (r < L && c < p.dk) store2(g_dk2 + (vrow + int64_t(r) * p.Hv) * p.dk + c, x0, x1);
         });
-#endif
       }
     }
     // dk of the key head = (this v-head's dk2 + the partner's) + dqk's pair sum, through s_dt and
@@ -2260,8 +2152,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
       const bool sum = pair_sum_mode(r_acc, xbuf, s_bars, p.pair);  // (pulled: waited for at the CTA's exit)
       if (sum && active)
         add_dkh_store(r_acc, m0, n0, L, p.dk, g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, g_dk + qrow * p.dk, lane);
-#if DT_EXP_DG_EARLY
-      if (p.pair == kPairPush) {  // uniform: every thread leaves here
+      if (p.pair == kPairPush) {  // uniform: every thread leaves here; steps 7 and 8 on the idle pushers (see dqk)
         const int w4 = warp & 3;  // the pushing group's first two warps, rows w4 * 32 + lane
         if (!sum && w4 < 2) {
           wy_dbeta_dgamma(w4 * 32 + lane, L, vrow, p.Hv, s_red, s_red2, s_eg, s_beta, s_db, s_dg, g_dgam, g_dbeta);
@@ -2270,7 +2161,6 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
         }
         return;
       }
-#endif
     }
   }
   __syncthreads();
