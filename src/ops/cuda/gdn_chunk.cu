@@ -106,12 +106,6 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef GDN_SOLVE_BLOCKED
 #define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
 #endif
-// Candidate (session 38, scripts/gpu_ab.sh; bit-preserving: each row's arithmetic unchanged)
-// DT_EXP_NORM_ROW2: the out and dvl kernels' gated-RMSNorm row loops unrolled by two, so that two
-// rows' serial chains (the squares' FMAs, the group sum's shuffles, rsqrt) can interleave.
-#ifndef DT_EXP_NORM_ROW2
-#define DT_EXP_NORM_ROW2 0
-#endif
 // The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
 // inside the causal triangle: gdn-math.md 10.3): ex2.approx of x log2(e), as Triton's exp (FLA)
 // computes it, 2 instructions instead of expf's ~10, relative error ~1e-6 at |x| <= 20 (measured
@@ -987,9 +981,6 @@ __global__ __launch_bounds__(kChunkThreads, kOutMinBlocks<T>) void out_kernel(
 #pragma unroll
   for (int sl = 0; sl < NS; ++sl) ew::load_param<V>(nrm.w, int64_t(lane + sl * tpr) * V, p.dv, nrm.w_vec != 0, r_w[sl]);
   const float inv_d = 1.f / float(p.dv);
-#if DT_EXP_NORM_ROW2
-#pragma unroll 2
-#endif
   for (int r = grp; r < C; r += gpb) {  // C is a multiple of gpb, or gpb > C: warp-uniform trips
     float r_o[NS][V], r_z[NS][V];
     float r_ss = 0.f;
@@ -1116,9 +1107,6 @@ __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(
       for (int e = 0; e < V; ++e) r_dw[sl][e] = 0.f;
     }
     const float inv_d = 1.f / float(p.dv);
-#if DT_EXP_NORM_ROW2
-#pragma unroll 2
-#endif
     for (int r = grp; r < C; r += gpb) {  // warp-uniform trips (see the out kernel's epilogue)
       float r_o[NS][V], r_z[NS][V], r_dy[NS][V];
       const float r_rstd = s_rs[r];

@@ -172,21 +172,8 @@ __device__ __forceinline__ float lg2_ftz(float x) {
 
 // Sum over the `width` lanes of an aligned lane group (width a power of two <= 32). All 32
 // lanes of the warp must call it. Butterfly order: the same bits on every run.
-// Candidate (session 38, scripts/gpu_ab.sh; bit-preserving: the same offsets in the same order)
-// DT_EXP_GSUM_UNROLL: the five offsets unrolled, each under a warp-uniform test, instead of a loop
-// over a runtime width (7 instructions a step; 5-7% of the out and dvl kernels' executed
-// instructions in ncu's source view, their gated RMSNorm's per-row sums).
-#ifndef DT_EXP_GSUM_UNROLL
-#define DT_EXP_GSUM_UNROLL 0
-#endif
 __device__ __forceinline__ float group_sum(float v, int width) {
-#if DT_EXP_GSUM_UNROLL
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1)
-    if (off < width) v += __shfl_xor_sync(0xffffffffu, v, off);
-#else
   for (int off = width >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-#endif
   return v;
 }
 
