@@ -106,14 +106,6 @@ template <class T> constexpr int LDV = BV + kPad<T>;
 #ifndef GDN_SOLVE_BLOCKED
 #define GDN_SOLVE_BLOCKED 1  // 16x16 block solve + merges (0: column-parallel forward substitution)
 #endif
-// Candidate (session 38, scripts/gpu_ab.sh; bit-preserving: the same rows through the same
-// arithmetic in the same order) DT_EXP_DVL_SPLIT: dvl's norm prologue loads dy, o, z in two
-// commit groups of 32 rows and starts on rows 0..31 while rows 32..63 (and Q, K, gamma for P)
-// still fly. ncu's source view (perf.md v0.36.0): 28% of dvl's stall samples sit on the one
-// cp.async wait for all of them.
-#ifndef DT_EXP_DVL_SPLIT
-#define DT_EXP_DVL_SPLIT 0
-#endif
 // The chunk kernels' natural exp (always of a chunk-local cumsum or a difference of them, <= 0
 // inside the causal triangle: gdn-math.md 10.3): ex2.approx of x log2(e), as Triton's exp (FLA)
 // computes it, 2 instructions instead of expf's ~10, relative error ~1e-6 at |x| <= 20 (measured
@@ -1084,23 +1076,6 @@ __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(
   const int tid = threadIdx.x, warp = tid >> 5, L = ci.L, Lk = round16(L);
   constexpr bool norm = NORM;
   if constexpr (NORM) {  // dy into dO's tile (made into dO in place), o, z, rstd
-#if DT_EXP_DVL_SPLIT
-    // two commit groups of C / 2 rows each (rstd with the first); a half without valid rows
-    // zero-fills from the tile's first row
-    constexpr int H = C / 2;
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int nv = min(L - hf * H, H), r0 = nv > 0 ? hf * H : 0;
-      load_ctile<H, D>(s_do + hf * H * LDD<T>, LDD<T>,
-          static_cast<const T*>(nrm.dy) + (ci.bos + r0) * nrm.sdy + int64_t(ci.h) * p.dv, nrm.sdy, nv, p.dv, tid);
-      load_ctile<H, D>(s_o + hf * H * LDD<T>, LDD<T>,
-          static_cast<const T*>(nrm.o) + ((ci.bos + r0) * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, nv, p.dv, tid);
-      load_ctile<H, D>(s_z + hf * H * LDD<T>, LDD<T>,
-          static_cast<const T*>(nrm.z) + (ci.bos + r0) * nrm.sz + int64_t(ci.h) * p.dv, nrm.sz, nv, p.dv, tid);
-      if (hf == 0) load_col(s_rs, nrm.rstd + ci.bos * p.Hv + ci.h, p.Hv, C, L, tid, kChunkThreads);
-      cp_commit();
-    }
-#else
     load_ctile<C, D>(s_do, LDD<T>, static_cast<const T*>(nrm.dy) + ci.bos * nrm.sdy + int64_t(ci.h) * p.dv,
         nrm.sdy, L, p.dv, tid);
     load_ctile<C, D>(s_o, LDD<T>, static_cast<const T*>(nrm.o) + (ci.bos * p.Hv + ci.h) * p.dv,
@@ -1108,7 +1083,6 @@ __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(
     load_ctile<C, D>(s_z, LDD<T>, static_cast<const T*>(nrm.z) + ci.bos * nrm.sz + int64_t(ci.h) * p.dv,
         nrm.sz, L, p.dv, tid);
     load_col(s_rs, nrm.rstd + ci.bos * p.Hv + ci.h, p.Hv, C, L, tid, kChunkThreads);
-#endif
   } else {
     load_ctile<C, D>(s_do, LDD<T>, g_do + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   }
@@ -1120,12 +1094,7 @@ __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(
     load_col(s_gam, g_gam + ci.bos * p.Hv + ci.h, p.Hv, C, L, tid, kChunkThreads);
   }
   cp_commit();
-#if DT_EXP_DVL_SPLIT
-  if constexpr (NORM) cp_wait<2>();  // rows 0 .. C/2 - 1 of dy, o, z and rstd
-  else cp_wait<0>();
-#else
   cp_wait<0>();
-#endif
   if (!g_P || norm) __syncthreads();
   if constexpr (NORM) {  // dO, dz per row (rows >= L load as zeros and stay zeros); dw's lane partials
     constexpr int V = 16 / int(sizeof(T)), NS = (256 / V + 31) / 32;  // gated_rmsnorm's slots per lane
@@ -1138,11 +1107,7 @@ __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(
       for (int e = 0; e < V; ++e) r_dw[sl][e] = 0.f;
     }
     const float inv_d = 1.f / float(p.dv);
-#if DT_EXP_DVL_SPLIT
-    auto row = [&](int r) {
-#else
     for (int r = grp; r < C; r += gpb) {  // warp-uniform trips (see the out kernel's epilogue)
-#endif
       float r_o[NS][V], r_z[NS][V], r_dy[NS][V];
       const float r_rstd = s_rs[r];
       float r_m = 0.f;  // sum(xh * w * dy0)
@@ -1187,17 +1152,7 @@ __global__ __launch_bounds__(kChunkThreads) void dvl_kernel(
           if (r < L) *reinterpret_cast<uint4*>(g_do + (t * p.Hv + ci.h) * p.dv + e0) = u;
         }
       }
-#if DT_EXP_DVL_SPLIT
-    };
-    int r = grp;  // warp-uniform trips (see the out kernel's epilogue), rows in the same order
-    for (; r < C / 2; r += gpb) row(r);
-    cp_wait<1>();  // rows C/2 .. C - 1
-    __syncthreads();
-    for (; r < C; r += gpb) row(r);
-    cp_wait<0>();  // Q, K, gamma for P (waited for by the barrier below)
-#else
     }
-#endif
     __syncthreads();  // dO complete; o and z are dead: their tile takes dw's group partials
     float* s_dw = reinterpret_cast<float*>(s_o);  // [gpb][dv] f32
 #pragma unroll
