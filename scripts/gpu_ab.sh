@@ -160,6 +160,21 @@ for n in names:
             head = [short(x[k]) for x in rows]
             print(f"{'':10s}" + "".join(f"{h:>13s}" for h in head) + f"{'all':>9s}")
         print(f"{n:10s}" + "".join(f"{u:13.1f}" for u in us) + f"{sum(us) / 1e3:9.3f}")
+# DRAM read + write bytes over time (TB/s), the first round of each variant: a streaming kernel
+# reaches ~3.0 on an H100 (docs/perf.md v0.36.0), so the gap to it is the room a kernel has
+print("== ncu, DRAM TB/s per kernel (read + write bytes / time), first round")
+BY = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
+for n in names:
+    p = f"{L}/ncu_{n}_1.csv"
+    if not os.path.exists(p):
+        continue
+    hdr, units, rows = raw_csv(open(p).read().splitlines())
+    ix = {h: i for i, h in enumerate(hdr)}
+    tcol, rd, wr = ix["gpu__time_duration.sum"], ix["dram__bytes_read.sum"], ix["dram__bytes_write.sum"]
+    def tbs(x):
+        b = float(x[rd].replace(",", "")) * BY[units[rd]] + float(x[wr].replace(",", "")) * BY[units[wr]]
+        return b / (float(x[tcol].replace(",", "")) * US_PER[units[tcol]] * 1e-6) / 1e12
+    print(f"{n:10s}" + "".join(f"{tbs(x):13.2f}" for x in rows))
 EOF
 
 if [ "${LAYER:-0}" = 1 ]; then

@@ -320,6 +320,9 @@ __device__ __forceinline__ void pdl_trigger() {
 // thread adds those 32 sums in index order. `Out` is a small functor that applies the result
 // (e.g. g_out[c] += v).
 constexpr int kColsumX = 32, kColsumY = 32;
+#ifndef DT_EXP_COLSUM_WIDE
+#define DT_EXP_COLSUM_WIDE 0
+#endif
 // One block's kColsumX columns [blk * kColsumX, ...) of the reduction (blockDim = kColsumX x kColsumY).
 template <class Out>
 __device__ __forceinline__ void colsum_block(Out out, const float* __restrict__ g_part, int64_t nparts, int64_t ncols,
@@ -332,6 +335,19 @@ __device__ __forceinline__ void colsum_block(Out out, const float* __restrict__ 
     // Eight independent loads in flight (the reduction is latency-bound), summed in order b,
     // b+32, b+64, ...
     constexpr int kInFlight = 8;
+#if DT_EXP_COLSUM_WIDE
+    // Candidate (session 38, scripts/gpu_ab.sh; bit-preserving: the same adds in the same order):
+    // 32 loads in flight first. dvl's norm-weight reduction (16384 partials, 128 columns: four
+    // blocks) took 35 us at 0.24 TB/s, 64 rounds of 8 loads per thread, each a DRAM latency.
+    constexpr int kWide = 32;
+    for (; b + (kWide - 1) * kColsumY < nparts; b += kWide * kColsumY) {
+      float v[kWide];
+#pragma unroll
+      for (int i = 0; i < kWide; ++i) v[i] = g_part[(b + i * kColsumY) * ncols + c];
+#pragma unroll
+      for (int i = 0; i < kWide; ++i) r_acc += v[i];
+    }
+#endif
     for (; b + (kInFlight - 1) * kColsumY < nparts; b += kInFlight * kColsumY) {
       float v[kInFlight];
 #pragma unroll
