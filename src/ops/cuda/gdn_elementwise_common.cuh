@@ -323,6 +323,19 @@ constexpr int kColsumX = 32, kColsumY = 32;
 #ifndef DT_EXP_COLSUM_WIDE
 #define DT_EXP_COLSUM_WIDE 0
 #endif
+// Column c's partials b, b + kColsumY, ... in batches of W loads in flight, added to r_acc in that
+// order, while a whole batch remains; b is left at the first partial not taken.
+template <int W>
+__device__ __forceinline__ void colsum_batches(float& r_acc, int64_t& b, const float* __restrict__ g_part,
+                                               int64_t nparts, int64_t ncols, int64_t c) {
+  for (; b + (W - 1) * kColsumY < nparts; b += W * kColsumY) {
+    float v[W];
+#pragma unroll
+    for (int i = 0; i < W; ++i) v[i] = g_part[(b + i * kColsumY) * ncols + c];
+#pragma unroll
+    for (int i = 0; i < W; ++i) r_acc += v[i];
+  }
+}
 // One block's kColsumX columns [blk * kColsumX, ...) of the reduction (blockDim = kColsumX x kColsumY).
 template <class Out>
 __device__ __forceinline__ void colsum_block(Out out, const float* __restrict__ g_part, int64_t nparts, int64_t ncols,
@@ -332,29 +345,14 @@ __device__ __forceinline__ void colsum_block(Out out, const float* __restrict__ 
   float r_acc = 0.f;
   if (c < ncols) {
     int64_t b = ty;
-    // Eight independent loads in flight (the reduction is latency-bound), summed in order b,
-    // b+32, b+64, ...
-    constexpr int kInFlight = 8;
 #if DT_EXP_COLSUM_WIDE
     // Candidate (session 38, scripts/gpu_ab.sh; bit-preserving: the same adds in the same order):
     // 32 loads in flight first. dvl's norm-weight reduction (16384 partials, 128 columns: four
     // blocks) took 35 us at 0.24 TB/s, 64 rounds of 8 loads per thread, each a DRAM latency.
-    constexpr int kWide = 32;
-    for (; b + (kWide - 1) * kColsumY < nparts; b += kWide * kColsumY) {
-      float v[kWide];
-#pragma unroll
-      for (int i = 0; i < kWide; ++i) v[i] = g_part[(b + i * kColsumY) * ncols + c];
-#pragma unroll
-      for (int i = 0; i < kWide; ++i) r_acc += v[i];
-    }
+    colsum_batches<32>(r_acc, b, g_part, nparts, ncols, c);
 #endif
-    for (; b + (kInFlight - 1) * kColsumY < nparts; b += kInFlight * kColsumY) {
-      float v[kInFlight];
-#pragma unroll
-      for (int i = 0; i < kInFlight; ++i) v[i] = g_part[(b + i * kColsumY) * ncols + c];
-#pragma unroll
-      for (int i = 0; i < kInFlight; ++i) r_acc += v[i];
-    }
+    // Eight independent loads in flight (the reduction is latency-bound)
+    colsum_batches<8>(r_acc, b, g_part, nparts, ncols, c);
     for (; b < nparts; b += kColsumY) r_acc += g_part[b * ncols + c];
   }
   s_sum[ty][tx] = r_acc;
