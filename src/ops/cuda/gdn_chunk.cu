@@ -385,7 +385,8 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   T* s_v = reinterpret_cast<T*>(smem + S::v);
   float* s_a = reinterpret_cast<float*>(smem + S::a);
   float* s_tm = reinterpret_cast<float*>(smem + S::tm);
-  T* s_tmt = reinterpret_cast<T*>(smem + S::tmt);
+  T* s_tmt = reinterpret_cast<T*>(smem + S::tmt);  // W's operand Tm diag(beta e^gamma)
+  T* s_tmu = reinterpret_cast<T*>(smem + S::tmu);  // U's operand Tm diag(beta)
   float* s_gam = reinterpret_cast<float*>(smem + S::gam);
   float* s_beta = reinterpret_cast<float*>(smem + S::beta);
   float* s_eg = reinterpret_cast<float*>(smem + S::eg);
@@ -510,7 +511,7 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   // A is dead: V takes its place while Tm is rounded.
   load_ctile<C, D>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
   cp_commit();
-  // Tm -> T (the MMA operand, over the fp32 Tm through registers, and the backward's copy)
+  // Tm -> T: W's and U's scaled MMA operands (over the fp32 Tm, through registers) and the backward's copy
   constexpr int NQ = C * C / 4 / kChunkThreads;  // float4 groups per thread
   static_assert(NQ * 4 * kChunkThreads == C * C, "every Tm element in exactly one thread's registers");
   {
@@ -535,7 +536,6 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
     for (int j = 0; j < NQ; ++j) {
       const int idx = tid + j * kChunkThreads, r = idx >> 4, c = (idx & 15) * 4;
       // columns c..c+3: W's operand Tm diag(beta e^gamma) and U's Tm diag(beta), each rounded once
-      T* s_tmu = reinterpret_cast<T*>(smem + S::tmu);
       store2(s_tmt + r * LDC<T> + c, r_t[j].x * (b.x * e.x), r_t[j].y * (b.y * e.y));
       store2(s_tmt + r * LDC<T> + c + 2, r_t[j].z * (b.z * e.z), r_t[j].w * (b.w * e.w));
       store2(s_tmu + r * LDC<T> + c, r_t[j].x * b.x, r_t[j].y * b.y);
@@ -545,7 +545,7 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
   cp_wait<0>();
   __syncthreads();
 
-  // W = Tm Kb [C, dk], U = Tm Vb [C, dv]
+  // W = (Tm diag(beta e^gamma)) K [C, dk], U = (Tm diag(beta)) V [C, dv]
   {
     const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1);
     const int Lk = round16(L);
@@ -558,7 +558,7 @@ __global__ __launch_bounds__(kChunkThreads, kPrepMinBlocks<T>) void prep_kernel(
     if (m0 < L && n0 < p.dv) {
       float r_acc[2][4][4];
       zero(r_acc);
-      warp_gemm<2, 4, false, false>(r_acc, reinterpret_cast<const T*>(smem + S::tmu), LDC<T>, s_v, LDD<T>, m0, n0, Lk);
+      warp_gemm<2, 4, false, false>(r_acc, s_tmu, LDC<T>, s_v, LDD<T>, m0, n0, Lk);
       store_frags(g_U + (ci.bos * p.Hv + ci.h) * p.dv, int64_t(p.Hv) * p.dv, r_acc, m0, n0, L, p.dv);
     }
   }
