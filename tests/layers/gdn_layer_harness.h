@@ -194,7 +194,8 @@ constexpr double kNoiseMargin = 4;
 // gentle_a_log: set_gentle_a_log on the layer (the CPU parallel-vs-serial check; pass the same
 // to check_gdn_layout). noise_floor: also R.noise_grads, the serial run again on x (1 + d),
 // d ~ U(-2^-23, 2^-23) per element, about one rounding of each input, as the TP/SP/CP splits
-// round differently. Most gradients move ~1e-7 and keep the 1e-5 bound. The per-head gate
+// round differently. Most gradients move ~1e-7 and keep the 1e-5 bound; on some seeds the
+// conv1d and in_proj_qkv weights' floors x 4 reach ~1.2e-5 (seed 1000 at np 4). The per-head gate
 // gradients A_log and dt_bias are a few sums over all tokens with cancellation, and on some seeds
 // their own floor is above 1e-5, so their bound follows it there:
 // - DT_TEST_SEED=1796545223217917732: rank 3 of tp 4 read 1.30e-5 for A_log, floor 3.4e-5;
@@ -236,26 +237,29 @@ inline std::vector<double> masked_rows(const TensorView& t, const std::vector<in
   return v;
 }
 
-// The comparison every parallel-vs-serial layer test makes: y at real rows (mask), dX
-// everywhere (exactly 0 at pad rows when `pads_exact`: dy is 0 there and pads feed nothing
-// real), and every weight gradient sliced to this rank's TP shard; rel. L2 < tol.
-// A gradient's bound on this rank's shard: max(tol, kNoiseMargin x the rel. L2 of the perturbed
-// serial run's gradient from the serial one there), or tol without a noise floor.
-inline double grad_bound(double tol, const std::vector<Tensor>* noise_grads, const std::vector<Tensor>& ref_grads,
-                         const model::ParamSpec& spec, size_t k, int tp, int tp_rank) {
-  if (!noise_grads) return tol;
-  Tensor want = Tensor::empty(model::local_shape(spec, tp), DType::f32), noisy = Tensor::empty(want.shape(), DType::f32);
-  model::shard_from_global(want, ref_grads[k], spec, tp, tp_rank);
-  model::shard_from_global(noisy, (*noise_grads)[k], spec, tp, tp_rank);
-  return std::max(tol, kNoiseMargin * compare(noisy, want).rel_l2);
+// kNoiseMargin x each gradient's noise floor on this rank's TP shard (the rel. L2 of R.noise_grads
+// from R.out.grads there), or none without a floor: the bound a gradient check takes above its tol.
+inline std::vector<double> grad_noise_bounds(const GdnReference& R, int tp, int tp_rank) {
+  std::vector<double> b;
+  for (size_t k = 0; k < R.noise_grads.size(); ++k) {
+    Tensor want = Tensor::empty(model::local_shape(R.specs[k], tp), DType::f32);
+    Tensor noisy = Tensor::empty(want.shape(), DType::f32);
+    model::shard_from_global(want, R.out.grads[k], R.specs[k], tp, tp_rank);
+    model::shard_from_global(noisy, R.noise_grads[k], R.specs[k], tp, tp_rank);
+    b.push_back(kNoiseMargin * compare(noisy, want).rel_l2);
+  }
+  return b;
 }
 
-// noise_grads (gdn_reference's noise floor): each gradient's bound is grad_bound's.
+// The comparison every parallel-vs-serial layer test makes: y at real rows (mask), dX
+// everywhere (exactly 0 at pad rows when `pads_exact`: dy is 0 there and pads feed nothing
+// real), and every weight gradient sliced to this rank's TP shard; rel. L2 < tol, or for
+// gradient k < noise_bounds.size() < max(tol, noise_bounds[k]) (grad_noise_bounds).
 inline void expect_matches_serial(const Tensor& y, const Tensor& dx, const std::vector<Tensor>& grads,
                                   const TensorView& y_want, const TensorView& dx_want,
                                   const std::vector<Tensor>& ref_grads, const std::vector<model::ParamSpec>& specs,
                                   const std::vector<int32_t>& mask, int tp, int tp_rank, double tol, bool pads_exact,
-                                  const std::vector<Tensor>* noise_grads = nullptr) {
+                                  const std::vector<double>& noise_bounds = {}) {
   const int64_t H = y.shape()[1];
   EXPECT_TRUE(close_rel(masked_rows(y, mask), masked_rows(y_want, mask), tol)) << "y at real rows";
   EXPECT_TRUE(close_rel(dx, dx_want, tol)) << "dx";
@@ -267,10 +271,10 @@ inline void expect_matches_serial(const Tensor& y, const Tensor& dx, const std::
   for (size_t k = 0; k < specs.size(); ++k) {
     Tensor want = Tensor::empty(model::local_shape(specs[k], tp), DType::f32);
     model::shard_from_global(want, ref_grads[k], specs[k], tp, tp_rank);
-    const double bound = grad_bound(tol, noise_grads, ref_grads, specs[k], k, tp, tp_rank);
+    const double bound = k < noise_bounds.size() ? std::max(tol, noise_bounds[k]) : tol;
     if (bound > tol)
-      fmt::print("[rank {}] {}: its noise floor x {} = {:.2e} bounds it (above {:.0e})\n", dist::world_rank(), specs[k].name,
-                 kNoiseMargin, bound, tol);
+      fmt::print("[rank {}] {}: its noise floor x {} = {:.2e} bounds it (above {:.0e})\n", dist::world_rank(),
+                 specs[k].name, kNoiseMargin, bound, tol);
     EXPECT_TRUE(close_rel(grads[k], want, bound)) << specs[k].name << " (bound " << bound << ")";
   }
 }
@@ -337,7 +341,7 @@ inline void check_gdn_layout(const GdnLayout& L, const layers::GdnConfig& cfg, c
     if (cp == 1) break;  // no all-to-all to compare
   }
   const GdnRun& o = outs[0];
-  const std::vector<Tensor>* noise = R.noise_grads.empty() ? nullptr : &R.noise_grads;
+  const std::vector<double> noise = grad_noise_bounds(R, L.tp, pg.coord.tp);  // empty without a floor
   expect_matches_serial(o.y, o.dx, o.grads, y_want, dx_want, R.out.grads, R.specs, mask, L.tp, pg.coord.tp, tol,
                         dev.is_cpu(), noise);
   // The current ctx with the element-wise activations kept instead of recomputed, and with v
@@ -379,7 +383,7 @@ inline void check_gdn_layout(const GdnLayout& L, const layers::GdnConfig& cfg, c
     EXPECT_TRUE(close_rel(g.y, o.y, act_tol)) << "y all_gather vs all_to_all";
     EXPECT_TRUE(close_rel(g.dx, o.dx, act_tol)) << "dx all_gather vs all_to_all";
     for (size_t k = 0; k < o.grads.size(); ++k) {
-      const double bound = grad_bound(grad_tol, noise, R.out.grads, R.specs[k], k, L.tp, pg.coord.tp);
+      const double bound = k < noise.size() ? std::max(grad_tol, noise[k]) : grad_tol;
       EXPECT_TRUE(close_rel(g.grads[k], o.grads[k], bound)) << R.specs[k].name << " all_gather vs all_to_all";
       grad_err = std::max(grad_err, compare(g.grads[k], o.grads[k]).rel_l2);
     }
