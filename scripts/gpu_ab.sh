@@ -161,7 +161,8 @@ for n in names:
             print(f"{'':10s}" + "".join(f"{h:>13s}" for h in head) + f"{'all':>9s}")
         print(f"{n:10s}" + "".join(f"{u:13.1f}" for u in us) + f"{sum(us) / 1e3:9.3f}")
 # DRAM read + write bytes over time (TB/s), the first round of each variant: a streaming kernel
-# reaches ~3.0 on an H100 (docs/perf.md v0.36.0), so the gap to it is the room a kernel has
+# (out, dvl, the conv backward) reaches ~2.87 on an H100 (docs/perf.md v0.36.0), so the gap to
+# it is the room a kernel has
 print("== ncu, DRAM TB/s per kernel (read + write bytes / time), first round")
 BY = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
 for n in names:
