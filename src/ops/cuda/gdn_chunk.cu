@@ -303,11 +303,19 @@ __device__ __forceinline__ ChunkIdx chunk_idx(const Params& p) {
 // is valid (every chunk but a sequence's last, at dk = dv = D), else load_tile's zero-filling loop.
 // The same copies either way; the full form spends one add per copy on addresses instead of
 // load_tile's ~28 instructions (docs/perf.md v0.8.0, where the serial kernels got it).
-template <int ROWS, int COLS, class T>
+template <int ROWS, int COLS, L2Hint H = kL2Normal, class T>
 __device__ __forceinline__ void load_ctile(T* s, int lds, const T* g, int64_t gstride, int nvalid, int ncols, int tid) {
-  if (nvalid == ROWS && ncols == COLS) load_tile_full<T, ROWS, COLS, kChunkThreads>(s, lds, g, gstride, tid);
-  else load_tile(s, lds, g, gstride, ROWS, nvalid, ncols, COLS, tid, kChunkThreads);
+  if (nvalid == ROWS && ncols == COLS) load_tile_full<T, ROWS, COLS, kChunkThreads, H>(s, lds, g, gstride, tid);
+  else load_tile<H>(s, lds, g, gstride, ROWS, nvalid, ncols, COLS, tid, kChunkThreads);
 }
+#ifndef DT_EXP_EVF
+#define DT_EXP_EVF 0
+#endif
+// Candidate (session 39): dqk's and wy's tiles read for the last time (dO, S0, dDelta, dS1 and
+// Delta's second load; wy's dDelta, V, Tm, dW) loaded with L2 evict_first, so that the lines read
+// again (dS1 after state_dot, Delta, the cluster pair's K and Q, wy's prefetched phase II) stay.
+// dqk read 2.43 GB against ~2.15 GB of distinct bytes (perf.md v0.36.0).
+constexpr L2Hint kLastRead = DT_EXP_EVF ? kL2EvictFirst : kL2Normal;
 
 // A warp's fragment tile ([16 WM][8 WN] at m0, n0, warp_gemm's ownership) to global, element
 // (r, c) at g + r * ld + c, each pair through f(r, x0, x1) first. A tile whose every element is
@@ -1689,12 +1697,12 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   const int row_bytes = p.dk * int(sizeof(T));
   prefetch_l2_rows<kLpr>(g_q + qrow * p.dk, int64_t(p.Hk) * row_bytes, L, row_bytes, tid);
   if constexpr (sizeof(T) == 2) prefetch_l2_rows<kLpr>(g_dS1 + sbase, int64_t(p.dv) * sizeof(T), p.dk, p.dv * 2, tid);
-  load_ctile<C, D>(s_x1, LDD<T>, g_do + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
+  load_ctile<C, D, kLastRead>(s_x1, LDD<T>, g_do + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   load_ctile<C, D>(s_x2, LDD<T>, g_D + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
   cp_commit();
   load_ctile<C, D>(s_x3, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, L, p.dk, tid);
-  load_ctile<D, D>(s_big, LDD<T>, g_h + sbase, p.dv, p.dk, p.dv, tid);
+  load_ctile<D, D, kLastRead>(s_big, LDD<T>, g_h + sbase, p.dv, p.dk, p.dv, tid);
   cp_commit();
   cp_wait<1>();  // dO, Delta and gamma: ds is computed while K and S0 land
   __syncthreads();
@@ -1757,7 +1765,7 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   }
   if (p.done && tid == 0) serial_wait(p, ci.c);  // dDelta and dS1 come from the rev kernel (with_serial_pdl)
   __syncthreads();  // dO is dead: dDelta takes its tile
-  load_ctile<C, D>(s_x1, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
+  load_ctile<C, D, kLastRead>(s_x1, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   cp_commit();
   if constexpr (sizeof(T) == 2)  // step 5's Delta (read at the start) kept in, or brought back to, L2
     prefetch_l2_rows<kLpr>(g_D + vrow * p.dv, int64_t(p.Hv) * p.dv * sizeof(T), L, p.dv * 2, tid);
@@ -1774,8 +1782,8 @@ __global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
   }
   if (tid < C) s_dgq[tid] = s_red[tid] + s_red[C + tid] + s_red[2 * C + tid] + s_red[3 * C + tid];
   __syncthreads();
-  load_ctile<D, D>(s_big, LDD<T>, g_dS1 + sbase, p.dv, p.dk, p.dv, tid);
-  load_ctile<C, D>(s_x1, LDD<T>, g_D + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);  // Delta again; Q in s_x2
+  load_ctile<D, D, kLastRead>(s_big, LDD<T>, g_dS1 + sbase, p.dv, p.dk, p.dv, tid);
+  load_ctile<C, D, kLastRead>(s_x1, LDD<T>, g_D + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);  // Delta again; Q in s_x2
   cp_commit();
   // Step 5's ds^T Q needs neither dS1 nor Delta, so it runs while they land (every Q window is
   // visible since the barriers after step 2): dqk -15 us, the same bits (perf.md v0.25.0).
@@ -2002,9 +2010,9 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     prefetch_l2_rows<2>(g_k + qrow * p.dk, int64_t(p.Hk) * p.dk * 2, L, p.dk * 2, tid - 128);
   }
   // Phase I: dDelta, V, Tm, gamma, beta.
-  load_ctile<C, D>(s_dd, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
-  load_ctile<C, D>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
-  load_ctile<C, C>(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, tid);
+  load_ctile<C, D, kLastRead>(s_dd, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
+  load_ctile<C, D, kLastRead>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
+  load_ctile<C, C, kLastRead>(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, tid);
   load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
   load_col(s_beta, g_beta + vrow, p.Hv, C, L, tid, kChunkThreads);
   cp_commit();
@@ -2039,7 +2047,7 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
   prefetch_l2_rows<1>(g_dgam + vrow, int64_t(p.Hv) * 4, L, 4, tid);
   // (load_tile here, not load_ctile: the full form's second address set spilled at 80 registers;
   // load_ctile no longer spills since v0.22.0 but measured 890-895 us against 873-885, v0.24.0)
-  load_tile(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_tile<kLastRead>(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
   load_tile(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
   cp_commit();
   cp_wait<0>();

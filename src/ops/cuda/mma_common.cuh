@@ -55,6 +55,20 @@ __device__ __forceinline__ void cp_async4(void* s, const void* g, bool ok) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(s)), "l"(g), "r"(ok ? 4 : 0)
                : "memory");
 }
+// L2 eviction priority of a tile load: kL2Normal, or kL2EvictFirst for a tile read for the last
+// time, so that its lines leave L2 before those the kernel (or its cluster partner) reads again.
+enum L2Hint { kL2Normal, kL2EvictFirst };
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+// cp_async16 with the L2 eviction policy pol (createpolicy)
+__device__ __forceinline__ void cp_async16_pol(uint32_t sa, const void* g, int bytes, uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(sa), "l"(g), "r"(bytes),
+               "l"(pol)
+               : "memory");
+}
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
@@ -72,15 +86,20 @@ __device__ __forceinline__ void prefetch_l2_rows(const void* g, int64_t stride_b
 
 // s[r*lds + c] = g[r*gstride + c] for r < nvalid, c < ncols; zero for the rest of [rows) x [cols).
 // ncols and cols are multiples of the 16-byte vector width.
-template <class T>
+template <L2Hint H = kL2Normal, class T>
 __device__ __forceinline__ void load_tile(T* s, int lds, const T* g, int64_t gstride, int rows, int nvalid, int ncols,
                                           int cols, int tid, int nthr) {
   constexpr int V = kPad<T>;
   const int vpr = cols / V;
+  [[maybe_unused]] uint64_t pol = 0;
+  if constexpr (H == kL2EvictFirst) pol = l2_policy_evict_first();
   for (int idx = tid; idx < rows * vpr; idx += nthr) {
     const int r = idx / vpr, c = (idx - r * vpr) * V;
     const bool ok = r < nvalid && c < ncols;
-    cp_async16(s + r * lds + c, ok ? g + r * gstride + c : g, ok);
+    if constexpr (H == kL2EvictFirst)
+      cp_async16_pol(smem_addr(s + r * lds + c), ok ? g + r * gstride + c : g, ok ? 16 : 0, pol);
+    else
+      cp_async16(s + r * lds + c, ok ? g + r * gstride + c : g, ok);
   }
 }
 // load_tile for a tile with every element valid (nvalid = ROWS, ncols = COLS), sizes known at
@@ -88,7 +107,7 @@ __device__ __forceinline__ void load_tile(T* s, int lds, const T* g, int64_t gst
 // and global addresses are computed once and each copy is one add and one LDGSTS (the generic
 // loop spends ~28 instructions a copy on divisions, 64-bit products and predicates; on the serial
 // kernels' critical path that was ~20-25% of a chunk step's instructions, docs/perf.md v0.8.0).
-template <class T, int ROWS, int COLS, int NTHR>
+template <class T, int ROWS, int COLS, int NTHR, L2Hint H = kL2Normal>
 __device__ __forceinline__ void load_tile_full(T* s, int lds, const T* g, int64_t gstride, int tid) {
   constexpr int V = kPad<T>, VPR = COLS / V, RSTEP = NTHR / VPR, N = ROWS * VPR / NTHR;
   static_assert(COLS % V == 0 && NTHR % VPR == 0 && (ROWS * VPR) % NTHR == 0, "load_tile_full: tile / thread shape");
@@ -96,9 +115,15 @@ __device__ __forceinline__ void load_tile_full(T* s, int lds, const T* g, int64_
   const unsigned sa = smem_addr(s + r * lds + c), sstep = unsigned(RSTEP * lds * sizeof(T));
   const T* gp = g + r * gstride + c;
   const int64_t gstep = RSTEP * gstride;
+  [[maybe_unused]] uint64_t pol = 0;
+  if constexpr (H == kL2EvictFirst) pol = l2_policy_evict_first();
 #pragma unroll
-  for (int i = 0; i < N; ++i)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa + i * sstep), "l"(gp + i * gstep) : "memory");
+  for (int i = 0; i < N; ++i) {
+    if constexpr (H == kL2EvictFirst)
+      cp_async16_pol(sa + i * sstep, gp + i * gstep, 16, pol);
+    else
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa + i * sstep), "l"(gp + i * gstep) : "memory");
+  }
 }
 // s[i] = g[i*stride] for i < nvalid, 0 for nvalid <= i < n (fp32 columns such as gamma, beta).
 __device__ __forceinline__ void load_col(float* s, const float* g, int64_t stride, int n, int nvalid, int tid,
