@@ -20,7 +20,6 @@
 //     the forward's P and from dvl's
 //   * token-strided v / dv (column views, as the layer passes them) give the contiguous bits
 //   * G == 2's GQA sum in clusters of two CTAs (DT_GDN_GQA_PAIR) gives gsum's bits
-//   * dqk and wy as one kernel (DT_GDN_DQKWY=1) give the two kernels' bits
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -840,56 +839,6 @@ TEST(GdnChunkCuda, GqaPairEnvErrors) {
   pair.set("yes");
   EXPECT_DEATH(run(t, make_inputs(t, true, 520), Device::cuda(), DType::bf16),
                "DT_GDN_GQA_PAIR='yes' is not one of: 0 ");
-}
-
-// DT_GDN_DQKWY=1: dqk and wy as one kernel (bf16, G == 2 in pushed pairs) give the two kernels'
-// bits: the same products and sums in the same order, wy's tiles over dqk's dead ones (a tile
-// read before its last writer is done shows as a mismatch, a lost mbarrier arrive as a hang). With
-// the serial grids' overlap (PDL), saved intermediates or not, partial and empty sequences, dk < 128
-// (rank 0 holds every column) and an inactive warp pair; G == 1 and f32 ignore it.
-TEST(GdnChunkCuda, DqkWyFusedSameBits) {
-  const ScopedEnv fused("DT_GDN_DQKWY");
-  const std::vector<int32_t> lens{1500, 1, 1250, 64, 0, 2049, 350, 129, 1000, 65,
-                                  900, 150, 1750, 5, 1100, 750, 450, 1300, 63, 600};
-  const std::vector<Case> cases{
-      {"d128 G2 h0+dht (PDL grid)", lens, 4, 8, 128, 128, true, true},
-      {"mix G2 d32 h0+dht", {1, 2, 63, 64, 65, 127, 1000, 4097}, 2, 4, 32, 32, true, true},
-      {"d64 dk < 128", {65, 1, 0, 300, 128, 0}, 2, 4, 64, 64, true, false},
-      {"dk96 dv80: an inactive warp pair", {70, 64, 129, 1}, 1, 2, 96, 80, true, true},
-      {"dk64 dv128 G1 (ignored)", {65, 1, 300}, 2, 2, 64, 128, false, true},
-  };
-  uint64_t salt = 1400;
-  for (DType dt : {DType::bf16, DType::f32})
-    for (const Case& c : cases)
-      for (bool save : {true, false}) {
-        if (dt == DType::f32 && (save || c.dk != 128)) continue;
-        SCOPED_TRACE(std::string(dt::dtype_name(dt)) + " " + c.name + (save ? ", saved" : ""));
-        const Inputs in = make_inputs(c, dt == DType::bf16, ++salt);
-        fused.set("0");
-        const auto ref = to_vecs(run(c, in, Device::cuda(), dt, true, save));
-        fused.set("1");
-        for (int rep = 0; rep < 3; ++rep) {
-          const auto got = to_vecs(run(c, in, Device::cuda(), dt, true, save));
-          for (int i = 0; i < 8; ++i)
-            EXPECT_TRUE(bitwise_eq(ref[i], got[i])) << "DT_GDN_DQKWY=1 vs 0, run " << rep << ": " << kNames[i];
-        }
-      }
-  {  // v and dv as token-strided column views, as the layer passes them
-    const Case& c = cases[0];
-    SCOPED_TRACE(c.name + ", strided v");
-    const Inputs in = make_inputs(c, true, ++salt);
-    fused.set("0");
-    const auto ref = to_vecs(run(c, in, Device::cuda(), DType::bf16, true, false, 8));
-    fused.set("1");
-    const auto got = to_vecs(run(c, in, Device::cuda(), DType::bf16, true, false, 8));
-    for (int i = 0; i < 8; ++i) EXPECT_TRUE(bitwise_eq(ref[i], got[i])) << "strided v: " << kNames[i];
-  }
-}
-TEST(GdnChunkCuda, DqkWyEnvErrors) {
-  const ScopedEnv fused("DT_GDN_DQKWY");
-  const Case t{"tiny G2", {65, 3}, 1, 2, 32, 32, false, false};
-  fused.set("2");
-  EXPECT_DEATH(run(t, make_inputs(t, true, 1450), Device::cuda(), DType::bf16), "DT_GDN_DQKWY='2' is not one of: 0 ");
 }
 
 // The per-chunk kernels (prep, out, dvl, dqk, wy) launch on [Hv, chunks] in slabs of at most 65535

@@ -1655,11 +1655,9 @@ template <class T> constexpr int kDqkMinBlocks = sizeof(T) == 2 ? 2 : 1;
 static_assert(kDqkMinBlocks<bf16> * (DqkSmem<bf16>::bytes + kSmemReservedPerCta) <= kSmemPerSm,
               "dqk: two bf16 CTAs per SM");
 
-// dqk's body: dqk_kernel, or with Fused the first part of dqkwy_kernel (which also loads wy's Tm
-// into s_tm with dDelta, brings wy's V into L2, and initialises wy's two exchange mbarriers with its own).
-template <class T, bool Fused>
-__device__ __forceinline__ void dqk_body(
-    unsigned char* smem, const Params& p, const T* __restrict__ g_q,
+template <class T>
+__global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
+    Params p, const T* __restrict__ g_q,
     const T* __restrict__ g_k,
     const float* __restrict__ g_gam,
     const T* __restrict__ g_do, const T* __restrict__ g_D,
@@ -1669,8 +1667,8 @@ __device__ __forceinline__ void dqk_body(
     T* __restrict__ g_dq,        // [T, Hk, dk] (=), G == 1
     float* __restrict__ g_dkh,   // [T, Hv, dk] (=); with p.pair [T, Hk, dk]: the key head's two v-heads summed
     T* __restrict__ g_dW,        // [T, Hv, dk] (=)
-    float* __restrict__ g_dgam,  // [T, Hv] (=)
-    const T* __restrict__ g_Tm = nullptr, const T* __restrict__ g_v = nullptr, T* s_tm = nullptr) {  // Fused
+    float* __restrict__ g_dgam) {  // [T, Hv] (=)
+  extern __shared__ __align__(16) unsigned char smem[];
   using S = DqkSmem<T>;
   T* s_x1 = reinterpret_cast<T*>(smem + S::x1);
   T* s_x2 = reinterpret_cast<T*>(smem + S::x2);
@@ -1686,7 +1684,7 @@ __device__ __forceinline__ void dqk_body(
   float* s_red2 = reinterpret_cast<float*>(smem + S::red2);
   float* s_ws = reinterpret_cast<float*>(smem + S::ws);
   uint64_t* s_bars = reinterpret_cast<uint64_t*>(smem + S::bars);
-  if (p.pair == kPairPush) pair_push_init<Fused ? 6 : 4>(s_bars);
+  if (p.pair == kPairPush) pair_push_init<4>(s_bars);
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L, Lk = round16(L);
   const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
@@ -1767,13 +1765,7 @@ __device__ __forceinline__ void dqk_body(
   }
   if (p.done && tid == 0) serial_wait(p, ci.c);  // dDelta and dS1 come from the rev kernel (with_serial_pdl)
   __syncthreads();  // dO is dead: dDelta takes its tile
-  if constexpr (Fused) {  // wy's Tm with dDelta (waited for before step 3), its V into L2
-    load_ctile<C, D>(s_x1, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);  // read again by wy
-    load_ctile<C, C, kLastRead>(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, tid);
-    if constexpr (sizeof(T) == 2) prefetch_l2_rows<2>(g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv * 2, L, p.dv * 2, tid);
-  } else {
-    load_ctile<C, D, kLastRead>(s_x1, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
-  }
+  load_ctile<C, D, kLastRead>(s_x1, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
   cp_commit();
   if constexpr (sizeof(T) == 2)  // step 5's Delta (read at the start) kept in, or brought back to, L2
     prefetch_l2_rows<kLpr>(g_D + vrow * p.dv, int64_t(p.Hv) * p.dv * sizeof(T), L, p.dv * 2, tid);
@@ -1860,15 +1852,6 @@ __device__ __forceinline__ void dqk_body(
     if (p.pair == kPairPull) cluster_wait();  // the partner has read this CTA's s_big before it exits
   }
   dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red, s_red2, s_ws, s_eg, L, tid);
-}
-template <class T>
-__global__ __launch_bounds__(kChunkThreads, kDqkMinBlocks<T>) void dqk_kernel(
-    Params p, const T* __restrict__ g_q, const T* __restrict__ g_k, const float* __restrict__ g_gam,
-    const T* __restrict__ g_do, const T* __restrict__ g_D, const T* __restrict__ g_dD, const T* __restrict__ g_h,
-    const T* __restrict__ g_dS1, float* __restrict__ g_dqh, T* __restrict__ g_dq, float* __restrict__ g_dkh,
-    T* __restrict__ g_dW, float* __restrict__ g_dgam) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  dqk_body<T, false>(smem, p, g_q, g_k, g_gam, g_do, g_D, g_dD, g_h, g_dS1, g_dqh, g_dq, g_dkh, g_dW, g_dgam);
 }
 
 // wy's dk epilogue: dk[r][c] = acc + dkh[r][c] over this warp's fragments (rows < L, columns < dk),
@@ -1982,19 +1965,9 @@ static_assert(DqkSmem<bf16>::bars % 8 == 0 && DqkSmem<float>::bars % 8 == 0 && W
                   WySmem<float>::bars % 8 == 0,
               "pair_sum_push's mbarriers are 8-byte aligned");
 
-// wy's shared-memory tiles: its own (WySmem), or dqkwy_kernel's, where K, gamma and e^gamma are
-// dqk's and Tm was loaded by dqk (DqkWySmem)
 template <class T>
-struct WyBufs {
-  T *dd, *v, *k, *tm, *dt, *x;  // dW over dDelta (dd), dbb over dTm (dt)
-  float *rowp, *colp, *gam, *beta, *eg, *db, *dg, *red, *red2, *xbuf;
-  uint64_t* bars;
-};
-// wy's body: wy_kernel, or with Fused the second part of dqkwy_kernel, which starts with dqk's K in
-// b.k, gamma and e^gamma in b.gam and b.eg, Tm in b.tm, and wy's mbarriers initialised.
-template <class T, bool Fused>
-__device__ __forceinline__ void wy_body(
-    const WyBufs<T>& b, const Params& p, const T* __restrict__ g_k,
+__global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
+    Params p, const T* __restrict__ g_k,
     const T* __restrict__ g_v,
     const float* __restrict__ g_beta,
     const float* __restrict__ g_gam,
@@ -2008,53 +1981,44 @@ __device__ __forceinline__ void wy_body(
     T* __restrict__ g_dv,        // [T, Hv, dv] =
     float* __restrict__ g_dbeta,  // [T, Hv] =
     float* __restrict__ g_dg) {  // [T, Hv] =
-  T* s_dd = b.dd;
+  extern __shared__ __align__(16) unsigned char smem[];
+  using S = WySmem<T>;
+  T* s_dd = reinterpret_cast<T*>(smem + S::a);
   T* s_dw = s_dd;
-  T* s_v = b.v;
-  T* s_k = b.k;
-  T* s_tm = b.tm;
-  T* s_dt = b.dt;
-  T* s_x = b.x;
+  T* s_v = reinterpret_cast<T*>(smem + S::b);
+  T* s_k = s_v;
+  T* s_tm = reinterpret_cast<T*>(smem + S::tm);
+  T* s_dt = reinterpret_cast<T*>(smem + S::dt);
+  T* s_x = reinterpret_cast<T*>(smem + S::x);
   T* s_dbb = s_dt;
-  float* s_rowp = b.rowp;
-  float* s_colp = b.colp;
-  float* s_gam = b.gam;
-  float* s_beta = b.beta;
-  float* s_eg = b.eg;
-  float* s_db = b.db;
-  float* s_dg = b.dg;
-  float* s_red = b.red;
-  float* s_red2 = b.red2;
-  uint64_t* s_bars = b.bars;
-  if (!Fused && p.pair == kPairPush) pair_push_init(s_bars);
+  float* s_rowp = reinterpret_cast<float*>(smem + S::rowp);
+  float* s_colp = reinterpret_cast<float*>(smem + S::colp);
+  float* s_gam = reinterpret_cast<float*>(smem + S::gam);
+  float* s_beta = reinterpret_cast<float*>(smem + S::beta);
+  float* s_eg = reinterpret_cast<float*>(smem + S::eg);
+  float* s_db = reinterpret_cast<float*>(smem + S::db);
+  float* s_dg = reinterpret_cast<float*>(smem + S::dg);
+  float* s_red = reinterpret_cast<float*>(smem + S::red);
+  float* s_red2 = reinterpret_cast<float*>(smem + S::red2);
+  uint64_t* s_bars = reinterpret_cast<uint64_t*>(smem + S::bars);
+  if (p.pair == kPairPush) pair_push_init(s_bars);
   const ChunkIdx ci = chunk_idx(p);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L, Lk = round16(L);
   const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
-  if constexpr (Fused) {
-    __syncthreads();  // dqk's tiles (but K) are dead, its dgamma rows and dk pair sums written
-    // Phase I: dDelta (from L2: dqk loaded it), V (brought into L2 by dqk), beta
-    load_ctile<C, D, kLastRead>(s_dd, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
-    load_ctile<C, D, kLastRead>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
-    load_col(s_beta, g_beta + vrow, p.Hv, C, L, tid, kChunkThreads);
-    cp_commit();
-    cp_wait<0>();
-    __syncthreads();
-  } else {
-    if constexpr (sizeof(T) == 2) {  // phase II's dW and K into L2 now (two lines per row, 128 threads each)
-      prefetch_l2_rows<2>(g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk * 2, L, p.dk * 2, tid);
-      prefetch_l2_rows<2>(g_k + qrow * p.dk, int64_t(p.Hk) * p.dk * 2, L, p.dk * 2, tid - 128);
-    }
-    // Phase I: dDelta, V, Tm, gamma, beta.
-    load_ctile<C, D, kLastRead>(s_dd, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
-    load_ctile<C, D, kLastRead>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
-    load_ctile<C, C, kLastRead>(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, tid);
-    load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
-    load_col(s_beta, g_beta + vrow, p.Hv, C, L, tid, kChunkThreads);
-    cp_commit();
-    cp_wait<0>();
-    __syncthreads();
-    if (tid < C) s_eg[tid] = tid < L ? gexp(s_gam[tid]) : 0.f;
+  if constexpr (sizeof(T) == 2) {  // phase II's dW and K into L2 now (two lines per row, 128 threads each)
+    prefetch_l2_rows<2>(g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk * 2, L, p.dk * 2, tid);
+    prefetch_l2_rows<2>(g_k + qrow * p.dk, int64_t(p.Hk) * p.dk * 2, L, p.dk * 2, tid - 128);
   }
+  // Phase I: dDelta, V, Tm, gamma, beta.
+  load_ctile<C, D, kLastRead>(s_dd, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
+  load_ctile<C, D, kLastRead>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
+  load_ctile<C, C, kLastRead>(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, tid);
+  load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
+  load_col(s_beta, g_beta + vrow, p.Hv, C, L, tid, kChunkThreads);
+  cp_commit();
+  cp_wait<0>();
+  __syncthreads();
+  if (tid < C) s_eg[tid] = tid < L ? gexp(s_gam[tid]) : 0.f;
   const int tm0 = 16 * (warp & 3), tn0 = 32 * (warp >> 2);  // [C, C] tiling
   const bool tri = tm0 < L && tn0 < tm0 + 16;
   float r_a2[1][4][4];  // dDelta V^T, held for step 1 (phase II)
@@ -2074,21 +2038,17 @@ __device__ __forceinline__ void wy_body(
                   [&](int r, float& x0, float& x1) { x0 = s_beta[r] * x0, x1 = s_beta[r] * x1; });
   }
   __syncthreads();  // dDelta and V are dead: phase II loads dW and K over them
-  if constexpr (!Fused) {
-    // Step 5's dk_h (G == 1; with p.pair the key head's sum, read by rank r's column half r) and step
-    // 7's dgamma partials are read from global in the epilogues: into L2 now. (Fused: dqk wrote
-    // them just now, so they are there.)
-    static_assert(C * (D * 4 / 128) <= kChunkThreads, "one line per thread");
-    if (p.G == 1) prefetch_l2_rows<D * 4 / 128>(g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk * 4, L, p.dk * 4, tid);
-    else if (p.pair && (tid & 2) == (ci.h & 1) * 2)  // lines 2r, 2r + 1 of each 512-byte row: columns [64r, 64r + 64)
-      prefetch_l2_rows<D * 4 / 128>(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk * 4, L, p.dk * 4, tid);
-    prefetch_l2_rows<1>(g_dgam + vrow, int64_t(p.Hv) * 4, L, 4, tid);
-  }
+  // Step 5's dk_h (G == 1; with p.pair the key head's sum, read by rank r's column half r) and step
+  // 7's dgamma partials are read from global in the epilogues: into L2 now.
+  static_assert(C * (D * 4 / 128) <= kChunkThreads, "one line per thread");
+  if (p.G == 1) prefetch_l2_rows<D * 4 / 128>(g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk * 4, L, p.dk * 4, tid);
+  else if (p.pair && (tid & 2) == (ci.h & 1) * 2)  // lines 2r, 2r + 1 of each 512-byte row: columns [64r, 64r + 64)
+    prefetch_l2_rows<D * 4 / 128>(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk * 4, L, p.dk * 4, tid);
+  prefetch_l2_rows<1>(g_dgam + vrow, int64_t(p.Hv) * 4, L, 4, tid);
   // (load_tile here, not load_ctile: the full form's second address set spilled at 80 registers;
   // load_ctile no longer spills since v0.22.0 but measured 890-895 us against 873-885, v0.24.0)
   load_tile<kLastRead>(s_dw, LDD<T>, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
-  if constexpr (!Fused)  // (fused: dqk's K is still in place)
-    load_tile(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
+  load_tile(s_k, LDD<T>, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, C, L, p.dk, D, tid, kChunkThreads);
   cp_commit();
   cp_wait<0>();
   __syncthreads();
@@ -2196,7 +2156,8 @@ __device__ __forceinline__ void wy_body(
     // s_x, once every warp is past its reads of dbb (in s_dt): gsum's order, so the same bits
     if (p.pair) {
       __syncthreads();
-      const bool sum = pair_sum_mode(r_acc, b.xbuf, s_bars, p.pair, !Fused);  // (pulled: waited for at the CTA's exit)
+      float* xbuf = reinterpret_cast<float*>(smem + S::dt);
+      const bool sum = pair_sum_mode(r_acc, xbuf, s_bars, p.pair);  // (pulled: waited for at the CTA's exit)
       if (sum && active)
         add_dkh_store(r_acc, m0, n0, L, p.dk, g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, g_dk + qrow * p.dk, lane);
       if (p.pair == kPairPush) {  // uniform: every thread leaves here; steps 7 and 8 on the idle pushers (see dqk)
@@ -2216,78 +2177,6 @@ __device__ __forceinline__ void wy_body(
   __syncthreads();
   if (warp == 0) wy_dg_cumsum(lane, L, vrow, p.Hv, s_dg, g_dg);  // 8. dg
   if (p.pair == kPairPull) cluster_wait();  // the partner has read this CTA's s_dt (push: see pair_sum_push)
-}
-template <class T>
-__global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
-    Params p, const T* __restrict__ g_k, const T* __restrict__ g_v, const float* __restrict__ g_beta,
-    const float* __restrict__ g_gam, const T* __restrict__ g_Tm, const T* __restrict__ g_dW,
-    const T* __restrict__ g_dD, const float* __restrict__ g_dgam, const float* __restrict__ g_dkh,
-    float* __restrict__ g_dk2, T* __restrict__ g_dk, T* __restrict__ g_dv, float* __restrict__ g_dbeta,
-    float* __restrict__ g_dg) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  using S = WySmem<T>;
-  auto at = [&](size_t off) { return reinterpret_cast<T*>(smem + off); };
-  auto af = [&](size_t off) { return reinterpret_cast<float*>(smem + off); };
-  const WyBufs<T> b{at(S::a), at(S::b), at(S::b), at(S::tm), at(S::dt), at(S::x),
-                    af(S::rowp), af(S::colp), af(S::gam), af(S::beta), af(S::eg), af(S::db), af(S::dg),
-                    af(S::red), af(S::red2), af(S::dt), reinterpret_cast<uint64_t*>(smem + S::bars)};
-  wy_body<T, false>(b, p, g_k, g_v, g_beta, g_gam, g_Tm, g_dW, g_dD, g_dgam, g_dkh, g_dk2, g_dk, g_dv, g_dbeta, g_dg);
-}
-
-// ---- dqkwy: dqk and wy as one kernel (bf16, G == 2 in pushed pairs; DT_GDN_DQKWY) --------------
-// wy needs nothing of dqk's but its chunk's own outputs (dW, the dk pair sum, dgamma), so one CTA
-// runs both: K stays in shared memory, Tm loads with dqk's dDelta, V comes into L2 during dqk, and
-// dW, dDelta and the dk pair sum are read back from L2 right after dqk wrote or read them, not from
-// DRAM one kernel later. The same products and sums in the same order: the same bits. At two CTAs
-// per SM (dqk's), against wy's three.
-template <class T>
-struct DqkWySmem {
-  using Q = DqkSmem<T>;
-  static constexpr size_t wbars = Q::bytes;                        // u64 [2]  wy's exchange, after dqk's four
-  static constexpr size_t tm = (wbars + 2 * sizeof(uint64_t) + 15) / 16 * 16;  // T [C][LDC]
-  static constexpr size_t beta = tm + sizeof(T) * C * LDC<T>;      // f32 [C]
-  static constexpr size_t db = beta + sizeof(float) * C;          // f32 [C]
-  static constexpr size_t dg = db + sizeof(float) * C;            // f32 [C]
-  static constexpr size_t rowp = dg + sizeof(float) * C;          // f32 [2][C]
-  static constexpr size_t colp = rowp + sizeof(float) * 2 * C;    // f32 [4][C]
-  static constexpr size_t red = colp + sizeof(float) * 4 * C;     // f32 [4][C]
-  static constexpr size_t red2 = red + sizeof(float) * 4 * C;     // f32 [4][C]
-  static constexpr size_t bytes = red2 + sizeof(float) * 4 * C;
-  static_assert(wbars == Q::bars + 4 * sizeof(uint64_t), "pair_push_init<6>: wy's mbarriers follow dqk's");
-  static_assert(Q::ds % 16 == 0 && Q::big % 16 == 0 && sizeof(T) * D * LDD<T> >= 8 * 128 * sizeof(float4),
-                "wy's dTm / X tiles and its exchange buffer over dqk's ds and S0 / dS1 tiles");
-};
-static_assert(2 * (DqkWySmem<bf16>::bytes + kSmemReservedPerCta) <= kSmemPerSm, "dqkwy: two bf16 CTAs per SM");
-
-template <class T>
-__global__ __launch_bounds__(kChunkThreads, 2) void dqkwy_kernel(
-    Params p, const T* __restrict__ g_q, const T* __restrict__ g_k, const T* __restrict__ g_v,
-    const float* __restrict__ g_beta, const float* __restrict__ g_gam, const T* __restrict__ g_do,
-    const T* __restrict__ g_D, const T* __restrict__ g_dD, const T* __restrict__ g_h, const T* __restrict__ g_dS1,
-    const T* __restrict__ g_Tm, T* __restrict__ g_dq, float* __restrict__ g_dkh, T* __restrict__ g_dW,
-    float* __restrict__ g_dgam, T* __restrict__ g_dk, T* __restrict__ g_dv, float* __restrict__ g_dbeta,
-    float* __restrict__ g_dg) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  using S = DqkWySmem<T>;
-  using Q = DqkSmem<T>;
-  auto at = [&](size_t off) { return reinterpret_cast<T*>(smem + off); };
-  auto af = [&](size_t off) { return reinterpret_cast<float*>(smem + off); };
-  dqk_body<T, true>(smem, p, g_q, g_k, g_gam, g_do, g_D, g_dD, g_h, g_dS1, nullptr, g_dq, g_dkh, g_dW, g_dgam, g_Tm,
-                    g_v, at(S::tm));
-  // wy: dDelta over dqk's x1, V over x2 (Q), K is x3; dTm over ds; X and the exchange over S0 / dS1
-  const WyBufs<T> b{at(Q::x1), at(Q::x2), at(Q::x3), at(S::tm), at(Q::ds), at(Q::big),
-                    af(S::rowp), af(S::colp), af(Q::gam), af(S::beta), af(Q::eg), af(S::db), af(S::dg),
-                    af(S::red), af(S::red2), af(Q::big), reinterpret_cast<uint64_t*>(smem + S::wbars)};
-  wy_body<T, true>(b, p, g_k, g_v, g_beta, g_gam, g_Tm, g_dW, g_dD, g_dgam, g_dkh, nullptr, g_dk, g_dv, g_dbeta, g_dg);
-}
-#ifndef DT_EXP_DQKWY
-#define DT_EXP_DQKWY 0
-#endif
-// DT_GDN_DQKWY=0|1: dqk and wy as two kernels or as dqkwy_kernel (bf16 with G == 2 pushed pairs;
-// elsewhere always two). Unset: DT_EXP_DQKWY.
-bool dqkwy_knob() {
-  const int k = env::choice("DT_GDN_DQKWY", {{"0", "dqk and wy as two kernels"}, {"1", "one dqkwy kernel"}});
-  return k < 0 ? DT_EXP_DQKWY != 0 : k == 1;
 }
 
 // ---- gsum (B12): out[t, hk, :] = sum_{j < G} in[t, hk G + j, :] in head order -------------------
@@ -3103,16 +2992,6 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   Tensor dk2 = direct ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);  // [T, Hv, dk] f32
   Tensor dW = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);                // [T, Hv, dk]
   Tensor dgam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);  // [T, Hv] f32
-  if constexpr (std::is_same_v<T, bf16>) {
-    if (pb.pair == kPairPush && dqkwy_knob()) {
-      launch_chunk_kernel_ex(pb.done != nullptr, dqkwy_kernel<T>, pb, DqkWySmem<T>::bytes, st, tptr<T>(q),
-                             tptr<T>(k), tptr<T>(v), tptr<float>(beta), gam.ptr<float>(), tptr<T>(do_), Dl.ptr<T>(),
-                             dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(), Tm.ptr<T>(), tptr<T>(dq), dkh.ptr<float>(),
-                             dW.ptr<T>(), dgam.ptr<float>(), tptr<T>(dk), tptr<T>(dv), tptr<float>(dbeta),
-                             tptr<float>(dg));
-      return;
-    }
-  }
   launch_chunk_kernel_ex(pb.done != nullptr, dqk_kernel<T>, pb, DqkSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k),
                          gam.ptr<float>(), tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(),
                          direct ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(), dW.ptr<T>(),
