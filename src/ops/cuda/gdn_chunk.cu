@@ -308,14 +308,11 @@ __device__ __forceinline__ void load_ctile(T* s, int lds, const T* g, int64_t gs
   if (nvalid == ROWS && ncols == COLS) load_tile_full<T, ROWS, COLS, kChunkThreads, H>(s, lds, g, gstride, tid);
   else load_tile<H>(s, lds, g, gstride, ROWS, nvalid, ncols, COLS, tid, kChunkThreads);
 }
-#ifndef DT_EXP_EVF
-#define DT_EXP_EVF 0
-#endif
-// Candidate (session 39): dqk's and wy's tiles read for the last time (dO, S0, dDelta, dS1 and
-// Delta's second load; wy's dDelta, V, Tm, dW) loaded with L2 evict_first, so that the lines read
-// again (dS1 after state_dot, Delta, the cluster pair's K and Q, wy's prefetched phase II) stay.
-// dqk read 2.43 GB against ~2.15 GB of distinct bytes (perf.md v0.36.0).
-constexpr L2Hint kLastRead = DT_EXP_EVF ? kL2EvictFirst : kL2Normal;
+// dqk's and wy's tiles read for the last time (dO, S0, dDelta, dS1 and Delta's second load; wy's
+// dDelta, V, Tm, dW) load with L2 evict_first, so that the lines read again (dS1 after state_dot,
+// Delta, the cluster pair's K and Q, wy's prefetched phase II) stay: dqk read 2.43 GB against
+// ~2.15 GB of distinct bytes, and ran 1357 -> 1306 us under ncu on an H100 (perf.md v0.37.0).
+constexpr L2Hint kLastRead = kL2EvictFirst;
 
 // A warp's fragment tile ([16 WM][8 WN] at m0, n0, warp_gemm's ownership) to global, element
 // (r, c) at g + r * ld + c, each pair through f(r, x0, x1) first. A tile whose every element is

@@ -320,9 +320,6 @@ __device__ __forceinline__ void pdl_trigger() {
 // thread adds those 32 sums in index order. `Out` is a small functor that applies the result
 // (e.g. g_out[c] += v).
 constexpr int kColsumX = 32, kColsumY = 32;
-#ifndef DT_EXP_COLSUM_WIDE
-#define DT_EXP_COLSUM_WIDE 0
-#endif
 // Column c's partials b, b + kColsumY, ... in batches of W loads in flight, added to r_acc in that
 // order, while a whole batch remains; b is left at the first partial not taken.
 template <int W>
@@ -345,13 +342,10 @@ __device__ __forceinline__ void colsum_block(Out out, const float* __restrict__ 
   float r_acc = 0.f;
   if (c < ncols) {
     int64_t b = ty;
-#if DT_EXP_COLSUM_WIDE
-    // Candidate (session 38, scripts/gpu_ab.sh; bit-preserving: the same adds in the same order):
-    // 32 loads in flight first. dvl's norm-weight reduction (16384 partials, 128 columns: four
-    // blocks) took 35 us at 0.24 TB/s, 64 rounds of 8 loads per thread, each a DRAM latency.
+    // 32, then 8 independent loads in flight (the reduction is latency-bound): dvl's norm-weight
+    // sum (16384 partials, 128 columns: four blocks) took 35.7 us with 8 (64 rounds per thread, each
+    // a DRAM latency), 22.3 us with 32 first (perf.md v0.37.0). The same adds in the same order.
     colsum_batches<32>(r_acc, b, g_part, nparts, ncols, c);
-#endif
-    // Eight independent loads in flight (the reduction is latency-bound)
     colsum_batches<8>(r_acc, b, g_part, nparts, ncols, c);
     for (; b < nparts; b += kColsumY) r_acc += g_part[b * ncols + c];
   }
