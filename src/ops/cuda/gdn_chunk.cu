@@ -1922,7 +1922,7 @@ __device__ __forceinline__ void wy_dg_cumsum(int lane, int L, int64_t vrow, int 
 
 // ---- wy (B6-B8): WY backward, dv, dbeta, dgamma, reverse chunk cumsum -> dg ----------------------
 // Two load phases, so that only two [C][LDD] tiles are resident: phase I holds dDelta and V
-// (dDelta V^T into registers, then dv and its dbeta term), phase II loads dW and K over them; dbb
+// (dv and its dbeta term, then dDelta V^T into registers), phase II loads dW and K over them; dbb
 // takes dTm's tile (dead after step 2). 65.8 KB at bf16: three CTAs per SM at 80 registers. (All
 // four tiles resident took 110.4 KB, two CTAs per SM, and 1437 us against 1185 at shape (a) in
 // the layer; docs/perf.md v0.12.0.)
@@ -2006,44 +2006,32 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     prefetch_l2_rows<2>(g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk * 2, L, p.dk * 2, tid);
     prefetch_l2_rows<2>(g_k + qrow * p.dk, int64_t(p.Hk) * p.dk * 2, L, p.dk * 2, tid - 128);
   }
-#ifndef DT_EXP_WY_SPLIT
-#define DT_EXP_WY_SPLIT 0
-#endif
-  // Phase I: dDelta, V, Tm, gamma, beta.
-  // Candidate DT_EXP_WY_SPLIT (session 39; the same products, each in its own order): V as a second
-  // commit group, so that step 6's product Tm^T dDelta runs while V lands.
+  // Phase I: dDelta, Tm, gamma, beta, then V as a second commit group, so that step 6's product
+  // Tm^T dDelta runs while V lands (dDelta V^T after it; the same products: wy 904 -> 890 us under
+  // ncu on an H100, perf.md v0.37.0).
   load_ctile<C, D, kLastRead>(s_dd, LDD<T>, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L, p.dv, tid);
-  if (!DT_EXP_WY_SPLIT)
-    load_ctile<C, D, kLastRead>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
   load_ctile<C, C, kLastRead>(s_tm, LDC<T>, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, C, C, C, tid);
   load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
   load_col(s_beta, g_beta + vrow, p.Hv, C, L, tid, kChunkThreads);
   cp_commit();
-  if (DT_EXP_WY_SPLIT) {
-    load_ctile<C, D, kLastRead>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
-    cp_commit();
-    cp_wait<1>();
-  } else {
-    cp_wait<0>();
-  }
+  load_ctile<C, D, kLastRead>(s_v, LDD<T>, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L, p.dv, tid);
+  cp_commit();
+  cp_wait<1>();
   __syncthreads();
   if (tid < C) s_eg[tid] = tid < L ? gexp(s_gam[tid]) : 0.f;
   const int tm0 = 16 * (warp & 3), tn0 = 32 * (warp >> 2);  // [C, C] tiling
   const bool tri = tm0 < L && tn0 < tm0 + 16;
   float r_a2[1][4][4];  // dDelta V^T, held for step 1 (phase II)
   zero(r_a2);
-  if (!DT_EXP_WY_SPLIT && tri) warp_gemm<1, 4, false, true>(r_a2, s_dd, LDD<T>, s_v, LDD<T>, tm0, tn0, p.dv);
   const int m0 = 32 * (warp & 1), n0 = 32 * (warp >> 1), wn = warp >> 1;
   {  // 6. dv = diag(beta) Tm^T dDelta; dbeta_i += sum_k (Tm^T dDelta)_ik v_ik
     const bool active = m0 < L && n0 < p.dv;
     float r_acc[2][4][4];
     zero(r_acc);
     if (active) warp_gemm<2, 4, true, false>(r_acc, s_tm, LDC<T>, s_dd, LDD<T>, m0, n0, Lk);
-    if (DT_EXP_WY_SPLIT) {
-      cp_wait<0>();
-      __syncthreads();  // V
-      if (tri) warp_gemm<1, 4, false, true>(r_a2, s_dd, LDD<T>, s_v, LDD<T>, tm0, tn0, p.dv);
-    }
+    cp_wait<0>();
+    __syncthreads();  // V
+    if (tri) warp_gemm<1, 4, false, true>(r_a2, s_dd, LDD<T>, s_v, LDD<T>, tm0, tn0, p.dv);
     float r_rs[2][2];
     frag_rowdot(r_acc, m0, n0, r_rs, [&](int r, int c) { return load2(s_v + r * LDD<T> + c); });
     store_row_sums(s_red2, wn, m0, r_rs, lane);
