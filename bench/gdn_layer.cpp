@@ -13,6 +13,10 @@
 //                       rebuilds only l2norm(q, k), from hp's q|k columns: half the rebuild's bytes)
 //   --graph:            also times fwd+bwd as one CUDA graph (captured after the warm-up): the time
 //                       without host launch gaps (v0.10.0: the same as eager, so there are none)
+//   --energy-kernels:   then each kernel of one fwd+bwd (a CUDA graph captured with
+//                       DT_GDN_SERIAL_PDL=0) alone, back to back for 0.3 s: time, energy and power
+//                       per launch (bench/graph_energy.h), to rank kernels by the joules that set
+//                       the step's time at the power cap; 1 GPU only
 //   --trace:            then 10 fwd+bwd with every kernel's start and end recorded through CUPTI
 //                       (bench/kernel_trace.h): per-kernel times inside a real, unserialised run,
 //                       to set beside --profile's one-kernel-at-a-time times
@@ -51,6 +55,7 @@
 
 #include "bench_util.h"
 #include "energy_meter.h"
+#include "graph_energy.h"
 #include "kernel_trace.h"
 #include "deltatron/data/packed_seq.h"
 #include "deltatron/dist/comm.h"
@@ -65,6 +70,7 @@ int main(int argc, char** argv) {
   dist::init(&argc, &argv);
   int tp = 1, cp = 1;
   bool sp = false, recompute = true, recompute_v = true, profile = false, graph = false, trace = false;
+  bool energy_kernels = false;
   layers::GdnCpComm cp_comm = layers::GdnCpComm::all_to_all;
   int64_t tokens_per_gpu = 32768;
   std::string ab, ab_val[2] = {"0", "1"};  // --ab VAR[=A,B]
@@ -78,6 +84,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--profile")) profile = true;
     else if (!std::strcmp(argv[i], "--graph")) graph = true;
     else if (!std::strcmp(argv[i], "--trace")) trace = true;
+    else if (!std::strcmp(argv[i], "--energy-kernels")) energy_kernels = true;
     else if (!std::strcmp(argv[i], "--ab")) {
       if (i + 1 >= argc) user_error("gdn_layer: --ab needs the name of an environment knob, e.g. --ab DT_GDN_OUT_NORM");
       ab = argv[++i];
@@ -102,6 +109,9 @@ int main(int argc, char** argv) {
   }
   dist::ParallelDims dims{tp, cp, -1};
   if (std::string e = dims.resolve(dist::world_size()); !e.empty()) user_error(e);
+  if (energy_kernels && dist::world_size() > 1)
+    user_error(fmt::format("gdn_layer: --energy-kernels runs on one GPU (world size {}): a kernel alone "
+                           "cannot be replayed beside collectives", dist::world_size()));
   Device dev = Device::cuda(dist::select_cuda_device());
   dist::ProcessGroups pg = dist::ProcessGroups::build(dims, dist::cuda_backend());
   cudaStream_t st;
@@ -194,6 +204,46 @@ int main(int argc, char** argv) {
     fb_graph = bench::median_ms([&] { DT_CUDA_CHECK(cudaGraphLaunch(ge, st)); }, st);
     DT_CUDA_CHECK(cudaGraphExecDestroy(ge));
     DT_CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  std::vector<bench::KernelEnergy> kernel_energy;
+  double graph_mj = -1, graph_ms = 0;
+  if (energy_kernels) {  // after the timing; serial -> per-chunk flag waits off (graph_energy.h)
+    const char* before = std::getenv("DT_GDN_SERIAL_PDL");
+    const std::string saved = before ? before : "";
+    setenv("DT_GDN_SERIAL_PDL", "0", 1);
+    forward();  // the allocator's blocks for this setting, before the capture
+    layer.backward(dx, dy, psp);
+    DT_CUDA_CHECK(cudaStreamSynchronize(st));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    DT_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    forward();
+    layer.backward(dx, dy, psp);
+    DT_CUDA_CHECK(cudaStreamEndCapture(st, &g));
+    DT_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    kernel_energy = bench::graph_kernel_energy(g, ge, st, em);
+    constexpr int kSteps = 30;  // the whole step, the same way, for the sums to be set against
+    DT_CUDA_CHECK(cudaGraphLaunch(ge, st));
+    DT_CUDA_CHECK(cudaStreamSynchronize(st));
+    cudaEvent_t e0, e1;
+    DT_CUDA_CHECK(cudaEventCreate(&e0));
+    DT_CUDA_CHECK(cudaEventCreate(&e1));
+    const long long mj = em.measure([&] {
+      DT_CUDA_CHECK(cudaEventRecord(e0, st));
+      for (int i = 0; i < kSteps; ++i) DT_CUDA_CHECK(cudaGraphLaunch(ge, st));
+      DT_CUDA_CHECK(cudaEventRecord(e1, st));
+      DT_CUDA_CHECK(cudaEventSynchronize(e1));
+    });
+    float ms = 0;
+    DT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    graph_ms = double(ms) / kSteps;
+    if (mj >= 0) graph_mj = double(mj) / kSteps;
+    DT_CUDA_CHECK(cudaEventDestroy(e0));
+    DT_CUDA_CHECK(cudaEventDestroy(e1));
+    DT_CUDA_CHECK(cudaGraphExecDestroy(ge));
+    DT_CUDA_CHECK(cudaGraphDestroy(g));
+    if (before) setenv("DT_GDN_SERIAL_PDL", saved.c_str(), 1);
+    else unsetenv("DT_GDN_SERIAL_PDL");
   }
   if (trace) {  // after the timing: the trace's own cost stays out of the medians above
     DT_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -300,6 +350,19 @@ int main(int argc, char** argv) {
       std::printf("\n  30 fwd+bwd back to back: %.2f ms each; energy n/a (%s)", b2b_ms,
                   em.ok() ? "an NVML read failed" : em.why().c_str());
     std::printf("\n  reference (1 H200, Megatron-style PyTorch + FLA): fwd 6.9 ms, fwd+bwd 22.4 ms; target fwd+bwd <= 15 ms\n");
+    if (energy_kernels) {
+      std::printf("  each kernel alone, back to back (--energy-kernels; launch order):\n");
+      std::printf("  %4s %10s %10s %8s  %s\n", "#", "ms", "mJ", "W", "kernel");
+      double sum_ms = 0, sum_mj = 0;
+      for (size_t i = 0; i < kernel_energy.size(); ++i) {
+        const bench::KernelEnergy& k = kernel_energy[i];
+        sum_ms += k.ms;
+        sum_mj += k.mj;
+        std::printf("  %4zu %10.3f %10.1f %8.0f  %.90s\n", i, k.ms, k.mj, k.watts, k.name.c_str());
+      }
+      std::printf("  sum of the kernels alone: %.3f ms, %.1f mJ | the step as one graph: %.3f ms, %.1f mJ, %.0f W\n",
+                  sum_ms, sum_mj, graph_ms, graph_mj, graph_ms > 0 ? graph_mj / graph_ms : 0.0);
+    }
   }
   dist::finalize();
   return 0;
