@@ -14,9 +14,10 @@
 //   --graph:            also times fwd+bwd as one CUDA graph (captured after the warm-up): the time
 //                       without host launch gaps (v0.10.0: the same as eager, so there are none)
 //   --energy-kernels:   then each kernel of one fwd+bwd (a CUDA graph captured with
-//                       DT_GDN_SERIAL_PDL=0) alone, back to back for 0.3 s: time, energy and power
-//                       per launch (bench/graph_energy.h), to rank kernels by the joules that set
-//                       the step's time at the power cap; 1 GPU only
+//                       DT_GDN_SERIAL_PDL=0) alone, back to back for 1 s after 0.2 s of warm-up:
+//                       time, energy and power per launch, and net of an empty launch
+//                       (bench/graph_energy.h), to rank kernels by the joules that set the step's
+//                       time at the power cap; 1 GPU only, ~40 s
 //   --trace:            then 10 fwd+bwd with every kernel's start and end recorded through CUPTI
 //                       (bench/kernel_trace.h): per-kernel times inside a real, unserialised run,
 //                       to set beside --profile's one-kernel-at-a-time times
@@ -205,7 +206,7 @@ int main(int argc, char** argv) {
     DT_CUDA_CHECK(cudaGraphExecDestroy(ge));
     DT_CUDA_CHECK(cudaGraphDestroy(g));
   }
-  std::vector<bench::KernelEnergy> kernel_energy;
+  bench::GraphEnergy kernel_energy;
   double graph_mj = -1, graph_ms = 0;
   if (energy_kernels) {  // after the timing; serial -> per-chunk flag waits off (graph_energy.h)
     const char* before = std::getenv("DT_GDN_SERIAL_PDL");
@@ -351,17 +352,36 @@ int main(int argc, char** argv) {
                   em.ok() ? "an NVML read failed" : em.why().c_str());
     std::printf("\n  reference (1 H200, Megatron-style PyTorch + FLA): fwd 6.9 ms, fwd+bwd 22.4 ms; target fwd+bwd <= 15 ms\n");
     if (energy_kernels) {
-      std::printf("  each kernel alone, back to back (--energy-kernels; launch order):\n");
-      std::printf("  %4s %10s %10s %8s  %s\n", "#", "ms", "mJ", "W", "kernel");
+      // net: less an empty launch (the base row), for the short kernels
+      const bench::KernelEnergy& b = kernel_energy.base;
+      const bool nvml = b.mj >= 0 && graph_mj >= 0 &&
+                        std::all_of(kernel_energy.kernels.begin(), kernel_energy.kernels.end(),
+                                    [](const bench::KernelEnergy& k) { return k.mj >= 0; });
+      std::printf("  each kernel alone, back to back (--energy-kernels; launch order)%s:\n",
+                  nvml ? "" : "; energy n/a (NVML)");
+      std::printf("  %4s %9s %9s %7s %9s %9s  %s\n", "#", "ms", "mJ", "W", "net ms", "net mJ", "kernel");
+      auto row = [&](const char* idx, const bench::KernelEnergy& k) {
+        if (nvml)
+          std::printf("  %4s %9.3f %9.2f %7.0f %9.3f %9.2f  %.90s\n", idx, k.ms, k.mj, k.watts, k.ms - b.ms, k.mj - b.mj,
+                      k.name.c_str());
+        else
+          std::printf("  %4s %9.3f %9s %7s %9.3f %9s  %.90s\n", idx, k.ms, "-", "-", k.ms - b.ms, "-", k.name.c_str());
+      };
+      row("base", b);
       double sum_ms = 0, sum_mj = 0;
-      for (size_t i = 0; i < kernel_energy.size(); ++i) {
-        const bench::KernelEnergy& k = kernel_energy[i];
-        sum_ms += k.ms;
-        sum_mj += k.mj;
-        std::printf("  %4zu %10.3f %10.1f %8.0f  %.90s\n", i, k.ms, k.mj, k.watts, k.name.c_str());
+      for (size_t i = 0; i < kernel_energy.kernels.size(); ++i) {
+        const bench::KernelEnergy& k = kernel_energy.kernels[i];
+        sum_ms += k.ms - b.ms;
+        sum_mj += k.mj - b.mj;
+        row(std::to_string(i).c_str(), k);
       }
-      std::printf("  sum of the kernels alone: %.3f ms, %.1f mJ | the step as one graph: %.3f ms, %.1f mJ, %.0f W\n",
-                  sum_ms, sum_mj, graph_ms, graph_mj, graph_ms > 0 ? graph_mj / graph_ms : 0.0);
+      if (nvml)
+        std::printf("  kernels alone, net, summed: %.3f ms, %.1f mJ | the step as one graph: %.3f ms, %.1f mJ, %.0f W\n",
+                    sum_ms, sum_mj, graph_ms, graph_mj, graph_mj / graph_ms);
+      else
+        std::printf("  kernels alone, net, summed: %.3f ms | the step as one graph: %.3f ms\n", sum_ms, graph_ms);
+      if (kernel_energy.other_nodes > 0)
+        std::printf("  (%d child-graph or conditional nodes not covered)\n", kernel_energy.other_nodes);
     }
   }
   dist::finalize();

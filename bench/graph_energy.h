@@ -3,10 +3,14 @@
 // kernels to shorten are the ones with the joules, which a one-kernel-at-a-time profile at cool
 // clocks (ncu) does not rank.
 //   For every kernel node of the instantiated graph: all other kernel, memcpy and memset nodes
-//   disabled (cudaGraphNodeSetEnabled), the graph launched back to back for >= min_ms, NVML's
-//   energy counter read around that (EnergyMeter). Kernels that accumulate (+=) into a buffer
-//   grow it; nothing here reads the values. A kernel that waits on a flag another kernel sets
-//   would wait forever: capture with such waits off (gdn_layer sets DT_GDN_SERIAL_PDL=0).
+//   disabled (cudaGraphNodeSetEnabled), the graph launched back to back for warm_ms (the power
+//   settles) and then for >= min_ms with NVML's energy counter read around it (EnergyMeter; the
+//   counter moves in steps of some ms, hence windows of a second). The same for the graph with
+//   every node disabled gives the base: what a launch costs with no kernel in it, to be
+//   subtracted for short kernels. Kernels that accumulate (+=) into a buffer grow it; nothing
+//   here reads the values. A kernel that waits on a flag another kernel sets would wait forever:
+//   capture with such waits off (gdn_layer sets DT_GDN_SERIAL_PDL=0). Kernels inside child-graph
+//   or conditional nodes are neither listed nor disabled (`other_nodes` counts those nodes).
 // Names come from the driver (cuFuncGetName / cuKernelGetName: also cuBLASLt's kernels), through
 // cudart's entry-point query, so the benches need no libcuda link.
 #pragma once
@@ -29,6 +33,11 @@ struct KernelEnergy {
   double ms = 0;     // per launch, back to back
   double mj = -1;    // per launch (-1: NVML unavailable)
   double watts = 0;  // average over the launches
+};
+struct GraphEnergy {
+  std::vector<KernelEnergy> kernels;  // in the graph's node order (stream capture: launch order)
+  KernelEnergy base;                  // the graph with every node disabled
+  int other_nodes = 0;                // child-graph and conditional nodes, not covered
 };
 
 namespace detail {
@@ -58,21 +67,24 @@ inline std::string kernel_node_name(cudaGraphNode_t node, size_t index) {
 }  // namespace detail
 
 // g: the captured step; ge: its instantiation (left with every node enabled again).
-inline std::vector<KernelEnergy> graph_kernel_energy(cudaGraph_t g, cudaGraphExec_t ge, cudaStream_t st,
-                                                     const EnergyMeter& em, double min_ms = 300.0) {
+inline GraphEnergy graph_kernel_energy(cudaGraph_t g, cudaGraphExec_t ge, cudaStream_t st, const EnergyMeter& em,
+                                       double min_ms = 1000.0, double warm_ms = 200.0) {
   size_t n = 0;
   DT_CUDA_CHECK(cudaGraphGetNodes(g, nullptr, &n));
   std::vector<cudaGraphNode_t> nodes(n);
   DT_CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
+  GraphEnergy out;
   std::vector<cudaGraphNode_t> work, kernels;  // the nodes that can be disabled; the kernels among them
   for (cudaGraphNode_t nd : nodes) {
     cudaGraphNodeType t;
     DT_CUDA_CHECK(cudaGraphNodeGetType(nd, &t));
     if (t == cudaGraphNodeTypeKernel || t == cudaGraphNodeTypeMemcpy || t == cudaGraphNodeTypeMemset) work.push_back(nd);
     if (t == cudaGraphNodeTypeKernel) kernels.push_back(nd);
+    if (t == cudaGraphNodeTypeGraph || t == cudaGraphNodeTypeConditional) ++out.other_nodes;
   }
-  auto enable_only = [&](cudaGraphNode_t keep) {  // keep == nullptr: all of them
-    for (cudaGraphNode_t nd : work) DT_CUDA_CHECK(cudaGraphNodeSetEnabled(ge, nd, keep == nullptr || nd == keep));
+  cudaGraphNode_t none{};  // enable_only(none): every node disabled
+  auto enable_only = [&](cudaGraphNode_t keep, bool all = false) {
+    for (cudaGraphNode_t nd : work) DT_CUDA_CHECK(cudaGraphNodeSetEnabled(ge, nd, all || (keep && nd == keep)));
   };
   cudaEvent_t e0, e1;
   DT_CUDA_CHECK(cudaEventCreate(&e0));
@@ -86,21 +98,27 @@ inline std::vector<KernelEnergy> graph_kernel_energy(cudaGraph_t g, cudaGraphExe
     DT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     return double(ms) / reps;
   };
-  std::vector<KernelEnergy> out;
-  for (size_t k = 0; k < kernels.size(); ++k) {
-    enable_only(kernels[k]);
-    KernelEnergy r;
-    r.name = detail::kernel_node_name(kernels[k], k);
-    const double t1 = run(5);  // also the warm-up
-    const int reps = std::max(10, int(std::ceil(min_ms / std::max(t1, 1e-3))));
+  auto measure = [&](KernelEnergy& r) {  // the graph as enabled now
+    const double t1 = std::max(run(5), 1e-3);
+    run(std::max(1, int(warm_ms / t1)));
+    const int reps = std::max(10, int(std::ceil(min_ms / t1)));
     const long long mj = em.measure([&] { r.ms = run(reps); });
     if (mj >= 0) {
       r.mj = double(mj) / reps;
       r.watts = r.mj / r.ms;  // mJ / ms
     }
-    out.push_back(r);
+  };
+  enable_only(none);
+  out.base.name = "(no kernel: every node disabled)";
+  measure(out.base);
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    enable_only(kernels[k]);
+    KernelEnergy r;
+    r.name = detail::kernel_node_name(kernels[k], k);
+    measure(r);
+    out.kernels.push_back(r);
   }
-  enable_only(nullptr);
+  enable_only(none, true);
   DT_CUDA_CHECK(cudaEventDestroy(e0));
   DT_CUDA_CHECK(cudaEventDestroy(e1));
   return out;

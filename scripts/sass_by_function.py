@@ -3,16 +3,17 @@
 toolkit's nvdisasm), for kernels that near the SM's instruction cache.
 
 A kernel whose code does not fit the instruction cache stalls on instruction fetch (ncu's
-`stall_no_inst`): dqk and wy fused into one kernel took 207 KB of SASS, 47% of its stall samples
+`stall_no_inst`): dqk and wy fused into one kernel took 203 KB of SASS, 47% of its stall samples
 were no_instruction, and it ran at half the speed of the two kernels apart (docs/perf.md
-v0.37.0). Compile with line info (the build's -lineinfo) to a cubin, then
+v0.14.0, v0.37.0). Compile with line info (the build's -lineinfo) to a cubin, then
 
   nvcc ... -lineinfo -cubin -o gdn_chunk.cubin src/ops/cuda/gdn_chunk.cu
   python3 scripts/sass_by_function.py gdn_chunk.cubin dqk_kernelI13 wy_kernelI13 [--top 20]
 
 Each kernel (a substring of its mangled name) gets its instruction count and size, then its
 instructions by the source function of their innermost inlined line: the enclosing definition
-(`__device__` / `__global__`) before that line in the file nvdisasm names. Inline helpers from
+(a line starting with `__device__` / `__global__`, after any `template<...>`, `static`, `inline`,
+`__host__`) before that line in the file nvdisasm names. Inline helpers from
 the CUDA headers count under the header's name. nvdisasm comes with the CUDA toolkit; where it is
 missing, `pip download --no-deps nvidia-cuda-nvdisasm` and unzip the wheel (see sass_diff.py).
 """
@@ -25,7 +26,10 @@ import subprocess
 
 LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
 INSN = re.compile(r"\s+/\*[0-9a-f]{4,6}\*/\s")
-DEF = re.compile(r"^(?:template\s*<.*>\s*)?(?:static\s+)?(?:__device__|__global__)\b[^(]*?\b(\w+)\s*\(")
+DEF = re.compile(r"^\s*(?:template\s*<.*>\s*)?(?:(?:static|inline|constexpr|__host__|__forceinline__)\s+)*"
+                 r"(?:__device__|__global__)\b")
+BOUNDS = re.compile(r"__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)")  # one level of nested ()
+NAME = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 
 
 class SourceFunctions:
@@ -41,13 +45,14 @@ class SourceFunctions:
             if os.path.exists(path):
                 with open(path, errors="replace") as f:
                     for i, text in enumerate(f, 1):
-                        m = DEF.match(text)
-                        if m:
-                            name = m.group(1)
-                            if name == "__launch_bounds__":  # __global__ __launch_bounds__(..) void name(
-                                k = re.search(r"\)\s*void\s+(\w+)\s*\(", text)
-                                name = k.group(1) if k else name
-                            defs.append((i, name))
+                        if not DEF.match(text):
+                            continue
+                        # the first identifier followed by "(" once __launch_bounds__(...) is gone:
+                        # `__global__ void __launch_bounds__(256) k(`, `__global__ __launch_bounds__(
+                        # 256, 2) void k(`, `__host__ __device__ T f(` (a name on the next line is missed)
+                        m = NAME.search(BOUNDS.sub(" ", text))
+                        if m and m.group(1) not in ("decltype", "alignas", "sizeof"):
+                            defs.append((i, m.group(1)))
             self.cache[path] = ([d[0] for d in defs], [d[1] for d in defs])
         lines, names = self.cache[path]
         k = bisect.bisect_right(lines, line) - 1

@@ -310,7 +310,7 @@ __device__ __forceinline__ void load_ctile(T* s, int lds, const T* g, int64_t gs
 }
 // dqk's and wy's tiles read for the last time (dO, S0, dDelta, dS1 and Delta's second load; wy's
 // dDelta, V, Tm, dW) load with L2 evict_first, so that the lines read again (dS1 after state_dot,
-// Delta, the cluster pair's K and Q, wy's prefetched phase II) stay: dqk read 2.43 GB against
+// Delta, the cluster pair's K and Q, wy's prefetched phase II) stay: dqk read 2.42 GB against
 // ~2.15 GB of distinct bytes, and ran 1357 -> 1306 us under ncu on an H100 (perf.md v0.37.0).
 constexpr L2Hint kLastRead = kL2EvictFirst;
 
@@ -1921,8 +1921,8 @@ __device__ __forceinline__ void wy_dg_cumsum(int lane, int L, int64_t vrow, int 
 }
 
 // ---- wy (B6-B8): WY backward, dv, dbeta, dgamma, reverse chunk cumsum -> dg ----------------------
-// Two load phases, so that only two [C][LDD] tiles are resident: phase I holds dDelta and V
-// (dv and its dbeta term, then dDelta V^T into registers), phase II loads dW and K over them; dbb
+// Two load phases, so that only two [C][LDD] tiles are resident: phase I holds dDelta and V (dv's
+// product, dDelta V^T into registers, then dv's dbeta term), phase II loads dW and K over them; dbb
 // takes dTm's tile (dead after step 2). 65.8 KB at bf16: three CTAs per SM at 80 registers. (All
 // four tiles resident took 110.4 KB, two CTAs per SM, and 1437 us against 1185 at shape (a) in
 // the layer; docs/perf.md v0.12.0.)
