@@ -193,21 +193,24 @@ int main(int argc, char** argv) {
     }
   }
 
-  float fb_graph = 0.f;
-  if (graph) {  // after the warm-ups above: the allocator holds every block the step needs
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
+  // One fwd+bwd captured as a CUDA graph, after warm-ups (the allocator holds every block the step needs).
+  auto capture_step = [&](cudaGraph_t* g, cudaGraphExec_t* ge) {
     DT_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     forward();
     layer.backward(dx, dy, psp);
-    DT_CUDA_CHECK(cudaStreamEndCapture(st, &g));
-    DT_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    DT_CUDA_CHECK(cudaStreamEndCapture(st, g));
+    DT_CUDA_CHECK(cudaGraphInstantiate(ge, *g, 0));
+  };
+  float fb_graph = 0.f;
+  if (graph) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    capture_step(&g, &ge);
     fb_graph = bench::median_ms([&] { DT_CUDA_CHECK(cudaGraphLaunch(ge, st)); }, st);
     DT_CUDA_CHECK(cudaGraphExecDestroy(ge));
     DT_CUDA_CHECK(cudaGraphDestroy(g));
   }
   bench::GraphEnergy kernel_energy;
-  double graph_mj = -1, graph_ms = 0;
   if (energy_kernels) {  // after the timing; serial -> per-chunk flag waits off (graph_energy.h)
     const char* before = std::getenv("DT_GDN_SERIAL_PDL");
     const std::string saved = before ? before : "";
@@ -217,30 +220,8 @@ int main(int argc, char** argv) {
     DT_CUDA_CHECK(cudaStreamSynchronize(st));
     cudaGraph_t g;
     cudaGraphExec_t ge;
-    DT_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    forward();
-    layer.backward(dx, dy, psp);
-    DT_CUDA_CHECK(cudaStreamEndCapture(st, &g));
-    DT_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    capture_step(&g, &ge);
     kernel_energy = bench::graph_kernel_energy(g, ge, st, em);
-    constexpr int kSteps = 30;  // the whole step, the same way, for the sums to be set against
-    DT_CUDA_CHECK(cudaGraphLaunch(ge, st));
-    DT_CUDA_CHECK(cudaStreamSynchronize(st));
-    cudaEvent_t e0, e1;
-    DT_CUDA_CHECK(cudaEventCreate(&e0));
-    DT_CUDA_CHECK(cudaEventCreate(&e1));
-    const long long mj = em.measure([&] {
-      DT_CUDA_CHECK(cudaEventRecord(e0, st));
-      for (int i = 0; i < kSteps; ++i) DT_CUDA_CHECK(cudaGraphLaunch(ge, st));
-      DT_CUDA_CHECK(cudaEventRecord(e1, st));
-      DT_CUDA_CHECK(cudaEventSynchronize(e1));
-    });
-    float ms = 0;
-    DT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    graph_ms = double(ms) / kSteps;
-    if (mj >= 0) graph_mj = double(mj) / kSteps;
-    DT_CUDA_CHECK(cudaEventDestroy(e0));
-    DT_CUDA_CHECK(cudaEventDestroy(e1));
     DT_CUDA_CHECK(cudaGraphExecDestroy(ge));
     DT_CUDA_CHECK(cudaGraphDestroy(g));
     if (before) setenv("DT_GDN_SERIAL_PDL", saved.c_str(), 1);
@@ -354,7 +335,8 @@ int main(int argc, char** argv) {
     if (energy_kernels) {
       // net: less an empty launch (the base row), for the short kernels
       const bench::KernelEnergy& b = kernel_energy.base;
-      const bool nvml = b.mj >= 0 && graph_mj >= 0 &&
+      const bench::KernelEnergy& w = kernel_energy.whole;
+      const bool nvml = b.mj >= 0 && w.mj >= 0 &&
                         std::all_of(kernel_energy.kernels.begin(), kernel_energy.kernels.end(),
                                     [](const bench::KernelEnergy& k) { return k.mj >= 0; });
       std::printf("  each kernel alone, back to back (--energy-kernels; launch order)%s:\n",
@@ -377,9 +359,9 @@ int main(int argc, char** argv) {
       }
       if (nvml)
         std::printf("  kernels alone, net, summed: %.3f ms, %.1f mJ | the step as one graph: %.3f ms, %.1f mJ, %.0f W\n",
-                    sum_ms, sum_mj, graph_ms, graph_mj, graph_mj / graph_ms);
+                    sum_ms, sum_mj, w.ms, w.mj, w.watts);
       else
-        std::printf("  kernels alone, net, summed: %.3f ms | the step as one graph: %.3f ms\n", sum_ms, graph_ms);
+        std::printf("  kernels alone, net, summed: %.3f ms | the step as one graph: %.3f ms\n", sum_ms, w.ms);
       if (kernel_energy.other_nodes > 0)
         std::printf("  (%d child-graph or conditional nodes not covered)\n", kernel_energy.other_nodes);
     }

@@ -7,7 +7,7 @@
 //   settles) and then for >= min_ms with NVML's energy counter read around it (EnergyMeter; the
 //   counter moves in steps of some ms, hence windows of a second). The same for the graph with
 //   every node disabled gives the base: what a launch costs with no kernel in it, to be
-//   subtracted for short kernels. Kernels that accumulate (+=) into a buffer grow it; nothing
+//   subtracted for short kernels; and for the whole graph, the step itself. Kernels that accumulate (+=) into a buffer grow it; nothing
 //   here reads the values. A kernel that waits on a flag another kernel sets would wait forever:
 //   capture with such waits off (gdn_layer sets DT_GDN_SERIAL_PDL=0). Kernels inside child-graph
 //   or conditional nodes are neither listed nor disabled (`other_nodes` counts those nodes).
@@ -37,6 +37,7 @@ struct KernelEnergy {
 struct GraphEnergy {
   std::vector<KernelEnergy> kernels;  // in the graph's node order (stream capture: launch order)
   KernelEnergy base;                  // the graph with every node disabled
+  KernelEnergy whole;                 // the graph as captured, measured the same way
   int other_nodes = 0;                // child-graph and conditional nodes, not covered
 };
 
@@ -119,6 +120,8 @@ inline GraphEnergy graph_kernel_energy(cudaGraph_t g, cudaGraphExec_t ge, cudaSt
     out.kernels.push_back(r);
   }
   enable_only(none, true);
+  out.whole.name = "(the whole graph)";
+  measure(out.whole);
   DT_CUDA_CHECK(cudaEventDestroy(e0));
   DT_CUDA_CHECK(cudaEventDestroy(e1));
   return out;
