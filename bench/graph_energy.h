@@ -83,9 +83,8 @@ inline GraphEnergy graph_kernel_energy(cudaGraph_t g, cudaGraphExec_t ge, cudaSt
     if (t == cudaGraphNodeTypeKernel) kernels.push_back(nd);
     if (t == cudaGraphNodeTypeGraph || t == cudaGraphNodeTypeConditional) ++out.other_nodes;
   }
-  cudaGraphNode_t none{};  // enable_only(none): every node disabled
-  auto enable_only = [&](cudaGraphNode_t keep, bool all = false) {
-    for (cudaGraphNode_t nd : work) DT_CUDA_CHECK(cudaGraphNodeSetEnabled(ge, nd, all || (keep && nd == keep)));
+  auto enable_if = [&](auto on) {  // each disableable node enabled where on(node)
+    for (cudaGraphNode_t nd : work) DT_CUDA_CHECK(cudaGraphNodeSetEnabled(ge, nd, on(nd)));
   };
   cudaEvent_t e0, e1;
   DT_CUDA_CHECK(cudaEventCreate(&e0));
@@ -109,17 +108,17 @@ inline GraphEnergy graph_kernel_energy(cudaGraph_t g, cudaGraphExec_t ge, cudaSt
       r.watts = r.mj / r.ms;  // mJ / ms
     }
   };
-  enable_only(none);
+  enable_if([](cudaGraphNode_t) { return false; });
   out.base.name = "(no kernel: every node disabled)";
   measure(out.base);
   for (size_t k = 0; k < kernels.size(); ++k) {
-    enable_only(kernels[k]);
+    enable_if([&](cudaGraphNode_t nd) { return nd == kernels[k]; });
     KernelEnergy r;
     r.name = detail::kernel_node_name(kernels[k], k);
     measure(r);
     out.kernels.push_back(r);
   }
-  enable_only(none, true);
+  enable_if([](cudaGraphNode_t) { return true; });
   out.whole.name = "(the whole graph)";
   measure(out.whole);
   DT_CUDA_CHECK(cudaEventDestroy(e0));

@@ -147,12 +147,15 @@ def short(k):
     m = re.search(r"(\w+)_kernel", k)
     return (m.group(1) if m else k[:12])[:12]
 head = None
+first = {}  # each variant's first round (hdr, units, rows), for the DRAM table below
 for n in names:
     for r in range(1, rounds + 1):
         p = f"{L}/ncu_{n}_{r}.csv"
         if not os.path.exists(p):
             continue
         hdr, units, rows = raw_csv(open(p).read().splitlines())
+        if r == 1:
+            first[n] = (hdr, units, rows)
         ix = {h: i for i, h in enumerate(hdr)}
         k, tcol = ix["Kernel Name"], ix["gpu__time_duration.sum"]
         us = [float(x[tcol].replace(",", "")) * US_PER[units[tcol]] for x in rows]
@@ -165,11 +168,7 @@ for n in names:
 # it is the room a kernel has
 print("== ncu, DRAM TB/s per kernel (read + write bytes / time), first round")
 BY = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
-for n in names:
-    p = f"{L}/ncu_{n}_1.csv"
-    if not os.path.exists(p):
-        continue
-    hdr, units, rows = raw_csv(open(p).read().splitlines())
+for n, (hdr, units, rows) in first.items():
     ix = {h: i for i, h in enumerate(hdr)}
     tcol, rd, wr = ix["gpu__time_duration.sum"], ix["dram__bytes_read.sum"], ix["dram__bytes_write.sum"]
     def tbs(x):

@@ -250,6 +250,10 @@ inline std::vector<double> grad_noise_bounds(const GdnReference& R, int tp, int 
   }
   return b;
 }
+// Gradient k's bound: max(tol, its noise bound) where grad_noise_bounds gave one, else tol.
+inline double grad_bound(const std::vector<double>& noise_bounds, size_t k, double tol) {
+  return k < noise_bounds.size() ? std::max(tol, noise_bounds[k]) : tol;
+}
 
 // The comparison every parallel-vs-serial layer test makes: y at real rows (mask), dX
 // everywhere (exactly 0 at pad rows when `pads_exact`: dy is 0 there and pads feed nothing
@@ -271,7 +275,7 @@ inline void expect_matches_serial(const Tensor& y, const Tensor& dx, const std::
   for (size_t k = 0; k < specs.size(); ++k) {
     Tensor want = Tensor::empty(model::local_shape(specs[k], tp), DType::f32);
     model::shard_from_global(want, ref_grads[k], specs[k], tp, tp_rank);
-    const double bound = k < noise_bounds.size() ? std::max(tol, noise_bounds[k]) : tol;
+    const double bound = grad_bound(noise_bounds, k, tol);
     if (bound > tol)
       fmt::print("[rank {}] {}: its noise floor x {} = {:.2e} bounds it (above {:.0e})\n", dist::world_rank(),
                  specs[k].name, kNoiseMargin, bound, tol);
@@ -383,7 +387,7 @@ inline void check_gdn_layout(const GdnLayout& L, const layers::GdnConfig& cfg, c
     EXPECT_TRUE(close_rel(g.y, o.y, act_tol)) << "y all_gather vs all_to_all";
     EXPECT_TRUE(close_rel(g.dx, o.dx, act_tol)) << "dx all_gather vs all_to_all";
     for (size_t k = 0; k < o.grads.size(); ++k) {
-      const double bound = k < noise.size() ? std::max(grad_tol, noise[k]) : grad_tol;
+      const double bound = grad_bound(noise, k, grad_tol);
       EXPECT_TRUE(close_rel(g.grads[k], o.grads[k], bound)) << R.specs[k].name << " all_gather vs all_to_all";
       grad_err = std::max(grad_err, compare(g.grads[k], o.grads[k]).rel_l2);
     }

@@ -122,7 +122,7 @@ __device__ __forceinline__ void load_tile_full(T* s, int lds, const T* g, int64_
     if constexpr (H == kL2EvictFirst)
       cp_async16_pol(sa + i * sstep, gp + i * gstep, 16, pol);
     else
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa + i * sstep), "l"(gp + i * gstep) : "memory");
+      cp_async16_sa(sa + i * sstep, gp + i * gstep);
   }
 }
 // s[i] = g[i*stride] for i < nvalid, 0 for nvalid <= i < n (fp32 columns such as gamma, beta).
