@@ -343,11 +343,12 @@ int main(int argc, char** argv) {
                   nvml ? "" : "; energy n/a (NVML)");
       std::printf("  %4s %9s %9s %7s %9s %9s  %s\n", "#", "ms", "mJ", "W", "net ms", "net mJ", "kernel");
       auto row = [&](const char* idx, const bench::KernelEnergy& k) {
+        const std::string name = (k.setup ? fmt::format("(+{} memset/memcpy) ", k.setup) : "") + k.name;
         if (nvml)
-          std::printf("  %4s %9.3f %9.2f %7.0f %9.3f %9.2f  %.90s\n", idx, k.ms, k.mj, k.watts, k.ms - b.ms, k.mj - b.mj,
-                      k.name.c_str());
+          std::printf("  %4s %9.3f %9.2f %7.0f %9.3f %9.2f  %.110s\n", idx, k.ms, k.mj, k.watts, k.ms - b.ms, k.mj - b.mj,
+                      name.c_str());
         else
-          std::printf("  %4s %9.3f %9s %7s %9.3f %9s  %.90s\n", idx, k.ms, "-", "-", k.ms - b.ms, "-", k.name.c_str());
+          std::printf("  %4s %9.3f %9s %7s %9.3f %9s  %.110s\n", idx, k.ms, "-", "-", k.ms - b.ms, "-", name.c_str());
       };
       row("base", b);
       double sum_ms = 0, sum_mj = 0;
@@ -362,6 +363,8 @@ int main(int argc, char** argv) {
                     sum_ms, sum_mj, w.ms, w.mj, w.watts);
       else
         std::printf("  kernels alone, net, summed: %.3f ms | the step as one graph: %.3f ms\n", sum_ms, w.ms);
+      std::printf("  (%d memset / memcpy nodes in the graph, each run with the kernel after it)\n",
+                  kernel_energy.setup_nodes);
       if (kernel_energy.other_nodes > 0)
         std::printf("  (%d child-graph or conditional nodes not covered)\n", kernel_energy.other_nodes);
     }

@@ -2,15 +2,20 @@
 // launch. At the power cap a step's time follows its energy (docs/perf.md v0.29.0, v0.37.0), so the
 // kernels to shorten are the ones with the joules, which a one-kernel-at-a-time profile at cool
 // clocks (ncu) does not rank.
-//   For every kernel node of the instantiated graph: all other kernel, memcpy and memset nodes
-//   disabled (cudaGraphNodeSetEnabled), the graph launched back to back for warm_ms (the power
-//   settles) and then for >= min_ms with NVML's energy counter read around it (EnergyMeter; the
-//   counter moves in steps of some ms, hence windows of a second). The same for the graph with
-//   every node disabled gives the base: what a launch costs with no kernel in it, to be
-//   subtracted for short kernels; and for the whole graph, the step itself. Kernels that accumulate (+=) into a buffer grow it; nothing
-//   here reads the values. A kernel that waits on a flag another kernel sets would wait forever:
-//   capture with such waits off (gdn_layer sets DT_GDN_SERIAL_PDL=0). Kernels inside child-graph
-//   or conditional nodes are neither listed nor disabled (`other_nodes` counts those nodes).
+//   For every kernel node of the captured graph: a clone of the graph with every other node
+//   destroyed (so the kernel keeps its launch attributes: cluster shape, shared memory), except
+//   the memset and memcpy nodes captured right before it (cuBLASLt's persistent GEMMs come with a
+//   memset of their workspace; without it they ran in 1-10% of their time, perf.md v0.38.0), launched
+//   back to back for warm_ms (the power settles) and then for >= min_ms with NVML's energy counter
+//   read around it (EnergyMeter; the counter moves in steps of some ms, hence windows of a second).
+//   The same for the clone with no node at all gives the base: what a launch costs with no kernel
+//   in it, to be subtracted for short kernels; and the instantiated graph itself gives the step.
+//   Disabling nodes in place (cudaGraphNodeSetEnabled) instead segfaulted inside cuGraphLaunch
+//   (H100, CUDA 13.0), probably on the step's programmatic (PDL) edges.
+//   Kernels that accumulate (+=) into a buffer grow it; nothing here reads the values. A kernel
+//   that waits on a flag another kernel sets would wait forever: capture with such waits off
+//   (gdn_layer sets DT_GDN_SERIAL_PDL=0). Kernels inside child-graph or conditional nodes are not
+//   listed (`other_nodes` counts those nodes).
 // Names come from the driver (cuFuncGetName / cuKernelGetName: also cuBLASLt's kernels), through
 // cudart's entry-point query, so the benches need no libcuda link.
 #pragma once
@@ -30,15 +35,17 @@ namespace dt::bench {
 
 struct KernelEnergy {
   std::string name;  // the mangled name, or "kernel <node index>" where the driver gives none
+  int setup = 0;     // memset / memcpy nodes launched with it (those captured right before it)
   double ms = 0;     // per launch, back to back
   double mj = -1;    // per launch (-1: NVML unavailable)
   double watts = 0;  // average over the launches
 };
 struct GraphEnergy {
   std::vector<KernelEnergy> kernels;  // in the graph's node order (stream capture: launch order)
-  KernelEnergy base;                  // the graph with every node disabled
+  KernelEnergy base;                  // an empty graph
   KernelEnergy whole;                 // the graph as captured, measured the same way
   int other_nodes = 0;                // child-graph and conditional nodes, not covered
+  int setup_nodes = 0;                // memset and memcpy nodes
 };
 
 namespace detail {
@@ -67,7 +74,7 @@ inline std::string kernel_node_name(cudaGraphNode_t node, size_t index) {
 }
 }  // namespace detail
 
-// g: the captured step; ge: its instantiation (left with every node enabled again).
+// g: the captured step; ge: its instantiation.
 inline GraphEnergy graph_kernel_energy(cudaGraph_t g, cudaGraphExec_t ge, cudaStream_t st, const EnergyMeter& em,
                                        double min_ms = 1000.0, double warm_ms = 200.0) {
   size_t n = 0;
@@ -75,52 +82,79 @@ inline GraphEnergy graph_kernel_energy(cudaGraph_t g, cudaGraphExec_t ge, cudaSt
   std::vector<cudaGraphNode_t> nodes(n);
   DT_CUDA_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
   GraphEnergy out;
-  std::vector<cudaGraphNode_t> work, kernels;  // the nodes that can be disabled; the kernels among them
+  // kernels[k] with the memset / memcpy nodes right before it (node order is capture order; a
+  // single-stream capture chains them by edges, which the clone keeps)
+  std::vector<std::vector<cudaGraphNode_t>> kernels;
+  std::vector<cudaGraphNode_t> setup;
   for (cudaGraphNode_t nd : nodes) {
     cudaGraphNodeType t;
     DT_CUDA_CHECK(cudaGraphNodeGetType(nd, &t));
-    if (t == cudaGraphNodeTypeKernel || t == cudaGraphNodeTypeMemcpy || t == cudaGraphNodeTypeMemset) work.push_back(nd);
-    if (t == cudaGraphNodeTypeKernel) kernels.push_back(nd);
+    if (t == cudaGraphNodeTypeMemset || t == cudaGraphNodeTypeMemcpy) {
+      setup.push_back(nd);
+      ++out.setup_nodes;
+      continue;
+    }
+    if (t == cudaGraphNodeTypeKernel) {
+      setup.push_back(nd);
+      kernels.push_back(setup);
+    }
     if (t == cudaGraphNodeTypeGraph || t == cudaGraphNodeTypeConditional) ++out.other_nodes;
+    setup.clear();
   }
-  auto enable_if = [&](auto on) {  // each disableable node enabled where on(node)
-    for (cudaGraphNode_t nd : work) DT_CUDA_CHECK(cudaGraphNodeSetEnabled(ge, nd, on(nd)));
+  auto alone = [&](const std::vector<cudaGraphNode_t>& keep) {  // g with only `keep`, instantiated
+    cudaGraph_t c;
+    DT_CUDA_CHECK(cudaGraphClone(&c, g));
+    std::vector<cudaGraphNode_t> kept(keep.size());
+    for (size_t i = 0; i < keep.size(); ++i) DT_CUDA_CHECK(cudaGraphNodeFindInClone(&kept[i], keep[i], c));
+    size_t m = 0;
+    DT_CUDA_CHECK(cudaGraphGetNodes(c, nullptr, &m));
+    std::vector<cudaGraphNode_t> cn(m);
+    DT_CUDA_CHECK(cudaGraphGetNodes(c, cn.data(), &m));
+    for (cudaGraphNode_t nd : cn)
+      if (std::find(kept.begin(), kept.end(), nd) == kept.end()) DT_CUDA_CHECK(cudaGraphDestroyNode(nd));
+    cudaGraphExec_t e;
+    DT_CUDA_CHECK(cudaGraphInstantiate(&e, c, 0));
+    DT_CUDA_CHECK(cudaGraphDestroy(c));
+    return e;
   };
   cudaEvent_t e0, e1;
   DT_CUDA_CHECK(cudaEventCreate(&e0));
   DT_CUDA_CHECK(cudaEventCreate(&e1));
-  auto run = [&](int reps) {  // ms per launch
+  auto run = [&](cudaGraphExec_t x, int reps) {  // ms per launch
     DT_CUDA_CHECK(cudaEventRecord(e0, st));
-    for (int i = 0; i < reps; ++i) DT_CUDA_CHECK(cudaGraphLaunch(ge, st));
+    for (int i = 0; i < reps; ++i) DT_CUDA_CHECK(cudaGraphLaunch(x, st));
     DT_CUDA_CHECK(cudaEventRecord(e1, st));
     DT_CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
     DT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     return double(ms) / reps;
   };
-  auto measure = [&](KernelEnergy& r) {  // the graph as enabled now
-    const double t1 = std::max(run(5), 1e-3);
-    run(std::max(1, int(warm_ms / t1)));
+  auto measure = [&](cudaGraphExec_t x, KernelEnergy& r) {
+    const double t1 = std::max(run(x, 5), 1e-3);
+    run(x, std::max(1, int(warm_ms / t1)));
     const int reps = std::max(10, int(std::ceil(min_ms / t1)));
-    const long long mj = em.measure([&] { r.ms = run(reps); });
+    const long long mj = em.measure([&] { r.ms = run(x, reps); });
     if (mj >= 0) {
       r.mj = double(mj) / reps;
       r.watts = r.mj / r.ms;  // mJ / ms
     }
   };
-  enable_if([](cudaGraphNode_t) { return false; });
-  out.base.name = "(no kernel: every node disabled)";
-  measure(out.base);
+  auto measure_alone = [&](const std::vector<cudaGraphNode_t>& keep, KernelEnergy& r) {
+    cudaGraphExec_t x = alone(keep);
+    measure(x, r);
+    DT_CUDA_CHECK(cudaGraphExecDestroy(x));
+  };
+  out.base.name = "(no kernel: an empty graph)";
+  measure_alone({}, out.base);
   for (size_t k = 0; k < kernels.size(); ++k) {
-    enable_if([&](cudaGraphNode_t nd) { return nd == kernels[k]; });
     KernelEnergy r;
-    r.name = detail::kernel_node_name(kernels[k], k);
-    measure(r);
+    r.name = detail::kernel_node_name(kernels[k].back(), k);
+    r.setup = int(kernels[k].size()) - 1;
+    measure_alone(kernels[k], r);
     out.kernels.push_back(r);
   }
-  enable_if([](cudaGraphNode_t) { return true; });
   out.whole.name = "(the whole graph)";
-  measure(out.whole);
+  measure(ge, out.whole);
   DT_CUDA_CHECK(cudaEventDestroy(e0));
   DT_CUDA_CHECK(cudaEventDestroy(e1));
   return out;
