@@ -23,8 +23,11 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -34,7 +37,7 @@
 namespace dt::bench {
 
 struct KernelEnergy {
-  std::string name;  // the mangled name, or "kernel <node index>" where the driver gives none
+  std::string name;  // short_kernel_name of the driver's name, or "kernel <node index>" where it gives none
   int setup = 0;     // memset / memcpy nodes launched with it (those captured right before it)
   double ms = 0;     // per launch, back to back
   double mj = -1;    // per launch (-1: NVML unavailable)
@@ -60,6 +63,25 @@ P driver_fn(const char* name, int version) {
   }
   return reinterpret_cast<P>(fn);
 }
+// "ns::(anonymous namespace)::gck::prep_kernel<__nv_bfloat16>(Params, ...)" -> "prep_kernel<__nv_bfloat16>":
+// the demangled name without its arguments and scopes; names that do not demangle (cuBLASLt's) as given.
+inline std::string short_kernel_name(const char* mangled) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  if (status != 0 || !d) return mangled;
+  std::string full(d), out;
+  std::free(d);
+  int depth = 0;  // <> and () nesting: a scope's "::" counts only at depth 0, the arguments end the name
+  for (size_t i = 0; i < full.size(); ++i) {
+    const char ch = full[i];
+    if (depth == 0 && ch == '(' && full.compare(i, 21, "(anonymous namespace)") != 0) break;
+    if (ch == '<' || ch == '(') ++depth;
+    if (ch == '>' || ch == ')') --depth;
+    out += ch;
+    if (depth == 0 && ch == ':' && i > 0 && full[i - 1] == ':') out.clear();
+  }
+  return out.empty() ? full : out;
+}
 inline std::string kernel_node_name(cudaGraphNode_t node, size_t index) {
   static const auto get = driver_fn<PFN_cuGraphKernelNodeGetParams_v12000>("cuGraphKernelNodeGetParams", 12000);
   static const auto fname = driver_fn<PFN_cuFuncGetName_v12030>("cuFuncGetName", 12030);
@@ -70,7 +92,7 @@ inline std::string kernel_node_name(cudaGraphNode_t node, size_t index) {
     if (p.func && fname) (void)fname(&name, p.func);
     else if (p.kern && kname) (void)kname(&name, p.kern);
   }
-  return name ? std::string(name) : "kernel " + std::to_string(index);
+  return name ? short_kernel_name(name) : "kernel " + std::to_string(index);
 }
 }  // namespace detail
 
