@@ -10,6 +10,8 @@
 # VARIANTS: names, each "name" or "name:nvcc defines" (defines separated by commas). "new" is the
 #   working tree, "base" .ab/base (both full builds); a name with defines is the working tree with
 #   gdn_chunk.cu alone recompiled with them (DT_EXP_* switches go there, or in the headers it includes) and relinked.
+# AB_FILES: the sources a variant recompiles (default src/ops/cuda/gdn_chunk.cu), e.g.
+#   AB_FILES="src/ops/cuda/conv1d_varlen.cu" for the conv's DT_CONV_* knobs.
 # Per variant: the four `gdn_kernels` digests (a change that keeps every sum order keeps them) and
 # times; ncu's per-kernel times of one `gdn_layer` fwd+bwd, ROUNDS rounds with the variants
 # alternating (default 2); LAYER=1: the eager `gdn_layer` fwd+bwd, two rounds alternating;
@@ -18,7 +20,8 @@
 #   TEST_REPEAT runs until one fails (its log keeps the failing run); SRC=<ncu -k filter>: ncu's
 #   per-SASS-instruction stall samples of those kernels on SRC_VARIANT (default: the last), for
 #   scripts/ncu_stalls.py --source (its --blocks summary is printed). BUDGET (s, default 520):
-#   steps that would start later are skipped, so that the logs come back within one 600 s device call; STEP_TIMEOUT (s, default 120)
+#   steps that would start later are skipped, so that the logs come back within one 600 s device call; DIGESTS=0 skips
+#   gdn_kernels (for variants outside the chunk kernels, e.g. AB_FILES's conv); STEP_TIMEOUT (s, default 120)
 #   ends any one program that runs longer (a hung kernel), so that the rest still runs. Everything lands in one
 #   tarball, $OUT/ab.tgz (the device tool returns at most 8 files), and a summary is printed.
 set -uo pipefail
@@ -69,27 +72,33 @@ for n in "${trees[@]}"; do
    cmake --build ".ab/build-$n" -j "$jobs" --target $tgts > "$L/build_$n.log" 2>&1
    echo "build $n: rc $?") &
 done
-# the variants' gdn_chunk.cu objects, alongside the trees' builds
+# the variants' objects of AB_FILES, alongside the trees' builds
+read -r -a abfiles <<< "${AB_FILES:-src/ops/cuda/gdn_chunk.cu}"
 while [ ! -f .ab/build-new/compile_commands.json ]; do sleep 1; done
 for n in "${names[@]}"; do
   [ -z "${defs[$n]}" ] && continue
   mkdir -p ".ab/build-$n/bench" ".ab/build-$n/tests"
-  cmd=$(python3 -c '
+  for f in "${abfiles[@]}"; do
+    cmd=$(python3 -c '
 import json, sys
 for e in json.load(open(".ab/build-new/compile_commands.json")):
-    if e["file"].endswith("src/ops/cuda/gdn_chunk.cu"):
-        print(e["command"]); break')
-  obj="$PWD/.ab/build-$n/gdn_chunk.cu.o"
-  # shellcheck disable=SC2086
-  (cd .ab/build-new && eval "${cmd% -o *} -o $obj ${defs[$n]}" > "$L/build_$n.log" 2>&1
-   echo "compile $n: rc $?") &
+    if e["file"].endswith(sys.argv[1]):
+        print(e["command"]); break' "$f")
+    [ -n "$cmd" ] || { echo "gpu_ab: AB_FILES names $f, which no compile command builds"; exit 1; }
+    obj="$PWD/.ab/build-$n/$(basename "$f").o"
+    # shellcheck disable=SC2086
+    (cd .ab/build-new && eval "${cmd% -o *} -o $obj ${defs[$n]}" >> "$L/build_$n.log" 2>&1
+     echo "compile $n $(basename "$f"): rc $?") &
+  done
 done
 wait
 t built
 for n in "${names[@]}"; do
   [ -z "${defs[$n]}" ] && continue
   b=".ab/build-$n"
-  cp .ab/build-new/libdeltatron.a "$b/libdeltatron.a" && ar r "$b/libdeltatron.a" "$b/gdn_chunk.cu.o" || exit 1
+  objs=()
+  for f in "${abfiles[@]}"; do objs+=("$b/$(basename "$f").o"); done
+  cp .ab/build-new/libdeltatron.a "$b/libdeltatron.a" && ar r "$b/libdeltatron.a" "${objs[@]}" || exit 1
   for tg in $tgts; do
     dir=bench; [[ " ${tests[*]} " == *" $tg "* ]] && dir=tests
     link=$(sed -e "s#\.\./libdeltatron\.a#$PWD/$b/libdeltatron.a#" -e "s# -o $tg # -o $PWD/$b/$dir/$tg #" \
@@ -102,13 +111,15 @@ for n in "${names[@]}"; do
   [ -x ".ab/build-$n/bench/gdn_kernels" ] || { grep -E ' error' -A3 "$L/build_$n.log" | head -20; exit 1; }
 done
 
-echo "== gdn_kernels: fwd+bwd with saved intermediates (a)-(d), digests"
-for n in "${names[@]}"; do
-  timeout "${STEP_TIMEOUT:-120}" ".ab/build-$n/bench/gdn_kernels" > "$L/kern_$n.log" 2>&1 || echo "$n: gdn_kernels rc $?"
-  echo "$n: $(grep -o 'saved intermediates [0-9.]* ms, outputs. sha256 [0-9a-f]*' "$L/kern_$n.log" |
-    sed -E 's/saved intermediates ([0-9.]+) ms, outputs. sha256 ([0-9a-f]+)/\1 \2/' | tr '\n' ' ')"
-done
-t digests
+if [ "${DIGESTS:-1}" = 1 ]; then
+  echo "== gdn_kernels: fwd+bwd with saved intermediates (a)-(d), digests"
+  for n in "${names[@]}"; do
+    timeout "${STEP_TIMEOUT:-120}" ".ab/build-$n/bench/gdn_kernels" > "$L/kern_$n.log" 2>&1 || echo "$n: gdn_kernels rc $?"
+    echo "$n: $(grep -o 'saved intermediates [0-9.]* ms, outputs. sha256 [0-9a-f]*' "$L/kern_$n.log" |
+      sed -E 's/saved intermediates ([0-9.]+) ms, outputs. sha256 ([0-9a-f]+)/\1 \2/' | tr '\n' ' ')"
+  done
+  t digests
+fi
 
 if [ -n "${TEST:-}" ]; then
   # the test binary itself, a fresh process (and DT_TEST_SEED) per run, until one fails
