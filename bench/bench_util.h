@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -14,6 +16,27 @@
 #include "deltatron/ops/basic.h"
 
 namespace dt::bench {
+
+// An environment variable put back as it was at construction (its value, or unset) when this goes
+// out of scope: a bench that sets a knob for one measurement leaves it for what runs after.
+class EnvRestore {
+ public:
+  explicit EnvRestore(std::string name) : name_(std::move(name)) {
+    const char* v = std::getenv(name_.c_str());
+    had_ = v != nullptr;
+    if (had_) value_ = v;
+  }
+  ~EnvRestore() {
+    if (had_) setenv(name_.c_str(), value_.c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+  EnvRestore(const EnvRestore&) = delete;
+  EnvRestore& operator=(const EnvRestore&) = delete;
+
+ private:
+  std::string name_, value_;
+  bool had_ = false;
+};
 
 // The median (upper middle for an even count) of a sample, taken by value.
 template <class X>

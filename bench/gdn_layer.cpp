@@ -212,8 +212,7 @@ int main(int argc, char** argv) {
   }
   bench::GraphEnergy kernel_energy;
   if (energy_kernels) {  // after the timing; serial -> per-chunk flag waits off (graph_energy.h)
-    const char* before = std::getenv("DT_GDN_SERIAL_PDL");
-    const std::string saved = before ? before : "";
+    const bench::EnvRestore restore("DT_GDN_SERIAL_PDL");
     setenv("DT_GDN_SERIAL_PDL", "0", 1);
     forward();  // the allocator's blocks for this setting, before the capture
     layer.backward(dx, dy, psp);
@@ -224,8 +223,6 @@ int main(int argc, char** argv) {
     kernel_energy = bench::graph_kernel_energy(g, ge, st, em);
     DT_CUDA_CHECK(cudaGraphExecDestroy(ge));
     DT_CUDA_CHECK(cudaGraphDestroy(g));
-    if (before) setenv("DT_GDN_SERIAL_PDL", saved.c_str(), 1);
-    else unsetenv("DT_GDN_SERIAL_PDL");
   }
   if (trace) {  // after the timing: the trace's own cost stays out of the medians above
     DT_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -242,8 +239,7 @@ int main(int argc, char** argv) {
   }
   if (!ab.empty()) {
     const int kRounds = ab_rounds;
-    const char* before = std::getenv(ab.c_str());
-    const std::string saved = before ? before : "";
+    const bench::EnvRestore restore(ab);  // as it was, for what runs after
     std::vector<float> ms[2], diff;
     long long mj[2] = {0, 0};  // each side's energy over all its steps (warm-ups included)
     bool mj_ok = em.ok();
@@ -262,8 +258,6 @@ int main(int argc, char** argv) {
       }
       diff.push_back(t[1] - t[0]);
     }
-    if (before) setenv(ab.c_str(), saved.c_str(), 1);  // as it was, for what runs after
-    else unsetenv(ab.c_str());
     const int wins = int(std::count_if(diff.begin(), diff.end(), [](float d) { return d < 0.f; }));
     if (dist::world_rank() == 0)
       std::printf("A/B %s (fwd+bwd, %d rounds ABBA, blocks of %d + %d): %s: %.3f ms | %s: %.3f ms | median of (%s - %s) "
