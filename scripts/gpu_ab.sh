@@ -72,19 +72,24 @@ for n in "${trees[@]}"; do
    cmake --build ".ab/build-$n" -j "$jobs" --target $tgts > "$L/build_$n.log" 2>&1
    echo "build $n: rc $?") &
 done
-# the variants' objects of AB_FILES, alongside the trees' builds
+# the variants' objects of AB_FILES, alongside the trees' builds (each file's compile command, as
+# new's build has it, taken once)
 read -r -a abfiles <<< "${AB_FILES:-src/ops/cuda/gdn_chunk.cu}"
 while [ ! -f .ab/build-new/compile_commands.json ]; do sleep 1; done
-for n in "${names[@]}"; do
-  [ -z "${defs[$n]}" ] && continue
-  mkdir -p ".ab/build-$n/bench" ".ab/build-$n/tests"
-  for f in "${abfiles[@]}"; do
-    cmd=$(python3 -c '
+declare -A abcmd
+for f in "${abfiles[@]}"; do
+  abcmd[$f]=$(python3 -c '
 import json, sys
 for e in json.load(open(".ab/build-new/compile_commands.json")):
     if e["file"].endswith(sys.argv[1]):
         print(e["command"]); break' "$f")
-    [ -n "$cmd" ] || { echo "gpu_ab: AB_FILES names $f, which no compile command builds"; exit 1; }
+  [ -n "${abcmd[$f]}" ] || { echo "gpu_ab: AB_FILES names $f, which no compile command builds"; exit 1; }
+done
+for n in "${names[@]}"; do
+  [ -z "${defs[$n]}" ] && continue
+  mkdir -p ".ab/build-$n/bench" ".ab/build-$n/tests"
+  for f in "${abfiles[@]}"; do
+    cmd=${abcmd[$f]}
     obj="$PWD/.ab/build-$n/$(basename "$f").o"
     # shellcheck disable=SC2086
     (cd .ab/build-new && eval "${cmd% -o *} -o $obj ${defs[$n]}" >> "$L/build_$n.log" 2>&1
