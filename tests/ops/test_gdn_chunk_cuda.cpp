@@ -20,6 +20,7 @@
 //     the forward's P and from dvl's
 //   * token-strided v / dv (column views, as the layer passes them) give the contiguous bits
 //   * G == 2's GQA sum in clusters of two CTAs (DT_GDN_GQA_PAIR) gives gsum's bits
+//   * the WY backward through wgmma (DT_GDN_WY=wgmma) gives wy_kernel's bits, and matches the CPU
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -839,6 +840,70 @@ TEST(GdnChunkCuda, GqaPairEnvErrors) {
   pair.set("yes");
   EXPECT_DEATH(run(t, make_inputs(t, true, 520), Device::cuda(), DType::bf16),
                "DT_GDN_GQA_PAIR='yes' is not one of: 0 ");
+}
+
+// DT_GDN_WY=wgmma: the WY backward as wy_wg_kernel (bf16, dk = dv = 128, sm_90), every product a
+// wgmma from swizzled shared memory, gives wy_kernel's bits: the same k order and sums, extra
+// k-steps past L multiplying exact zeros. Partial chunks (L < 16, 16 < L < 64), empty sequences,
+// G = 1, 2 (pairs pushed, pulled, and gsum) and 4, saved intermediates or not, token-strided v;
+// the wgmma path also against the CPU recurrence; shapes it does not take (f32, dk < 128) ignore it.
+// A wrong descriptor or fence shows as a mismatch (or NaN: outputs are poisoned), a lost wgmma
+// wait as a race across the repetitions.
+TEST(GdnChunkCuda, WyWgmmaSameBits) {
+  if (!sm90()) GTEST_SKIP() << "wy_wg_kernel needs sm_90 (wgmma)";
+  const ScopedEnv wy("DT_GDN_WY"), pair("DT_GDN_GQA_PAIR");
+  const std::vector<int32_t> lens{1500, 1, 1250, 64, 0, 2049, 350, 129, 1000, 65, 15, 17, 63, 5, 600};
+  const std::vector<Case> cases{
+      {"d128 G2 h0+dht", lens, 4, 8, 128, 128, true, true},
+      {"d128 G1 dht", {1, 15, 16, 17, 63, 64, 65, 700}, 4, 4, 128, 128, false, true},
+      {"d128 G4 h0 (gsum)", {300, 1, 64, 100}, 1, 4, 128, 128, true, false},
+      {"d64 (ignored)", {65, 1, 0, 300}, 2, 4, 64, 64, true, true},
+  };
+  uint64_t salt = 1600;
+  for (DType dt : {DType::bf16, DType::f32})
+    for (const Case& c : cases)
+      for (const char* mode : {static_cast<const char*>(nullptr), "1", "0"})  // G == 2: pushed, pulled, gsum
+        for (bool save : {false, true}) {
+          if ((dt == DType::f32 || c.Hv != 2 * c.Hk) && mode != nullptr) continue;
+          SCOPED_TRACE(std::string(dt::dtype_name(dt)) + " " + c.name + " pair " + (mode ? mode : "unset") +
+                       (save ? ", saved" : ""));
+          pair.set(mode);
+          const Inputs in = make_inputs(c, dt == DType::bf16, ++salt);
+          wy.set("mma");
+          const auto ref = to_vecs(run(c, in, Device::cuda(), dt, true, save));
+          wy.set("wgmma");
+          for (int rep = 0; rep < 2; ++rep) {
+            const auto got = to_vecs(run(c, in, Device::cuda(), dt, true, save));
+            for (int i = 0; i < 8; ++i)
+              EXPECT_TRUE(bitwise_eq(ref[i], got[i])) << "DT_GDN_WY=wgmma vs mma, run " << rep << ": " << kNames[i];
+          }
+        }
+  {  // v and dv as token-strided column views, as the layer passes them
+    const Case& c = cases[0];
+    SCOPED_TRACE(c.name + ", strided v");
+    pair.set(nullptr);
+    const Inputs in = make_inputs(c, true, ++salt);
+    wy.set("mma");
+    const auto ref = to_vecs(run(c, in, Device::cuda(), DType::bf16, true, false, 8));
+    wy.set("wgmma");
+    const auto got = to_vecs(run(c, in, Device::cuda(), DType::bf16, true, false, 8));
+    for (int i = 0; i < 8; ++i) EXPECT_TRUE(bitwise_eq(ref[i], got[i])) << "strided v: " << kNames[i];
+  }
+  {  // and against the CPU recurrence, independently of wy_kernel
+    const Case& c = cases[1];
+    SCOPED_TRACE(c.name + " vs CPU");
+    pair.set(nullptr);
+    wy.set("wgmma");
+    const Inputs in = make_inputs(c, true, ++salt);
+    expect_close(run(c, in, Device::cuda(), DType::bf16), run(c, in, Device::cpu(), DType::f32), 1e-2,
+                 "DT_GDN_WY=wgmma bf16 vs CPU");
+  }
+}
+TEST(GdnChunkCuda, WyWgmmaEnvErrors) {
+  const ScopedEnv wy("DT_GDN_WY");
+  const Case t{"tiny", {65, 3}, 1, 2, 128, 128, false, false};
+  wy.set("yes");
+  EXPECT_DEATH(run(t, make_inputs(t, true, 1650), Device::cuda(), DType::bf16), "DT_GDN_WY='yes' is not one of: mma ");
 }
 
 // The per-chunk kernels (prep, out, dvl, dqk, wy) launch on [Hv, chunks] in slabs of at most 65535

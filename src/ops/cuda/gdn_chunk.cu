@@ -2181,6 +2181,356 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
   if (p.pair == kPairPull) cluster_wait();  // the partner has read this CTA's s_dt (push: see pair_sum_push)
 }
 
+// ---- wy through wgmma (bf16, dk = dv = 128, sm_90a; DT_GDN_WY=wgmma) ----------------------------
+// wy_kernel's steps and sums with every product as a warpgroup MMA whose operands both sit in
+// shared memory (wgmma.cuh's SS form), in 128-byte-swizzled atoms instead of padded rows: no
+// ldmatrix and no mma.sync, and a product runs while the previous step's epilogue does (6b under
+// 6a's, K K^T under step 1's and step 2, 5a under the barrier and step 4). The two warpgroups
+// split N: the [C, C] products as m64n32 (a warp's accumulator is wy_kernel's tm0 / tn0 tile, so
+// those epilogues are unchanged), the [C, D] ones as m64n64 (a warp holds 16 rows x 64 columns,
+// the same column half per warpgroup, so the pair exchange pairs the same fragments). K is loaded
+// in phase I and kept (the unpadded tiles make room: 62.2 KB, three CTAs per SM), so phase II
+// loads only dW. Every token-dimension product runs its 4 k-steps: rows and columns >= L of every
+// operand pair are exact zeros (a k-loop bounded by L made ptxas serialise the wgmma chain).
+// Meant to give wy_kernel's bits (same k order, same sums); GdnChunkCuda.WyWgmmaSameBits checks.
+namespace wyw {  // wy_wg_kernel's descriptors and swizzled element offsets
+// K-major operand (rows of 128-byte atoms, atom stride astride): k-step kk
+// low word of a descriptor: start address >> 4, LBO field (16 bytes for K-major, unused; C*128 for MN-major)
+__device__ __forceinline__ uint32_t dk_(uint32_t base, int kk, uint32_t astride) {
+  return (((base + (kk >> 2) * astride + (kk & 3) * 32) & 0x3FFFF) >> 4) | (1u << 16);
+}
+// MN-major operand: k-step kk = rows 16 kk .. 16 kk + 15
+__device__ __forceinline__ uint32_t dm_(uint32_t base, int kk) { return (((base + kk * 2048) & 0x3FFFF) >> 4) | ((C * 128 / 16) << 16); }
+// element (r, c) of a swizzled [C][64 * natoms] bf16 tile, byte offset
+__device__ __forceinline__ uint32_t swe(int r, int c) { return (c >> 6) * (C * 128) + wg::sw128(r, (c & 63) >> 3) + (c & 7) * 2; }
+}  // namespace wyw
+
+struct WyWgSmem {
+  static constexpr size_t a = 0;                 // dDelta, then dW   [C][128] (2 atoms)
+  static constexpr size_t k = a + 2 * C * 128;   // K (loaded in phase I)
+  static constexpr size_t b = k + 2 * C * 128;   // V, then dt [C][64] + xt [C][64]
+  static constexpr size_t dt = b, xt = b + C * 128;
+  static constexpr size_t tm = b + 2 * C * 128;  // Tm [C][64]
+  static constexpr size_t rowp = tm + C * 128;
+  static constexpr size_t colp = rowp + 4 * 2 * C;
+  static constexpr size_t gam = colp + 4 * 4 * C;
+  static constexpr size_t beta = gam + 4 * C, eg = beta + 4 * C, db = eg + 4 * C, dg = db + 4 * C;
+  static constexpr size_t red = dg + 4 * C, red2 = red + 4 * 4 * C, bars = red2 + 4 * 4 * C;
+  static constexpr size_t bytes = bars + 16;
+};
+static_assert(3 * (WyWgSmem::bytes + kSmemReservedPerCta) <= kSmemPerSm, "wy_wg_kernel: three CTAs per SM");
+static_assert(WyWgSmem::xt - WyWgSmem::dt == C * 128 && 2 * C * 128 >= 8 * 128 * sizeof(float4) &&
+                  WyWgSmem::dt % 1024 == 0 && WyWgSmem::tm % 1024 == 0 && WyWgSmem::k % 1024 == 0,
+              "wy_wg_kernel: 1 KB atoms; dt + xt hold pair_sum's buffer");
+
+__device__ __forceinline__ void add_dkh_store_wg(const float (&acc)[8][4], int m0, int n0, int L, int dk,
+                                                 const float* g_dkh, int64_t stride, bf16* g_dk, int lane) {
+  const int lg = lane >> 2, lt = lane & 3;
+  auto tile = [&](auto full) {
+    constexpr bool F = decltype(full)::value;
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      float2 r_old[8];
+      const int r = m0 + lg + 8 * h2;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int c = n0 + 8 * j + 2 * lt;
+        const bool ok = F || (r < L && c < dk);
+        r_old[j] = load2(g_dkh + int64_t(ok ? r : 0) * stride + (ok ? c : 0));
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int c = n0 + 8 * j + 2 * lt;
+        if (F || (r < L && c < dk)) store2(g_dk + int64_t(r) * stride + c, r_old[j].x + acc[j][2 * h2], r_old[j].y + acc[j][2 * h2 + 1]);
+      }
+    }
+  };
+  if (m0 + 16 <= L && n0 + 64 <= dk) tile(std::true_type{});
+  else tile(std::false_type{});
+}
+// row sums of acc (.) X over this warp's 64 columns as two 32-column partials (today's column
+// groups 2 wgi, 2 wgi + 1, the same fmaf order) -> s[(2 wgi + half) C + row]
+template <class XF>
+__device__ __forceinline__ void rowdot_wg(const float (&acc)[8][4], int m0, int wgi, float* s, int lane, XF&& xf) {
+  asm volatile("" : "+r"(lane));  // opaque: the swizzled offsets are recomputed here, not kept from step 6 (spilled)
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float2 x[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) x[j] = xf(m0 + g + 8 * h2, 64 * wgi + 32 * half + 8 * j + 2 * t);
+      float v = 0.f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v = fmaf(acc[4 * half + j][2 * h2], x[j].x, v);
+        v = fmaf(acc[4 * half + j][2 * h2 + 1], x[j].y, v);
+      }
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (t == 0) s[(2 * wgi + half) * C + m0 + g + 8 * h2] = v;
+    }
+}
+
+__global__ __launch_bounds__(kChunkThreads, 3) void wy_wg_kernel(
+    Params p, const bf16* __restrict__ g_k, const bf16* __restrict__ g_v, const float* __restrict__ g_beta,
+    const float* __restrict__ g_gam, const bf16* __restrict__ g_Tm, const bf16* __restrict__ g_dW,
+    const bf16* __restrict__ g_dD, const float* __restrict__ g_dgam, const float* __restrict__ g_dkh,
+    float* __restrict__ g_dk2, bf16* __restrict__ g_dk, bf16* __restrict__ g_dv, float* __restrict__ g_dbeta,
+    float* __restrict__ g_dg) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  using S = WyWgSmem;
+  using namespace wyw;
+  using wg::m64n64k16_ss;
+  using wg::m64n32k16_ss;
+  const uint32_t sb = smem_addr(smem);
+  if (sb & 1023) __trap();  // the swizzled atoms need 1 KB alignment (wgmma descriptors)
+  float* s_rowp = reinterpret_cast<float*>(smem + S::rowp);
+  float* s_colp = reinterpret_cast<float*>(smem + S::colp);
+  float* s_gam = reinterpret_cast<float*>(smem + S::gam);
+  float* s_beta = reinterpret_cast<float*>(smem + S::beta);
+  float* s_eg = reinterpret_cast<float*>(smem + S::eg);
+  float* s_db = reinterpret_cast<float*>(smem + S::db);
+  float* s_dg = reinterpret_cast<float*>(smem + S::dg);
+  float* s_red = reinterpret_cast<float*>(smem + S::red);
+  float* s_red2 = reinterpret_cast<float*>(smem + S::red2);
+  uint64_t* s_bars = reinterpret_cast<uint64_t*>(smem + S::bars);
+  if (p.pair == kPairPush) pair_push_init(s_bars);
+  const ChunkIdx ci = chunk_idx(p);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L;
+  const int w4 = warp & 3, wgi = warp >> 2;
+  const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
+  prefetch_l2_rows<2>(g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk * 2, L, p.dk * 2, tid);
+  // phase I: dDelta, Tm, gamma, beta | V | K
+  load_dk_rows<kChunkThreads, true>(smem + S::a, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L == C, L, p.dv, tid);
+  load_p_sw128<kChunkThreads>(smem + S::tm, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, tid);
+  load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
+  load_col(s_beta, g_beta + vrow, p.Hv, C, L, tid, kChunkThreads);
+  cp_commit();
+  load_dk_rows<kChunkThreads, true>(smem + S::b, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L == C, L, p.dv, tid);
+  cp_commit();
+  load_dk_rows<kChunkThreads, true>(smem + S::k, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, L == C, L, p.dk, tid);
+  cp_commit();
+  cp_wait<2>();
+  wg::fence_proxy_async();
+  __syncthreads();
+  if (tid < C) s_eg[tid] = tid < L ? gexp(s_gam[tid]) : 0.f;
+  const int tm0 = 16 * w4, tn0 = 32 * wgi;
+  // 6a. Tm^T dDelta: [64 x 64] per warpgroup, columns 64 wgi
+  float acc6[1][8][4];
+  zero(acc6);
+  wg::wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    m64n64k16_ss<1, 1>(acc6[0], dm_(sb + S::tm, kk), dm_(sb + S::a + wgi * C * 128, kk), 1);
+  wg::wg_commit();
+  cp_wait<1>();
+  wg::fence_proxy_async();
+  __syncthreads();  // V
+  float r_a2[1][4][4];
+  zero(r_a2);
+  wg::wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk)
+    m64n32k16_ss<0, 0>(r_a2[0], dk_(sb + S::a, kk, C * 128), dk_(sb + S::b + wgi * 4096, kk, C * 128), 1);
+  wg::wg_commit();
+  wg::wg_hold(acc6[0]);
+  wg::wg_hold(r_a2[0]);
+  wg::wg_wait<1>();
+  wg::wg_hold(acc6[0]);
+  {
+    rowdot_wg(acc6[0], tm0, wgi, s_red2, lane,
+              [&](int r, int c) { return load2(reinterpret_cast<const bf16*>(smem + S::b + swe(r, c))); });
+    if (tm0 < L)
+      store_frags(g_dv + ci.bos * p.sdv + int64_t(ci.h) * p.dv, p.sdv, acc6, tm0, 64 * wgi, L, p.dv,
+                  [&](int r, float& x0, float& x1) { x0 = s_beta[r] * x0, x1 = s_beta[r] * x1; });
+  }
+  wg::wg_hold(r_a2[0]);
+  wg::wg_wait<0>();
+  wg::wg_hold(r_a2[0]);
+  __syncthreads();  // dDelta, V dead
+  static_assert(C * (D * 4 / 128) <= kChunkThreads, "one line per thread");
+  if (p.G == 1) prefetch_l2_rows<D * 4 / 128>(g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk * 4, L, p.dk * 4, tid);
+  else if (p.pair && (tid & 2) == (ci.h & 1) * 2)
+    prefetch_l2_rows<D * 4 / 128>(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk * 4, L, p.dk * 4, tid);
+  prefetch_l2_rows<1>(g_dgam + vrow, int64_t(p.Hv) * 4, L, 4, tid);
+  load_dk_rows<kChunkThreads, true>(smem + S::a, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, L == C, L, p.dk, tid);
+  cp_commit();
+  cp_wait<0>();
+  wg::fence_proxy_async();
+  __syncthreads();
+  float r_kk[1][4][4];
+  zero(r_kk);
+  {  // 1. dTm
+    float r_a1[1][4][4];
+    zero(r_a1);
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk)
+      m64n32k16_ss<0, 0>(r_a1[0], dk_(sb + S::a, kk, C * 128), dk_(sb + S::k + wgi * 4096, kk, C * 128), 1);
+    wg::wg_commit();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk)
+      m64n32k16_ss<0, 0>(r_kk[0], dk_(sb + S::k, kk, C * 128), dk_(sb + S::k + wgi * 4096, kk, C * 128), 1);
+    wg::wg_commit();
+    wg::wg_hold(r_kk[0]);
+    wg::wg_hold(r_a1[0]);
+    wg::wg_wait<1>();
+    wg::wg_hold(r_a1[0]);
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
+        const bool rv = r < L;
+        const float y0 = (rv && c < r) ? s_beta[c] * (s_eg[c] * r_a1[0][j][2 * h2] + r_a2[0][j][2 * h2]) : 0.f;
+        const float y1 =
+            (rv && c + 1 < r) ? s_beta[c + 1] * (s_eg[c + 1] * r_a1[0][j][2 * h2 + 1] + r_a2[0][j][2 * h2 + 1]) : 0.f;
+        store2(reinterpret_cast<bf16*>(smem + S::dt + swe(r, c)), y0, y1);
+      }
+  }
+  wg::fence_proxy_async();
+  __syncthreads();
+  {  // 2. X = dTm_sl Tm^T -> X^T (stmatrix.trans)
+    float r_x[4][4];
+    zero_tiles(r_x);
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      m64n32k16_ss<0, 0>(r_x, dk_(sb + S::dt, kk, 0), dk_(sb + S::tm + wgi * 4096, kk, 0), 1);
+    wg::wg_commit();
+    wg::wg_hold(r_kk[0]);
+    wg::wg_hold(r_x);
+    wg::wg_wait<0>();
+    wg::wg_hold(r_x);
+    wg::wg_hold(r_kk[0]);
+#pragma unroll
+    for (int jb = 0; jb < 4; jb += 2) {
+      uint32_t rr[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) rr[m] = pack_bf16(r_x[jb + (m >> 1)][2 * (m & 1)], r_x[jb + (m >> 1)][2 * (m & 1) + 1]);
+      const int m = lane >> 3, n = tn0 + 8 * (jb + (m >> 1)) + (lane & 7);
+      stsm_x4_t_sa(sb + uint32_t(S::xt) + wg::sw128(n, 2 * w4 + (m & 1)), rr);
+    }
+  }
+  wg::fence_proxy_async();
+  __syncthreads();
+  {  // 3. dA = -Tm^T X ...
+    float r_acc[1][4][4];
+    zero(r_acc);
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      m64n32k16_ss<1, 0>(r_acc[0], dm_(sb + S::tm, kk), dk_(sb + S::xt + wgi * 4096, kk, 0), 1);
+    wg::wg_commit();
+    wg::wg_hold(r_acc[0]);
+    wg::wg_wait<0>();
+    wg::wg_hold(r_acc[0]);
+    wg::wg_hold(r_kk[0]);
+    const int g = lane >> 2, t = lane & 3;
+    float r_row[2] = {0.f, 0.f}, r_col[4][2];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      r_col[j][0] = r_col[j][1] = 0.f;
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
+        const bool rv = r < L;
+        const float b0 = (rv && c < r) ? -r_acc[0][j][2 * h2] * gexp(s_gam[r] - s_gam[c]) : 0.f;
+        const float b1 = (rv && c + 1 < r) ? -r_acc[0][j][2 * h2 + 1] * gexp(s_gam[r] - s_gam[c + 1]) : 0.f;
+        const float m0v = b0 * r_kk[0][j][2 * h2], m1v = b1 * r_kk[0][j][2 * h2 + 1];
+        r_row[h2] += m0v + m1v;
+        r_col[j][0] = fmaf(s_beta[r], m0v, r_col[j][0]);
+        r_col[j][1] = fmaf(s_beta[r], m1v, r_col[j][1]);
+        store2(reinterpret_cast<bf16*>(smem + S::dt + swe(r, c)), s_beta[r] * b0, s_beta[r] * b1);
+      }
+    }
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      r_row[h2] += __shfl_xor_sync(0xffffffffu, r_row[h2], 1);
+      r_row[h2] += __shfl_xor_sync(0xffffffffu, r_row[h2], 2);
+      if (t == 0) s_rowp[wgi * C + tm0 + g + 8 * h2] = r_row[h2];
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float v = r_col[j][e];
+        v += __shfl_xor_sync(0xffffffffu, v, 4);
+        v += __shfl_xor_sync(0xffffffffu, v, 8);
+        v += __shfl_xor_sync(0xffffffffu, v, 16);
+        if (g == 0) s_colp[w4 * C + tn0 + 8 * j + 2 * t + e] = v;
+      }
+  }
+  float acc5[1][8][4];
+  zero(acc5);
+  wg::wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    m64n64k16_ss<1, 1>(acc5[0], dm_(sb + S::tm, kk), dm_(sb + S::a + wgi * C * 128, kk), 1);
+  wg::wg_commit();
+  wg::fence_proxy_async();
+  __syncthreads();
+  if (tid < C) {
+    const float rs = s_rowp[tid] + s_rowp[C + tid];
+    const float cs = s_colp[tid] + s_colp[C + tid] + s_colp[2 * C + tid] + s_colp[3 * C + tid];
+    s_db[tid] = rs;
+    s_dg[tid] = s_beta[tid] * rs - cs;
+  }
+  {  // 5.
+    const int m0 = tm0, n0 = 64 * wgi;
+    const bool active = m0 < L && n0 < p.dk;
+    wg::wait_acc(acc5[0]);
+    rowdot_wg(acc5[0], m0, wgi, s_red, lane,
+              [&](int r, int c) { return load2(reinterpret_cast<const bf16*>(smem + S::k + swe(r, c))); });
+    frag_pairs(acc5, m0, n0, [&](int r, int, float& x0, float& x1) {
+      const float f = s_beta[r] * s_eg[r];
+      x0 *= f, x1 *= f;
+    });
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      m64n64k16_ss<0, 1>(acc5[0], dk_(sb + S::dt, kk, 0), dm_(sb + S::k + wgi * C * 128, kk), 1);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      m64n64k16_ss<1, 1>(acc5[0], dm_(sb + S::dt, kk), dm_(sb + S::k + wgi * C * 128, kk), 1);
+    wg::wg_commit();
+    wg::wait_acc(acc5[0]);
+    if (active) {
+      if (p.G == 1) {
+        add_dkh_store_wg(acc5[0], m0, n0, L, p.dk, g_dkh + vrow * p.dk, int64_t(p.Hv) * p.dk, g_dk + vrow * p.dk, lane);
+      } else if (!p.pair) {
+        frag_pairs(acc5, m0, n0, [&](int r, int c, float& x0, float& x1) {
+          if (r < L && c < p.dk) store2(g_dk2 + (vrow + int64_t(r) * p.Hv) * p.dk + c, x0, x1);
+        });
+      }
+    }
+    if (p.pair) {
+      __syncthreads();
+      float* xbuf = reinterpret_cast<float*>(smem + S::dt);
+      auto& acc2 = reinterpret_cast<float(&)[2][4][4]>(acc5);
+      const bool sum = pair_sum_mode(acc2, xbuf, s_bars, p.pair);
+      if (sum && active)
+        add_dkh_store_wg(acc5[0], m0, n0, L, p.dk, g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk, g_dk + qrow * p.dk, lane);
+      if (p.pair == kPairPush) {
+        if (!sum && w4 < 2) {
+          wy_dbeta_dgamma(w4 * 32 + lane, L, vrow, p.Hv, s_red, s_red2, s_eg, s_beta, s_db, s_dg, g_dgam, g_dbeta);
+          asm volatile("bar.sync 1, 64;" ::: "memory");
+          if (w4 == 0) wy_dg_cumsum(lane, L, vrow, p.Hv, s_dg, g_dg);
+        }
+        return;
+      }
+    }
+  }
+  __syncthreads();
+  if (tid < C) wy_dbeta_dgamma(tid, L, vrow, p.Hv, s_red, s_red2, s_eg, s_beta, s_db, s_dg, g_dgam, g_dbeta);
+  __syncthreads();
+  if (warp == 0) wy_dg_cumsum(lane, L, vrow, p.Hv, s_dg, g_dg);
+  if (p.pair == kPairPull) cluster_wait();
+}
+
 // ---- gsum (B12): out[t, hk, :] = sum_{j < G} in[t, hk G + j, :] in head order -------------------
 // With in2 (dk: in2 = wy's parts, in = dqk's): (sum_j in2[.., j, :]) + (sum_j in[.., j, :]), the order
 // in which the G == 2 clusters add them (dqk sums its pair, wy its pair, then adds dqk's).
@@ -2385,6 +2735,17 @@ struct SerialForm {
 // Whether this device runs the wgmma kernels: sm_90 exactly (wgmma is sm_90a's; the build's
 // sm_90a code does not run on later majors).
 bool wgmma_device() { return cc_major() == 9; }
+// DT_GDN_WY: mma (default) | wgmma: the WY backward as wy_kernel (mma.sync) or wy_wg_kernel (bf16,
+// dk = dv = 128, sm_90; other cases keep wy_kernel). Meant to give the same bits. Read at every call.
+#ifndef DT_EXP_WY_WG
+#define DT_EXP_WY_WG 0  // 1: wgmma where DT_GDN_WY is unset (the A/B's variant, scripts/gpu_ab.sh)
+#endif
+bool wy_wgmma_knob() {
+  if (!std::getenv("DT_GDN_WY")) return DT_EXP_WY_WG != 0;
+  return env::choice("DT_GDN_WY", {{"mma", "wy_kernel: mma.sync from padded tiles"},
+                                   {"wgmma", "wy_wg_kernel: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)"}}) ==
+         1;
+}
 template <class T>
 SerialForm serial_form(int dk, int dv) {
   const int i = env::choice("DT_GDN_SERIAL", {{kSerialNames[0], "CTA-tiled serial kernels"},
@@ -2998,9 +3359,17 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
                          gam.ptr<float>(), tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(),
                          direct ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(), dW.ptr<T>(),
                          dgam.ptr<float>());
-  launch_chunk_kernel(wy_kernel<T>, pb, WySmem<T>::bytes, st, tptr<T>(k), tptr<T>(v), tptr<float>(beta),
-                      gam.ptr<float>(), Tm.ptr<T>(), dW.ptr<T>(), dD.ptr<T>(), dgam.ptr<float>(), dkh.ptr<float>(),
-                      direct ? nullptr : dk2.ptr<float>(), tptr<T>(dk), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));
+  bool wy_wg = false;
+  if constexpr (std::is_same_v<T, bf16>) wy_wg = wy_wgmma_knob() && p.dk == D && p.dv == D && wgmma_device();
+  if (wy_wg)
+    launch_chunk_kernel(wy_wg_kernel, pb, WyWgSmem::bytes, st, tptr<bf16>(k), tptr<bf16>(v), tptr<float>(beta),
+                        gam.ptr<float>(), Tm.ptr<bf16>(), dW.ptr<bf16>(), dD.ptr<bf16>(), dgam.ptr<float>(),
+                        dkh.ptr<float>(), direct ? nullptr : dk2.ptr<float>(), tptr<bf16>(dk), tptr<bf16>(dv),
+                        tptr<float>(dbeta), tptr<float>(dg));
+  else
+    launch_chunk_kernel(wy_kernel<T>, pb, WySmem<T>::bytes, st, tptr<T>(k), tptr<T>(v), tptr<float>(beta),
+                        gam.ptr<float>(), Tm.ptr<T>(), dW.ptr<T>(), dD.ptr<T>(), dgam.ptr<float>(), dkh.ptr<float>(),
+                        direct ? nullptr : dk2.ptr<float>(), tptr<T>(dk), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));
   if (direct) return;
   const int64_t rows = p.T * p.Hk;
   const int blocks = int(std::min<int64_t>((rows * p.dk / 4 + 255) / 256, 132 * 16));

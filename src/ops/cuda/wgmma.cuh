@@ -105,6 +105,35 @@ __device__ __forceinline__ void m64n128k16_rs_tb(float (&d)[16][4], const uint32
 #endif
 }
 
+// Both operands from shared memory (the SS form): d[64, N] (+)= A[64, 16] B[16, N]. da, db: the
+// low words of 128-byte-swizzle descriptors (start >> 4 | LBO >> 4 << 16); the high word, SBO
+// 1024 and the swizzle mode, is the constant 0x40000040, so ptxas keeps the low words in uniform
+// registers. TA / TB: imm-trans-a / -b (MN-major A / B). accumulate = 0 overwrites d.
+template <int TA, int TB>
+__device__ __forceinline__ void m64n64k16_ss(float (&d)[8][4], uint32_t da, uint32_t db, int acc) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %34, 0;\nmov.b64 da, {%32, 0x40000040};\nmov.b64 db, {%33, 0x40000040};\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, da, db, p, 1, 1, %35, %36;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(da), "r"(db), "r"(acc), "n"(TA), "n"(TB));
+#else
+  __trap();
+#endif
+}
+template <int TA, int TB>
+__device__ __forceinline__ void m64n32k16_ss(float (&d)[4][4], uint32_t da, uint32_t db, int acc) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %18, 0;\nmov.b64 da, {%16, 0x40000040};\nmov.b64 db, {%17, 0x40000040};\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, da, db, p, 1, 1, %19, %20;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+      : "r"(da), "r"(db), "r"(acc), "n"(TA), "n"(TB));
+#else
+  __trap();
+#endif
+}
+
 
 // The products the GDN kernels issue whole. Issued and committed, not awaited: wait_acc(d) before d
 // is read (the caller may do other work between).
