@@ -64,3 +64,11 @@ void conv_l2norm_bwd_composed(const TensorView& dx, const TensorView& dw, const 
                               const TensorView& bias, bool silu, const VarlenMeta& m, const GdnGateBwdViews* gate,
                               Stream s);
 }  // namespace dt::ops::detail
+
+#if DELTATRON_HAVE_CUDA
+namespace dt::ops::cuda {
+// How many times gdn_chunk_bwd launched wy_wg_kernel (DT_GDN_WY=wgmma) in this process: tests
+// check that the form they compare actually ran.
+int64_t wy_wg_launches();
+}  // namespace dt::ops::cuda
+#endif

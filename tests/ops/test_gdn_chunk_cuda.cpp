@@ -39,6 +39,7 @@
 #include "deltatron/ops/basic.h"
 #include "deltatron/ops/gdn.h"
 #include "deltatron/ops/varlen.h"
+#include "ops/gdn_backends.h"
 #include "test_util.h"
 
 namespace {
@@ -872,11 +873,14 @@ TEST(GdnChunkCuda, WyWgmmaSameBits) {
           wy.set("mma");
           const auto ref = to_vecs(run(c, in, Device::cuda(), dt, true, save));
           wy.set("wgmma");
+          const int64_t launches = dt::ops::cuda::wy_wg_launches();
           for (int rep = 0; rep < 2; ++rep) {
             const auto got = to_vecs(run(c, in, Device::cuda(), dt, true, save));
             for (int i = 0; i < 8; ++i)
               EXPECT_TRUE(bitwise_eq(ref[i], got[i])) << "DT_GDN_WY=wgmma vs mma, run " << rep << ": " << kNames[i];
           }
+          const bool takes = dt == DType::bf16 && c.dk == 128 && c.dv == 128;  // the shapes wy_wg_kernel runs
+          EXPECT_EQ(dt::ops::cuda::wy_wg_launches() - launches, takes ? 2 : 0) << "wy_wg_kernel launches";
         }
   {  // v and dv as token-strided column views, as the layer passes them
     const Case& c = cases[0];

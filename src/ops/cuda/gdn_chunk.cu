@@ -2285,7 +2285,12 @@ __global__ __launch_bounds__(kChunkThreads, 3) void wy_wg_kernel(
   using wg::m64n64k16_ss;
   using wg::m64n32k16_ss;
   const uint32_t sb = smem_addr(smem);
-  if (sb & 1023) __trap();  // the swizzled atoms need 1 KB alignment (wgmma descriptors)
+  {  // the swizzled atoms need 1 KB alignment (wgmma descriptors); opaque, else the compiler folds
+     // the test away by __align__(1024)
+    uint32_t a = sb;
+    asm volatile("" : "+r"(a));
+    if (a & 1023) __trap();
+  }
   float* s_rowp = reinterpret_cast<float*>(smem + S::rowp);
   float* s_colp = reinterpret_cast<float*>(smem + S::colp);
   float* s_gam = reinterpret_cast<float*>(smem + S::gam);
@@ -2737,11 +2742,13 @@ struct SerialForm {
 bool wgmma_device() { return cc_major() == 9; }
 // DT_GDN_WY: mma (default) | wgmma: the WY backward as wy_kernel (mma.sync) or wy_wg_kernel (bf16,
 // dk = dv = 128, sm_90; other cases keep wy_kernel). Meant to give the same bits. Read at every call.
+std::atomic<int64_t> g_wy_wg_launches{0};  // wy_wg_launches()
 #ifndef DT_EXP_WY_WG
 #define DT_EXP_WY_WG 0  // 1: wgmma where DT_GDN_WY is unset (the A/B's variant, scripts/gpu_ab.sh)
 #endif
 bool wy_wgmma_knob() {
-  if (!std::getenv("DT_GDN_WY")) return DT_EXP_WY_WG != 0;
+  const char* v = std::getenv("DT_GDN_WY");
+  if (!v || !*v) return DT_EXP_WY_WG != 0;
   return env::choice("DT_GDN_WY", {{"mma", "wy_kernel: mma.sync from padded tiles"},
                                    {"wgmma", "wy_wg_kernel: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)"}}) ==
          1;
@@ -3360,13 +3367,17 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
                          direct ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(), dW.ptr<T>(),
                          dgam.ptr<float>());
   bool wy_wg = false;
-  if constexpr (std::is_same_v<T, bf16>) wy_wg = wy_wgmma_knob() && p.dk == D && p.dv == D && wgmma_device();
-  if (wy_wg)
-    launch_chunk_kernel(wy_wg_kernel, pb, WyWgSmem::bytes, st, tptr<bf16>(k), tptr<bf16>(v), tptr<float>(beta),
-                        gam.ptr<float>(), Tm.ptr<bf16>(), dW.ptr<bf16>(), dD.ptr<bf16>(), dgam.ptr<float>(),
-                        dkh.ptr<float>(), direct ? nullptr : dk2.ptr<float>(), tptr<bf16>(dk), tptr<bf16>(dv),
-                        tptr<float>(dbeta), tptr<float>(dg));
-  else
+  if constexpr (std::is_same_v<T, bf16>) {
+    wy_wg = wy_wgmma_knob() && p.dk == D && p.dv == D && wgmma_device();
+    if (wy_wg) {
+      launch_chunk_kernel(wy_wg_kernel, pb, WyWgSmem::bytes, st, tptr<bf16>(k), tptr<bf16>(v), tptr<float>(beta),
+                          gam.ptr<float>(), Tm.ptr<bf16>(), dW.ptr<bf16>(), dD.ptr<bf16>(), dgam.ptr<float>(),
+                          dkh.ptr<float>(), direct ? nullptr : dk2.ptr<float>(), tptr<bf16>(dk), tptr<bf16>(dv),
+                          tptr<float>(dbeta), tptr<float>(dg));
+      g_wy_wg_launches.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (!wy_wg)
     launch_chunk_kernel(wy_kernel<T>, pb, WySmem<T>::bytes, st, tptr<T>(k), tptr<T>(v), tptr<float>(beta),
                         gam.ptr<float>(), Tm.ptr<T>(), dW.ptr<T>(), dD.ptr<T>(), dgam.ptr<float>(), dkh.ptr<float>(),
                         direct ? nullptr : dk2.ptr<float>(), tptr<T>(dk), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));
@@ -3399,6 +3410,8 @@ int64_t token_stride(const TensorView& x, int64_t packed) { return x.numel() > 0
 
 }  // namespace gck
 }  // namespace
+
+int64_t wy_wg_launches() { return gck::g_wy_wg_launches.load(std::memory_order_relaxed); }
 
 void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k,
                    const TensorView& v, const TensorView& g, const TensorView& beta, const TensorView& h0,
