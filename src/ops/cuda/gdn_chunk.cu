@@ -1920,6 +1920,68 @@ __device__ __forceinline__ void wy_dg_cumsum(int lane, int L, int64_t vrow, int 
   if (i1 < L) g_dg[vrow + int64_t(i1) * Hv] = excl + y1;
 }
 
+// wy's step 1 epilogue on a warp's [16, 32] tile (tm0, tn0) of dTm = (dW K^T) diag(beta e) +
+// (dDelta V^T) diag(beta), strictly lower and valid rows only; st(r, c, y0, y1) stores a pair
+// (wy_kernel: padded rows, wy_wg_kernel: swizzled atoms).
+template <class St>
+__device__ __forceinline__ void wy_dtm_epilogue(const float (&a1)[4][4], const float (&a2)[4][4], int tm0, int tn0,
+                                                int L, const float* s_beta, const float* s_eg, int lane, St&& st) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
+      const bool rv = r < L;
+      const float y0 = (rv && c < r) ? s_beta[c] * (s_eg[c] * a1[j][2 * h2] + a2[j][2 * h2]) : 0.f;
+      const float y1 = (rv && c + 1 < r) ? s_beta[c + 1] * (s_eg[c + 1] * a1[j][2 * h2 + 1] + a2[j][2 * h2 + 1]) : 0.f;
+      st(r, c, y0, y1);
+    }
+}
+// wy's step 3 epilogue on a warp's [16, 32] tile: dB = -(Tm^T X) (.) Gamma (strict lower, valid),
+// M = dB (.) K K^T: row sums -> s_rowp[(warp >> 2) C + row] and beta-weighted column sums ->
+// s_colp[(warp & 3) C + col] (fixed shuffle trees; step 4 sums the warps in a fixed order);
+// st(r, c, y0, y1) stores dbb = diag(beta) dB.
+template <class St>
+__device__ __forceinline__ void wy_db_epilogue(const float (&acc)[4][4], const float (&kk)[4][4], int tm0, int tn0,
+                                               int L, const float* s_gam, const float* s_beta, float* s_rowp,
+                                               float* s_colp, int warp, int lane, St&& st) {
+  const int g = lane >> 2, t = lane & 3;
+  float r_row[2] = {0.f, 0.f}, r_col[4][2];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    r_col[j][0] = r_col[j][1] = 0.f;
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
+      const bool rv = r < L;
+      const float b0 = (rv && c < r) ? -acc[j][2 * h2] * gexp(s_gam[r] - s_gam[c]) : 0.f;
+      const float b1 = (rv && c + 1 < r) ? -acc[j][2 * h2 + 1] * gexp(s_gam[r] - s_gam[c + 1]) : 0.f;
+      const float m0v = b0 * kk[j][2 * h2], m1v = b1 * kk[j][2 * h2 + 1];
+      r_row[h2] += m0v + m1v;
+      r_col[j][0] = fmaf(s_beta[r], m0v, r_col[j][0]);
+      r_col[j][1] = fmaf(s_beta[r], m1v, r_col[j][1]);
+      st(r, c, s_beta[r] * b0, s_beta[r] * b1);
+    }
+  }
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2) {
+    r_row[h2] += __shfl_xor_sync(0xffffffffu, r_row[h2], 1);
+    r_row[h2] += __shfl_xor_sync(0xffffffffu, r_row[h2], 2);
+    if (t == 0) s_rowp[(warp >> 2) * C + tm0 + g + 8 * h2] = r_row[h2];
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float v = r_col[j][e];
+      v += __shfl_xor_sync(0xffffffffu, v, 4);
+      v += __shfl_xor_sync(0xffffffffu, v, 8);
+      v += __shfl_xor_sync(0xffffffffu, v, 16);
+      if (g == 0) s_colp[(warp & 3) * C + tn0 + 8 * j + 2 * t + e] = v;
+    }
+}
+
 // ---- wy (B6-B8): WY backward, dv, dbeta, dgamma, reverse chunk cumsum -> dg ----------------------
 // Two load phases, so that only two [C][LDD] tiles are resident: phase I holds dDelta and V (dv's
 // product, dDelta V^T into registers, then dv's dbeta term), phase II loads dW and K over them; dbb
@@ -2058,18 +2120,8 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
     float r_a1[1][4][4];
     zero(r_a1);
     if (tri) warp_gemm<1, 4, false, true>(r_a1, s_dw, LDD<T>, s_k, LDD<T>, tm0, tn0, p.dk);
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
-        const bool rv = r < L;
-        const float y0 = (rv && c < r) ? s_beta[c] * (s_eg[c] * r_a1[0][j][2 * h2] + r_a2[0][j][2 * h2]) : 0.f;
-        const float y1 =
-            (rv && c + 1 < r) ? s_beta[c + 1] * (s_eg[c + 1] * r_a1[0][j][2 * h2 + 1] + r_a2[0][j][2 * h2 + 1]) : 0.f;
-        store2(s_dt + r * LDC<T> + c, y0, y1);
-      }
+    wy_dtm_epilogue(r_a1[0], r_a2[0], tm0, tn0, L, s_beta, s_eg, lane,
+                    [&](int r, int c, float y0, float y1) { store2(s_dt + r * LDC<T> + c, y0, y1); });
   }
   __syncthreads();
   {  // 2. X = dTm_sl Tm^T
@@ -2087,42 +2139,8 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
       warp_gemm<1, 4, true, false>(r_acc, s_tm, LDC<T>, s_x, LDC<T>, tm0, tn0, Lk);
       warp_gemm<1, 4, false, true>(r_kk, s_k, LDD<T>, s_k, LDD<T>, tm0, tn0, p.dk);
     }
-    // M = dB (.) KK^T: row sums and beta-weighted column sums from the fragments (fixed shuffle
-    // trees, then fixed-order sums over the warps in step 4)
-    const int g = lane >> 2, t = lane & 3;
-    float r_row[2] = {0.f, 0.f}, r_col[4][2];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      r_col[j][0] = r_col[j][1] = 0.f;
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
-        const bool rv = r < L;
-        const float b0 = (rv && c < r) ? -r_acc[0][j][2 * h2] * gexp(s_gam[r] - s_gam[c]) : 0.f;
-        const float b1 = (rv && c + 1 < r) ? -r_acc[0][j][2 * h2 + 1] * gexp(s_gam[r] - s_gam[c + 1]) : 0.f;
-        const float m0v = b0 * r_kk[0][j][2 * h2], m1v = b1 * r_kk[0][j][2 * h2 + 1];
-        r_row[h2] += m0v + m1v;
-        r_col[j][0] = fmaf(s_beta[r], m0v, r_col[j][0]);
-        r_col[j][1] = fmaf(s_beta[r], m1v, r_col[j][1]);
-        store2(s_dbb + r * LDC<T> + c, s_beta[r] * b0, s_beta[r] * b1);
-      }
-    }
-#pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2) {
-      r_row[h2] += __shfl_xor_sync(0xffffffffu, r_row[h2], 1);
-      r_row[h2] += __shfl_xor_sync(0xffffffffu, r_row[h2], 2);
-      if (t == 0) s_rowp[(warp >> 2) * C + tm0 + g + 8 * h2] = r_row[h2];
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float v = r_col[j][e];
-        v += __shfl_xor_sync(0xffffffffu, v, 4);
-        v += __shfl_xor_sync(0xffffffffu, v, 8);
-        v += __shfl_xor_sync(0xffffffffu, v, 16);
-        if (g == 0) s_colp[(warp & 3) * C + tn0 + 8 * j + 2 * t + e] = v;
-      }
+    wy_db_epilogue(r_acc[0], r_kk[0], tm0, tn0, L, s_gam, s_beta, s_rowp, s_colp, warp, lane,
+                   [&](int r, int c, float y0, float y1) { store2(s_dbb + r * LDC<T> + c, y0, y1); });
   }
   __syncthreads();
   if (tid < C) {  // 4. dbeta_i += rowsum(M); dgamma_i += beta_i rowsum(M)_i - sum_i' beta_i' M[i'][i]
@@ -2383,18 +2401,9 @@ __global__ __launch_bounds__(kChunkThreads, 3) void wy_wg_kernel(
     wg::wg_hold(r_a1[0]);
     wg::wg_wait<1>();
     wg::wg_hold(r_a1[0]);
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
-        const bool rv = r < L;
-        const float y0 = (rv && c < r) ? s_beta[c] * (s_eg[c] * r_a1[0][j][2 * h2] + r_a2[0][j][2 * h2]) : 0.f;
-        const float y1 =
-            (rv && c + 1 < r) ? s_beta[c + 1] * (s_eg[c + 1] * r_a1[0][j][2 * h2 + 1] + r_a2[0][j][2 * h2 + 1]) : 0.f;
-        store2(reinterpret_cast<bf16*>(smem + S::dt + swe(r, c)), y0, y1);
-      }
+    wy_dtm_epilogue(r_a1[0], r_a2[0], tm0, tn0, L, s_beta, s_eg, lane, [&](int r, int c, float y0, float y1) {
+      store2(reinterpret_cast<bf16*>(smem + S::dt + swe(r, c)), y0, y1);
+    });
   }
   wg::fence_proxy_async();
   __syncthreads();
@@ -2434,40 +2443,10 @@ __global__ __launch_bounds__(kChunkThreads, 3) void wy_wg_kernel(
     wg::wg_wait<0>();
     wg::wg_hold(r_acc[0]);
     wg::wg_hold(r_kk[0]);
-    const int g = lane >> 2, t = lane & 3;
-    float r_row[2] = {0.f, 0.f}, r_col[4][2];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      r_col[j][0] = r_col[j][1] = 0.f;
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        const int r = tm0 + g + 8 * h2, c = tn0 + 8 * j + 2 * t;
-        const bool rv = r < L;
-        const float b0 = (rv && c < r) ? -r_acc[0][j][2 * h2] * gexp(s_gam[r] - s_gam[c]) : 0.f;
-        const float b1 = (rv && c + 1 < r) ? -r_acc[0][j][2 * h2 + 1] * gexp(s_gam[r] - s_gam[c + 1]) : 0.f;
-        const float m0v = b0 * r_kk[0][j][2 * h2], m1v = b1 * r_kk[0][j][2 * h2 + 1];
-        r_row[h2] += m0v + m1v;
-        r_col[j][0] = fmaf(s_beta[r], m0v, r_col[j][0]);
-        r_col[j][1] = fmaf(s_beta[r], m1v, r_col[j][1]);
-        store2(reinterpret_cast<bf16*>(smem + S::dt + swe(r, c)), s_beta[r] * b0, s_beta[r] * b1);
-      }
-    }
-#pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2) {
-      r_row[h2] += __shfl_xor_sync(0xffffffffu, r_row[h2], 1);
-      r_row[h2] += __shfl_xor_sync(0xffffffffu, r_row[h2], 2);
-      if (t == 0) s_rowp[wgi * C + tm0 + g + 8 * h2] = r_row[h2];
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float v = r_col[j][e];
-        v += __shfl_xor_sync(0xffffffffu, v, 4);
-        v += __shfl_xor_sync(0xffffffffu, v, 8);
-        v += __shfl_xor_sync(0xffffffffu, v, 16);
-        if (g == 0) s_colp[w4 * C + tn0 + 8 * j + 2 * t + e] = v;
-      }
+    wy_db_epilogue(r_acc[0], r_kk[0], tm0, tn0, L, s_gam, s_beta, s_rowp, s_colp, warp, lane,
+                   [&](int r, int c, float y0, float y1) {
+                     store2(reinterpret_cast<bf16*>(smem + S::dt + swe(r, c)), y0, y1);
+                   });
   }
   float acc5[1][8][4];
   zero(acc5);
