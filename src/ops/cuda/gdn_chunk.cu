@@ -581,15 +581,22 @@ __device__ __forceinline__ void load_rows(T* s, int lds, const T* g, int64_t gst
   if (full) load_tile_full<T, C, COLS, NTHR>(s, lds, g, gstride, tid);
   else load_tile(s, lds, g, gstride, C, L, ncols, COLS, tid, NTHR);
 }
-// [C][D] bf16 rows (rows >= L zero) -> two 128-byte-swizzled atoms [C][64] at s (wgmma.cuh).
-template <int NTHR, class T>
+// [C][D] bf16 rows (rows >= L zero) -> two 128-byte-swizzled atoms [C][64] at s (wgmma.cuh);
+// H: the copies' L2 eviction priority (kLastRead for a tile read for the last time).
+template <int NTHR, L2Hint H = kL2Normal, class T>
 __device__ __forceinline__ void load_rows_sw128(unsigned char* s, const T* g, int64_t gstride, int L, int tid) {
   static_assert(sizeof(T) == 2 && D == 128, "load_rows_sw128: bf16 rows of 128");
   constexpr int CPR = D / 8;  // 16-byte chunks per row
+  [[maybe_unused]] uint64_t pol = 0;
+  if constexpr (H == kL2EvictFirst) pol = l2_policy_evict_first();
   for (int idx = tid; idx < C * CPR; idx += NTHR) {
     const int r = idx / CPR, c = idx % CPR;
     const bool ok = r < L;
-    cp_async16(s + (c >> 3) * (C * 128) + wg::sw128(r, c & 7), ok ? g + r * gstride + 8 * c : g, ok);
+    unsigned char* d = s + (c >> 3) * (C * 128) + wg::sw128(r, c & 7);
+    if constexpr (H == kL2EvictFirst)
+      cp_async16_pol(smem_addr(d), ok ? g + r * gstride + 8 * c : g, ok ? 16 : 0, pol);
+    else
+      cp_async16(d, ok ? g + r * gstride + 8 * c : g, ok);
   }
 }
 // load_rows_sw128 with every row valid (L = C): the same copies per thread, whose rows are 8 apart,
@@ -597,28 +604,35 @@ __device__ __forceinline__ void load_rows_sw128(unsigned char* s, const T* g, in
 // the loop above spent ~20 instructions a copy on its index, predicate and 64-bit products (ncu:
 // ~45% of the wg4 state kernel's executed instructions were its tile loads, v0.23.0).
 // Its copies of one thread from the first (shared address sa, global gp): rows RSTEP apart.
-template <int NTHR, class T>
+template <int NTHR, L2Hint H = kL2Normal, class T>
 __device__ __forceinline__ void cp_sw128_rows(uint32_t sa, const T* gp, int64_t gstride) {
   constexpr int CPR = D / 8, RSTEP = NTHR / CPR, N = C / RSTEP;
   static_assert(sizeof(T) == 2 && NTHR % CPR == 0 && RSTEP % 8 == 0 && C % RSTEP == 0, "cp_sw128_rows: shape");
   const int64_t gstep = RSTEP * gstride;
+  [[maybe_unused]] uint64_t pol = 0;
+  if constexpr (H == kL2EvictFirst) pol = l2_policy_evict_first();
 #pragma unroll
-  for (int i = 0; i < N; ++i) cp_async16_sa(sa + i * RSTEP * 128, gp + i * gstep);
+  for (int i = 0; i < N; ++i) {
+    if constexpr (H == kL2EvictFirst)
+      cp_async16_pol(sa + i * RSTEP * 128, gp + i * gstep, 16, pol);
+    else
+      cp_async16_sa(sa + i * RSTEP * 128, gp + i * gstep);
+  }
 }
-template <int NTHR, class T>
+template <int NTHR, L2Hint H = kL2Normal, class T>
 __device__ __forceinline__ void load_rows_sw128_full(unsigned char* s, const T* g, int64_t gstride, int tid) {
   constexpr int CPR = D / 8;
   const int r = tid / CPR, c = tid % CPR;
-  cp_sw128_rows<NTHR>(smem_addr(s + (c >> 3) * (C * 128) + wg::sw128(r, c & 7)), g + r * gstride + 8 * c, gstride);
+  cp_sw128_rows<NTHR, H>(smem_addr(s + (c >> 3) * (C * 128) + wg::sw128(r, c & 7)), g + r * gstride + 8 * c, gstride);
 }
 // A chunk's dk-wide rows (W, K or Q) into a stage: 128-byte-swizzled atoms for the wgmma kernels
 // (SW, dk == D), else [C][LDD] rows.
-template <int NTHR, bool SW, class T>
+template <int NTHR, bool SW, L2Hint H = kL2Normal, class T>
 __device__ __forceinline__ void load_dk_rows(unsigned char* s, const T* g, int64_t gstride, bool full, int L, int dk,
                                              int tid) {
   if constexpr (SW) {
-    if (L == C) load_rows_sw128_full<NTHR>(s, g, gstride, tid);
-    else load_rows_sw128<NTHR>(s, g, gstride, L, tid);
+    if (L == C) load_rows_sw128_full<NTHR, H>(s, g, gstride, tid);
+    else load_rows_sw128<NTHR, H>(s, g, gstride, L, tid);
   } else {
     load_rows<T, D, NTHR>(reinterpret_cast<T*>(s), LDD<T>, g, gstride, full, L, dk, tid);
   }
@@ -637,10 +651,15 @@ __device__ __forceinline__ void load_state_tiles(unsigned char* base, const Para
 }
 // The chunk's P [C][C] (bf16, every element written by p_tile) into one swizzled atom at s: rows i,
 // 128 bytes of j each (the MN-major B operand of dO^T P, wgmma.cuh).
-template <int NTHR, class T>
+template <int NTHR, L2Hint H = kL2Normal, class T>
 __device__ __forceinline__ void load_p_sw128(unsigned char* s, const T* g, int tid) {
   static_assert(sizeof(T) == 2 && C == 64, "load_p_sw128: bf16 rows of 64");
-  for (int idx = tid; idx < C * 8; idx += NTHR) cp_async16(s + wg::sw128(idx >> 3, idx & 7), g + 8 * idx, true);
+  [[maybe_unused]] uint64_t pol = 0;
+  if constexpr (H == kL2EvictFirst) pol = l2_policy_evict_first();
+  for (int idx = tid; idx < C * 8; idx += NTHR) {
+    if constexpr (H == kL2EvictFirst) cp_async16_pol(smem_addr(s + wg::sw128(idx >> 3, idx & 7)), g + 8 * idx, 16, pol);
+    else cp_async16(s + wg::sw128(idx >> 3, idx & 7), g + 8 * idx, true);
+  }
 }
 // WITH_K = false: all but K and gamma, which the K-split form loads a step ahead (load_rev_k).
 // RP: the chunk's P (g_Pc, its [C][C] tile) instead of dDelta_local's rows.
@@ -2326,12 +2345,15 @@ __global__ __launch_bounds__(kChunkThreads, 3) void wy_wg_kernel(
   const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
   prefetch_l2_rows<2>(g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk * 2, L, p.dk * 2, tid);
   // phase I: dDelta, Tm, gamma, beta | V | K
-  load_dk_rows<kChunkThreads, true>(smem + S::a, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L == C, L, p.dv, tid);
-  load_p_sw128<kChunkThreads>(smem + S::tm, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, tid);
+  // (dDelta, Tm, V and dW are read for the last time: L2 evict_first, as wy_kernel's loads)
+  load_dk_rows<kChunkThreads, true, kLastRead>(smem + S::a, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L == C, L, p.dv,
+                                               tid);
+  load_p_sw128<kChunkThreads, kLastRead>(smem + S::tm, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, tid);
   load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
   load_col(s_beta, g_beta + vrow, p.Hv, C, L, tid, kChunkThreads);
   cp_commit();
-  load_dk_rows<kChunkThreads, true>(smem + S::b, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L == C, L, p.dv, tid);
+  load_dk_rows<kChunkThreads, true, kLastRead>(smem + S::b, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L == C, L,
+                                               p.dv, tid);
   cp_commit();
   load_dk_rows<kChunkThreads, true>(smem + S::k, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, L == C, L, p.dk, tid);
   cp_commit();
@@ -2378,7 +2400,8 @@ __global__ __launch_bounds__(kChunkThreads, 3) void wy_wg_kernel(
   else if (p.pair && (tid & 2) == (ci.h & 1) * 2)
     prefetch_l2_rows<D * 4 / 128>(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk * 4, L, p.dk * 4, tid);
   prefetch_l2_rows<1>(g_dgam + vrow, int64_t(p.Hv) * 4, L, 4, tid);
-  load_dk_rows<kChunkThreads, true>(smem + S::a, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, L == C, L, p.dk, tid);
+  load_dk_rows<kChunkThreads, true, kLastRead>(smem + S::a, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, L == C, L, p.dk,
+                                               tid);
   cp_commit();
   cp_wait<0>();
   wg::fence_proxy_async();
