@@ -850,6 +850,20 @@ TEST(GdnChunkCuda, GqaPairEnvErrors) {
 // the wgmma path also against the CPU recurrence; shapes it does not take (f32, dk < 128) ignore it.
 // A wrong descriptor or fence shows as a mismatch (or NaN: outputs are poisoned), a lost wgmma
 // wait as a race across the repetitions.
+// A mismatch's size: rounding-level (a different summation order) or a wrong product (a
+// descriptor, layout or fence), which decides what the first GPU run of a new form looks at.
+std::string wy_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return " (sizes differ)";
+  double num = 0, den = 0, worst = 0;
+  size_t nbad = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = double(b[i]) - double(a[i]);
+    num += d * d, den += double(a[i]) * a[i];
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) ++nbad, worst = std::max(worst, std::abs(d));
+  }
+  return fmt::format(" ({} of {} differ, max |diff| {:.3e}, rel. L2 {:.3e})", nbad, a.size(), worst,
+                     std::sqrt(num / std::max(den, 1e-300)));
+}
 TEST(GdnChunkCuda, WyWgmmaSameBits) {
   if (!sm90()) GTEST_SKIP() << "wy_wg_kernel needs sm_90 (wgmma)";
   const ScopedEnv wy("DT_GDN_WY"), pair("DT_GDN_GQA_PAIR");
@@ -877,7 +891,8 @@ TEST(GdnChunkCuda, WyWgmmaSameBits) {
           for (int rep = 0; rep < 2; ++rep) {
             const auto got = to_vecs(run(c, in, Device::cuda(), dt, true, save));
             for (int i = 0; i < 8; ++i)
-              EXPECT_TRUE(bitwise_eq(ref[i], got[i])) << "DT_GDN_WY=wgmma vs mma, run " << rep << ": " << kNames[i];
+              EXPECT_TRUE(bitwise_eq(ref[i], got[i]))
+                  << "DT_GDN_WY=wgmma vs mma, run " << rep << ": " << kNames[i] << wy_diff(ref[i], got[i]);
           }
           const bool takes = dt == DType::bf16 && c.dk == 128 && c.dv == 128;  // the shapes wy_wg_kernel runs
           EXPECT_EQ(dt::ops::cuda::wy_wg_launches() - launches, takes ? 2 : 0) << "wy_wg_kernel launches";
@@ -891,7 +906,8 @@ TEST(GdnChunkCuda, WyWgmmaSameBits) {
     const auto ref = to_vecs(run(c, in, Device::cuda(), DType::bf16, true, false, 8));
     wy.set("wgmma");
     const auto got = to_vecs(run(c, in, Device::cuda(), DType::bf16, true, false, 8));
-    for (int i = 0; i < 8; ++i) EXPECT_TRUE(bitwise_eq(ref[i], got[i])) << "strided v: " << kNames[i];
+    for (int i = 0; i < 8; ++i)
+      EXPECT_TRUE(bitwise_eq(ref[i], got[i])) << "strided v: " << kNames[i] << wy_diff(ref[i], got[i]);
   }
   {  // and against the CPU recurrence, independently of wy_kernel
     const Case& c = cases[1];
