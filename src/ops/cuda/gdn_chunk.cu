@@ -2538,6 +2538,373 @@ __global__ __launch_bounds__(kChunkThreads, 3) void wy_wg_kernel(
   if (p.pair == kPairPull) cluster_wait();
 }
 
+// ---- dqk through wgmma: a compile-only prototype (branch exp/dqk-wgmma; docs/dqk-wgmma-design.md) ----
+// Not launched and not compiled by default: build with -DDT_EXP_DQK_WG=1 to check it. The design
+// note lists what remains (host dispatch behind DT_GDN_DQK=mma|wgmma, DqkWgmmaSameBits, an A/B);
+// it is meant to follow exp/wy-wgmma once that has run on a GPU.
+#if DT_EXP_DQK_WG
+// ======== dqk_wg_kernel: compile-only prototype (design docs/dqk-wgmma-design.md) ========
+// bf16, dk = dv = 128, sm_90a. Every product a wgmma from 128-byte-swizzled shared memory (SS).
+#ifndef DQW_EARLY5A
+#define DQW_EARLY5A 1  // 1: ds^T Q issued behind ds K (its own group); 0: after the dq epilogue
+#endif
+#ifndef DQW_QG2
+#define DQW_QG2 1  // Q as its own cp.async group, waited (one barrier) behind ds K
+#endif
+#ifndef DQW_KP_LATE
+#define DQW_KP_LATE 1  // 1: K's pairs loaded into registers after step 2 (read from the tile before)
+#endif
+#ifndef DQW_SDOT_AFTER
+#define DQW_SDOT_AFTER 0  // 1: state_dot after step 5's epilogue (while dDelta lands), not under Delta dS1^T
+#endif
+#ifndef DQW_SDOT_UNROLL
+#define DQW_SDOT_UNROLL 2
+#endif
+constexpr int kSdotUnroll = DQW_SDOT_UNROLL;
+
+struct DqkWgSmem {
+  static constexpr size_t x1 = 0;         // dO [C][128], then dq's pair buffer, then dDelta
+  static constexpr size_t dl = 16384;     // Delta [C][128] (kept to step 5)
+  static constexpr size_t k = 32768;      // K [C][128] (step 2 only: its pairs stay in registers)
+  static constexpr size_t q = 49152;      // Q [C][128] (step 2 only)
+  static constexpr size_t d1 = k;         // dS1 [D][128] over K and Q (atom 0 at k, atom 1 at q)
+  static constexpr size_t s0 = 65536;     // S0 [D][128], then dk's pair buffer
+  static constexpr size_t ds = 98304;     // ds [C][64] (one atom)
+  static constexpr size_t gam = 106496, eg = gam + 256, el = eg + 256, dgq = el + 256, dsd = dgq + 256;
+  static constexpr size_t red = dsd + 256;    // f32 [4][C] dq . q
+  static constexpr size_t red2 = red + 1024;  // f32 [4][C] dk_state . k
+  static constexpr size_t red3 = red2 + 1024; // f32 [4][C] (ds^T Q) . k
+  static constexpr size_t ws = red3 + 1024, bars = ws + 32;
+  static constexpr size_t bytes = bars + 32;
+};
+static_assert(2 * (DqkWgSmem::bytes + kSmemReservedPerCta) <= kSmemPerSm, "dqk_wg_kernel: two CTAs per SM");
+static_assert(DqkWgSmem::q - DqkWgSmem::k == D * 128 && DqkWgSmem::s0 % 1024 == 0 && DqkWgSmem::ds % 1024 == 0,
+              "dqk_wg_kernel: dS1's atoms 16 KB apart over K and Q; 1 KB atoms");
+
+// [D][D] bf16 state tile (rows D apart in global) -> two swizzled [D][64] atoms; 8 copies a thread,
+// rows 16 apart (r & 7 fixed, so one swizzled column per thread).
+template <L2Hint H>
+__device__ __forceinline__ void load_state_sw128(unsigned char* s, const bf16* g, int tid) {
+  const int r = tid >> 4, c = tid & 15;
+  const uint32_t sa = smem_addr(s + (c >> 3) * (D * 128) + wg::sw128(r, c & 7));
+  const bf16* gp = g + r * D + 8 * c;
+  [[maybe_unused]] uint64_t pol = 0;
+  if constexpr (H == kL2EvictFirst) pol = l2_policy_evict_first();
+#pragma unroll
+  for (int i = 0; i < D / 16; ++i) {
+    if constexpr (H == kL2EvictFirst) cp_async16_pol(sa + i * 16 * 128, gp + i * 16 * D, 16, pol);
+    else cp_async16_sa(sa + i * 16 * 128, gp + i * 16 * D);
+  }
+}
+// state_dot with both tiles swizzled in shared memory: thread tid's vectors idx = 8 tid + 2048 i in
+// today's order (row tid / 16 + 16 i, columns 8 (tid % 16) ..), the same fmaf chain: the same bits.
+__device__ __forceinline__ void state_dot_sw(float* s_ws, const unsigned char* s_s, const unsigned char* s_d, int tid) {
+  const int r = tid >> 4, c = tid & 15;
+  const uint32_t off = (c >> 3) * (D * 128) + wg::sw128(r, c & 7);
+  float r_s = 0.f;
+#pragma unroll kSdotUnroll
+  for (int i = 0; i < D / 16; ++i) {
+    const uint4 sa = *reinterpret_cast<const uint4*>(s_s + off + i * 2048);
+    const uint4 sd = *reinterpret_cast<const uint4*>(s_d + off + i * 2048);
+    const bf16* es = reinterpret_cast<const bf16*>(&sa);
+    const bf16* ed = reinterpret_cast<const bf16*>(&sd);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) r_s = fmaf(to_f(es[e]), to_f(ed[e]), r_s);
+  }
+  r_s = warp_sum(r_s);
+  if ((tid & 31) == 0) s_ws[tid >> 5] = r_s;
+}
+// rowdot_wg with X from registers: kp[h2][j] = bf16 pair at (m0 + g + 8 h2, 64 wgi + 8 j + 2 t)
+__device__ __forceinline__ void rowdot_kp(const float (&acc)[8][4], const uint32_t (&kp)[2][8], int m0, int wgi, float* s,
+                                          int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float v = 0.f;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kp[h2][4 * half + j]));
+        v = fmaf(acc[4 * half + j][2 * h2], x.x, v);
+        v = fmaf(acc[4 * half + j][2 * h2 + 1], x.y, v);
+      }
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      if (t == 0) s[(2 * wgi + half) * C + m0 + g + 8 * h2] = v;
+    }
+}
+
+#ifdef DQW_MAXNREG
+__global__ __maxnreg__(DQW_MAXNREG) void dqk_wg_kernel(
+#else
+__global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
+#endif
+    Params p, const bf16* __restrict__ g_q, const bf16* __restrict__ g_k, const float* __restrict__ g_gam,
+    const bf16* __restrict__ g_do, const bf16* __restrict__ g_D, const bf16* __restrict__ g_dD,
+    const bf16* __restrict__ g_h, const bf16* __restrict__ g_dS1, float* __restrict__ g_dqh, bf16* __restrict__ g_dq,
+    float* __restrict__ g_dkh, bf16* __restrict__ g_dW, float* __restrict__ g_dgam) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  using S = DqkWgSmem;
+  using namespace wyw;
+  using wg::m64n32k16_ss;
+  using wg::m64n64k16_ss;
+  const uint32_t sb = smem_addr(smem);
+  {
+    uint32_t a = sb;
+    asm volatile("" : "+r"(a));
+    if (a & 1023) __trap();
+  }
+  float* s_gam = reinterpret_cast<float*>(smem + S::gam);
+  float* s_eg = reinterpret_cast<float*>(smem + S::eg);
+  float* s_el = reinterpret_cast<float*>(smem + S::el);
+  float* s_dgq = reinterpret_cast<float*>(smem + S::dgq);
+  float* s_dsd = reinterpret_cast<float*>(smem + S::dsd);
+  float* s_red = reinterpret_cast<float*>(smem + S::red);
+  float* s_red2 = reinterpret_cast<float*>(smem + S::red2);
+  float* s_red3 = reinterpret_cast<float*>(smem + S::red3);
+  float* s_ws = reinterpret_cast<float*>(smem + S::ws);
+  uint64_t* s_bars = reinterpret_cast<uint64_t*>(smem + S::bars);
+  if (p.pair == kPairPush) pair_push_init<4>(s_bars);
+  const ChunkIdx ci = chunk_idx(p);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L;
+  const int w4 = warp & 3, wgi = warp >> 2, g = lane >> 2, t = lane & 3;
+  const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
+  const int64_t sbase = (int64_t(ci.c) * p.Hv + ci.h) * (D * D);
+  prefetch_l2_rows<2>(g_dS1 + sbase, D * 2, D, D * 2, tid);  // dS1 -> L2 (one line per thread)
+  // g0: dO, Delta, gamma | g1: K, S0, Q   (read once: dO, Delta, S0 evict_first; K, Q shared with the pair)
+  load_dk_rows<kChunkThreads, true, kLastRead>(smem + S::x1, g_do + vrow * D, int64_t(p.Hv) * D, L == C, L, D, tid);
+  load_dk_rows<kChunkThreads, true, kLastRead>(smem + S::dl, g_D + vrow * D, int64_t(p.Hv) * D, L == C, L, D, tid);
+  load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
+  cp_commit();
+  load_dk_rows<kChunkThreads, true>(smem + S::k, g_k + qrow * D, int64_t(p.Hk) * D, L == C, L, D, tid);
+  load_state_sw128<kLastRead>(smem + S::s0, g_h + sbase, tid);
+#if !DQW_QG2
+  load_dk_rows<kChunkThreads, true>(smem + S::q, g_q + qrow * D, int64_t(p.Hk) * D, L == C, L, D, tid);
+#endif
+  cp_commit();
+#if DQW_QG2
+  load_dk_rows<kChunkThreads, true>(smem + S::q, g_q + qrow * D, int64_t(p.Hk) * D, L == C, L, D, tid);
+  cp_commit();  // g2: Q, waited before ds^T Q
+  cp_wait<2>();
+#else
+  cp_wait<1>();
+#endif
+  wg::fence_proxy_async();
+  __syncthreads();
+  // 1. ds = scale (dO Delta^T) (.) Gamma: m64n32 x 8 per warpgroup (ds_tile's warp tiles)
+  {
+    const int m0 = 16 * w4, n0 = 32 * wgi;
+    float a1[1][4][4];
+    zero(a1);
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk)
+      m64n32k16_ss<0, 0>(a1[0], dk_(sb + S::x1, kk, C * 128), dk_(sb + S::dl + wgi * 4096, kk, C * 128), 1);
+    wg::wg_commit();
+    chunk_decays(s_gam, s_eg, s_el, L, tid);
+    wg::wait_acc(a1[0]);
+    const float scale = p.scale;
+    frag_pairs(a1, m0, n0, [&](int r, int c, float& x0, float& x1) {
+      const bool rv = r < L;
+      if (c == r) s_dsd[r] = rv ? scale * x0 : 0.f;
+      if (c + 1 == r) s_dsd[r] = rv ? scale * x1 : 0.f;
+    });
+    frag_pairs(a1, m0, n0, [&](int r, int c, float& x0, float& x1) {
+      const float gr = s_gam[r];
+      const float2 gc = *reinterpret_cast<const float2*>(s_gam + c);
+      x0 = scale * x0 * gexp(gr - gc.x);
+      x1 = scale * x1 * gexp(gr - gc.y);
+    });
+    frag_pairs(a1, m0, n0, [&](int r, int c, float& y0, float& y1) {
+      const bool rv = r < L;
+      store2(reinterpret_cast<bf16*>(smem + S::ds + swe(r, c)), (rv && c < r) ? y0 : 0.f, (rv && c + 1 < r) ? y1 : 0.f);
+    });
+  }
+#if DQW_QG2
+  cp_wait<1>();
+#else
+  cp_wait<0>();
+#endif
+  wg::fence_proxy_async();
+  __syncthreads();  // K, S0, (Q,) ds
+  const int m0 = 16 * w4, n0 = 64 * wgi;
+  const bool active = m0 < L;
+  // 2. dq = scale e^gamma (dO S0^T) + ds K: m64n64 x 8, scale, m64n64 x 4
+  float acc[1][8][4];
+  zero(acc);
+  wg::wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk)
+    m64n64k16_ss<0, 0>(acc[0], dk_(sb + S::x1, kk, C * 128), dk_(sb + S::s0 + wgi * 8192, kk, D * 128), 1);
+  wg::wg_commit();
+  uint32_t kp[2][8];  // K at this thread's fragment pairs: dq's diag term, both dgamma row dots (to step 5)
+  auto load_kp = [&] {
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) kp[h2][j] = *reinterpret_cast<const uint32_t*>(smem + S::k + swe(m0 + g + 8 * h2, n0 + 8 * j + 2 * t));
+  };
+#if !DQW_KP_LATE
+  load_kp();
+#endif
+  wg::wait_acc(acc[0]);
+  frag_pairs(acc, m0, n0, [&](int r, int, float& x0, float& x1) {
+    const float f = p.scale * s_eg[r];
+    x0 *= f, x1 *= f;
+  });
+  float acc5[1][8][4];  // step 5's ds^T Q (+ diag(ds) Q): dk's intra part
+  zero(acc5);
+  wg::wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    m64n64k16_ss<0, 1>(acc[0], dk_(sb + S::ds, kk, 0), dm_(sb + S::k + wgi * C * 128, kk), 1);
+  wg::wg_commit();
+#if DQW_QG2
+  cp_wait<0>();
+  wg::fence_proxy_async();
+  __syncthreads();  // Q (ds K runs meanwhile)
+#endif
+#if DQW_EARLY5A
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    m64n64k16_ss<1, 1>(acc5[0], dm_(sb + S::ds, kk), dm_(sb + S::q + wgi * C * 128, kk), 1);
+  wg::wg_commit();
+  wg::wg_hold(acc5[0]);
+  wg::wg_hold(acc[0]);
+  wg::wg_wait<1>();
+  wg::wg_hold(acc[0]);
+#else
+  wg::wait_acc(acc[0]);
+#endif
+  // dq epilogue: row dots with q (before the diag term) -> s_red; + diag(ds) k; stored (or summed below)
+  rowdot_wg(acc[0], m0, wgi, s_red, lane,
+            [&](int r, int c) { return load2(reinterpret_cast<const bf16*>(smem + S::q + swe(r, c))); });
+  {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int r = m0 + g + 8 * h2, c = n0 + 8 * j + 2 * t;
+#if DQW_KP_LATE
+        const float2 kk = load2(reinterpret_cast<const bf16*>(smem + S::k + swe(r, c)));
+#else
+        const float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kp[h2][j]));
+#endif
+        float& x0 = acc[0][j][2 * h2];
+        float& x1 = acc[0][j][2 * h2 + 1];
+        const float y0 = fmaf(s_dsd[r], kk.x, x0), y1 = fmaf(s_dsd[r], kk.y, x1);
+        if (p.pair) {
+          x0 = y0, x1 = y1;
+        } else if (r < L) {
+          const int64_t i = (ci.bos * p.Hv + int64_t(r) * p.Hv + ci.h) * D + c;
+          if (p.G == 1) store2(g_dq + i, y0, y1);
+          else store2(g_dqh + i, y0, y1);
+        }
+      }
+  }
+#if !DQW_EARLY5A
+  wg::wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    m64n64k16_ss<1, 1>(acc5[0], dm_(sb + S::ds, kk), dm_(sb + S::q + wgi * C * 128, kk), 1);
+  wg::wg_commit();
+#endif
+  if (p.pair) {  // 2b. dq of the key head through the dO tile (every warp's wgmma on dO waited)
+#if !DQW_EARLY5A
+    wg::wait_acc(acc5[0]);
+#endif
+    __syncthreads();
+    float* xbuf = reinterpret_cast<float*>(smem + S::x1);
+    auto& acc2 = reinterpret_cast<float(&)[2][4][4]>(acc);
+    const bool sum = pair_sum_mode(acc2, xbuf, s_bars, p.pair);
+    if (sum && active) store_frags(g_dq + qrow * D, int64_t(p.Hk) * D, acc, m0, n0, L, D);
+    if (p.pair == kPairPull) cluster_wait();
+  }
+  wg::wait_acc(acc5[0]);
+  // step 5's intra part now: (ds^T Q) . k -> s_red3, then + diag(ds) q (Q, K and ds are dead after this)
+#if DQW_KP_LATE
+  rowdot_wg(acc5[0], m0, wgi, s_red3, lane,
+            [&](int r, int c) { return load2(reinterpret_cast<const bf16*>(smem + S::k + swe(r, c))); });
+  load_kp();
+#else
+  rowdot_kp(acc5[0], kp, m0, wgi, s_red3, lane);
+#endif
+  frag_pairs(acc5, m0, n0, [&](int r, int c, float& x0, float& x1) {
+    const float2 qq = load2(reinterpret_cast<const bf16*>(smem + S::q + swe(r, c)));
+    x0 = fmaf(s_dsd[r], qq.x, x0);
+    x1 = fmaf(s_dsd[r], qq.y, x1);
+  });
+  if (p.done && tid == 0) serial_wait(p, ci.c);
+  __syncthreads();  // dO (and its pair buffer), K, Q dead
+  if (tid < C) s_dgq[tid] = s_red[tid] + s_red[C + tid] + s_red[2 * C + tid] + s_red[3 * C + tid];
+  load_state_sw128<kLastRead>(smem + S::d1, g_dS1 + sbase, tid);
+  cp_commit();
+  load_dk_rows<kChunkThreads, true, kLastRead>(smem + S::x1, g_dD + vrow * D, int64_t(p.Hv) * D, L == C, L, D, tid);
+  cp_commit();
+  cp_wait<1>();
+  wg::fence_proxy_async();
+  __syncthreads();  // dS1
+  {  // 5. dk = eL (Delta dS1^T) + [ds^T Q + diag(ds) Q]
+    float st[1][8][4];
+    zero(st);
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk)
+      m64n64k16_ss<0, 0>(st[0], dk_(sb + S::dl, kk, C * 128), dk_(sb + S::d1 + wgi * 8192, kk, D * 128), 1);
+    wg::wg_commit();
+#if !DQW_SDOT_AFTER
+    state_dot_sw(s_ws, smem + S::s0, smem + S::d1, tid);  // 4. sum(S0 (.) dS1) under the product
+#endif
+    wg::wait_acc(st[0]);
+    frag_pairs(st, m0, n0, [&](int r, int, float& x0, float& x1) {
+      const float f = s_el[r];
+      x0 *= f, x1 *= f;
+    });
+    rowdot_kp(st[0], kp, m0, wgi, s_red2, lane);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc5[0][j][e] = st[0][j][e] + acc5[0][j][e];  // today's r_st + fmaf(dsd, q, ds^T Q)
+    if (!p.pair && active)
+      frag_pairs(acc5, m0, n0, [&](int r, int c, float& x0, float& x1) {
+        if (r < L) store2(g_dkh + (vrow + int64_t(r) * p.Hv) * D + c, x0, x1);
+      });
+  }
+#if DQW_SDOT_AFTER
+  state_dot_sw(s_ws, smem + S::s0, smem + S::d1, tid);
+#endif
+  cp_wait<0>();
+  wg::fence_proxy_async();
+  __syncthreads();  // dDelta
+  {  // 3. dW = -dDelta S0^T
+    float w[1][8][4];
+    zero(w);
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk)
+      m64n64k16_ss<0, 0>(w[0], dk_(sb + S::x1, kk, C * 128), dk_(sb + S::s0 + wgi * 8192, kk, D * 128), 1);
+    wg::wg_commit();
+    wg::wait_acc(w[0]);
+    if (active) store_frags(g_dW + vrow * D, int64_t(p.Hv) * D, w, m0, n0, L, D, [](int, float& x0, float& x1) { x0 = -x0, x1 = -x1; });
+  }
+  __syncthreads();  // S0 dead (dW waited in every warp, state_dot done)
+  if (p.pair) {
+    float* xbuf = reinterpret_cast<float*>(smem + S::s0);
+    auto& acc2 = reinterpret_cast<float(&)[2][4][4]>(acc5);
+    const bool sum = pair_sum_mode(acc2, xbuf, s_bars + 2, p.pair, false);
+    if (p.pair == kPairPush) {
+      dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red3, s_red2, s_ws, s_eg, L, sum ? C : (warp & 3) * 32 + lane);
+      if (sum && active) store_frags(g_dkh + qrow * D, int64_t(p.Hk) * D, acc5, m0, n0, L, D);
+      return;
+    }
+    if (sum && active) store_frags(g_dkh + qrow * D, int64_t(p.Hk) * D, acc5, m0, n0, L, D);
+    if (p.pair == kPairPull) cluster_wait();
+  }
+  dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red3, s_red2, s_ws, s_eg, L, tid);
+}
+#endif  // DT_EXP_DQK_WG
+
 // ---- gsum (B12): out[t, hk, :] = sum_{j < G} in[t, hk G + j, :] in head order -------------------
 // With in2 (dk: in2 = wy's parts, in = dqk's): (sum_j in2[.., j, :]) + (sum_j in[.., j, :]), the order
 // in which the G == 2 clusters add them (dqk sums its pair, wy its pair, then adds dqk's).
@@ -3414,6 +3781,9 @@ int64_t token_stride(const TensorView& x, int64_t packed) { return x.numel() > 0
 }  // namespace
 
 int64_t wy_wg_launches() { return gck::g_wy_wg_launches.load(std::memory_order_relaxed); }
+#if DT_EXP_DQK_WG
+void* dqk_wg_kernel_ptr() { return reinterpret_cast<void*>(&gck::dqk_wg_kernel); }  // keeps the prototype compiled
+#endif
 
 void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k,
                    const TensorView& v, const TensorView& g, const TensorView& beta, const TensorView& h0,
