@@ -70,5 +70,7 @@ namespace dt::ops::cuda {
 // How many times gdn_chunk_bwd launched wy_wg_kernel (DT_GDN_WY=wgmma) in this process: tests
 // check that the form they compare actually ran.
 int64_t wy_wg_launches();
+// The same for dqk_wg_kernel (DT_GDN_DQK=wgmma).
+int64_t dqk_wg_launches();
 }  // namespace dt::ops::cuda
 #endif

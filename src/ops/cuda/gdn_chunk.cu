@@ -2538,13 +2538,16 @@ __global__ __launch_bounds__(kChunkThreads, 3) void wy_wg_kernel(
   if (p.pair == kPairPull) cluster_wait();
 }
 
-// ---- dqk through wgmma: a compile-only prototype (branch exp/dqk-wgmma; docs/dqk-wgmma-design.md) ----
-// Not launched and not compiled by default: build with -DDT_EXP_DQK_WG=1 to check it. The design
-// note lists what remains (host dispatch behind DT_GDN_DQK=mma|wgmma, DqkWgmmaSameBits, an A/B);
-// it is meant to follow exp/wy-wgmma once that has run on a GPU.
-#if DT_EXP_DQK_WG
-// ======== dqk_wg_kernel: compile-only prototype (design docs/dqk-wgmma-design.md) ========
-// bf16, dk = dv = 128, sm_90a. Every product a wgmma from 128-byte-swizzled shared memory (SS).
+// ---- dqk through wgmma (bf16, dk = dv = 128, sm_90a; DT_GDN_DQK=wgmma; docs/dqk-wgmma-design.md) ----
+// dqk_kernel's steps and sums with every product an SS wgmma from 128-byte-swizzled atoms, the two
+// warpgroups splitting N (ds as m64n32: ds_tile's warp tiles; the [C, D] products as m64n64: a warp
+// holds 16 rows x 64 columns, warps 0-3 columns 0-63 as in dqk_kernel, so both pair exchanges pair
+// the same fragments). ds^T Q and its diagonal term run before serial_wait and K's pairs stay in
+// registers, so dS1 loads over K and Q: one load phase after the wait (dDelta under Delta dS1^T,
+// state_dot and dk's epilogue), and Delta stays resident. Every token-dimension product runs its 4
+// k-steps (rows and columns >= L are exact zeros). Meant to give dqk_kernel's bits (same k order,
+// same epilogue arithmetic); GdnChunkCuda.DqkWgmmaSameBits checks. The DQW_* defines are the
+// design's A/B variants (sections 6, 7); the defaults fit 128 registers without spilling.
 #ifndef DQW_EARLY5A
 #define DQW_EARLY5A 1  // 1: ds^T Q issued behind ds K (its own group); 0: after the dq epilogue
 #endif
@@ -2766,6 +2769,9 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
   __syncthreads();  // Q (ds K runs meanwhile)
 #endif
 #if DQW_EARLY5A
+  // acc5's zeros are ordinary register writes that the compiler may place after 2b's fence: PTX
+  // wants a wgmma.fence between them and the first wgmma on acc5 (2b's in-flight group is untouched)
+  wg::wg_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk)
     m64n64k16_ss<1, 1>(acc5[0], dm_(sb + S::ds, kk), dm_(sb + S::q + wgi * C * 128, kk), 1);
@@ -2903,7 +2909,6 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
   }
   dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red3, s_red2, s_ws, s_eg, L, tid);
 }
-#endif  // DT_EXP_DQK_WG
 
 // ---- gsum (B12): out[t, hk, :] = sum_{j < G} in[t, hk G + j, :] in head order -------------------
 // With in2 (dk: in2 = wy's parts, in = dqk's): (sum_j in2[.., j, :]) + (sum_j in[.., j, :]), the order
@@ -3121,6 +3126,20 @@ bool wy_wgmma_knob() {
   return env::choice("DT_GDN_WY", {{"mma", "wy_kernel: mma.sync from padded tiles"},
                                    {"wgmma", "wy_wg_kernel: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)"}}) ==
          1;
+}
+// DT_GDN_DQK: mma (default) | wgmma: dqk as dqk_kernel (mma.sync) or dqk_wg_kernel (bf16, dk = dv =
+// 128, sm_90; other cases keep dqk_kernel). Every launch mode is the same for both: pair clusters,
+// gsum's partials, slabs, serial_wait after rev. Meant to give the same bits. Read at every call.
+std::atomic<int64_t> g_dqk_wg_launches{0};  // dqk_wg_launches()
+#ifndef DT_EXP_DQK_WG
+#define DT_EXP_DQK_WG 0  // 1: wgmma where DT_GDN_DQK is unset (the A/B's variant, scripts/gpu_ab.sh)
+#endif
+bool dqk_wgmma_knob() {
+  const char* v = std::getenv("DT_GDN_DQK");
+  if (!v || !*v) return DT_EXP_DQK_WG != 0;
+  return env::choice("DT_GDN_DQK",
+                     {{"mma", "dqk_kernel: mma.sync from padded tiles"},
+                      {"wgmma", "dqk_wg_kernel: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)"}}) == 1;
 }
 template <class T>
 SerialForm serial_form(int dk, int dv) {
@@ -3731,10 +3750,22 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   Tensor dk2 = direct ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);  // [T, Hv, dk] f32
   Tensor dW = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);                // [T, Hv, dk]
   Tensor dgam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);  // [T, Hv] f32
-  launch_chunk_kernel_ex(pb.done != nullptr, dqk_kernel<T>, pb, DqkSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k),
-                         gam.ptr<float>(), tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(),
-                         direct ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(), dW.ptr<T>(),
-                         dgam.ptr<float>());
+  bool dqk_wg = false;
+  if constexpr (std::is_same_v<T, bf16>) {
+    dqk_wg = dqk_wgmma_knob() && p.dk == D && p.dv == D && wgmma_device();
+    if (dqk_wg) {
+      launch_chunk_kernel_ex(pb.done != nullptr, dqk_wg_kernel, pb, DqkWgSmem::bytes, st, tptr<bf16>(q), tptr<bf16>(k),
+                             gam.ptr<float>(), tptr<bf16>(do_), Dl.ptr<bf16>(), dD.ptr<bf16>(), h.ptr<bf16>(),
+                             dS1.ptr<bf16>(), direct ? nullptr : dqh.ptr<float>(), tptr<bf16>(dq), dkh.ptr<float>(),
+                             dW.ptr<bf16>(), dgam.ptr<float>());
+      g_dqk_wg_launches.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (!dqk_wg)
+    launch_chunk_kernel_ex(pb.done != nullptr, dqk_kernel<T>, pb, DqkSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k),
+                           gam.ptr<float>(), tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(),
+                           direct ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(), dW.ptr<T>(),
+                           dgam.ptr<float>());
   bool wy_wg = false;
   if constexpr (std::is_same_v<T, bf16>) {
     wy_wg = wy_wgmma_knob() && p.dk == D && p.dv == D && wgmma_device();
@@ -3781,9 +3812,7 @@ int64_t token_stride(const TensorView& x, int64_t packed) { return x.numel() > 0
 }  // namespace
 
 int64_t wy_wg_launches() { return gck::g_wy_wg_launches.load(std::memory_order_relaxed); }
-#if DT_EXP_DQK_WG
-void* dqk_wg_kernel_ptr() { return reinterpret_cast<void*>(&gck::dqk_wg_kernel); }  // keeps the prototype compiled
-#endif
+int64_t dqk_wg_launches() { return gck::g_dqk_wg_launches.load(std::memory_order_relaxed); }
 
 void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k,
                    const TensorView& v, const TensorView& g, const TensorView& beta, const TensorView& h0,
