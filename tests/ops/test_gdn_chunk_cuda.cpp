@@ -21,6 +21,7 @@
 //   * token-strided v / dv (column views, as the layer passes them) give the contiguous bits
 //   * G == 2's GQA sum in clusters of two CTAs (DT_GDN_GQA_PAIR) gives gsum's bits
 //   * the WY backward through wgmma (DT_GDN_WY=wgmma) gives wy_kernel's bits, and matches the CPU
+//   * dqk through wgmma (DT_GDN_DQK=wgmma) gives dqk_kernel's bits, and matches the CPU
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -924,6 +925,92 @@ TEST(GdnChunkCuda, WyWgmmaEnvErrors) {
   const Case t{"tiny", {65, 3}, 1, 2, 128, 128, false, false};
   wy.set("yes");
   EXPECT_DEATH(run(t, make_inputs(t, true, 1650), Device::cuda(), DType::bf16), "DT_GDN_WY='yes' is not one of: mma ");
+}
+
+// DT_GDN_DQK=wgmma: dqk as dqk_kernel's steps in dqk_wg_kernel (bf16, dk = dv = 128, sm_90), every
+// product an SS wgmma, ds^T Q before serial_wait and dS1 over K and Q, gives dqk_kernel's bits: the
+// same k order and epilogue arithmetic, extra k-steps past L multiplying exact zeros. WyWgmmaSameBits'
+// cases and loops: partial chunks, empty sequences, G = 1, 2 (pairs pushed, pulled, and gsum) and 4,
+// saved intermediates or not, with serial_wait after rev (DT_GDN_SERIAL_PDL's default); then without
+// it, in slabs of chunks (Params.c0), beside wy_wg_kernel, and against the CPU recurrence. Shapes it
+// does not take (f32, dk < 128) ignore it. The launch count: one per gdn_chunk_bwd, whatever the slabs.
+TEST(GdnChunkCuda, DqkWgmmaSameBits) {
+  if (!sm90()) GTEST_SKIP() << "dqk_wg_kernel needs sm_90 (wgmma)";
+  const ScopedEnv dqk("DT_GDN_DQK"), wy("DT_GDN_WY"), pair("DT_GDN_GQA_PAIR");
+  wy.set(nullptr);
+  const std::vector<int32_t> lens{1500, 1, 1250, 64, 0, 2049, 350, 129, 1000, 65, 15, 17, 63, 5, 600};
+  const std::vector<Case> cases{
+      {"d128 G2 h0+dht", lens, 4, 8, 128, 128, true, true},
+      {"d128 G1 dht", {1, 15, 16, 17, 63, 64, 65, 700}, 4, 4, 128, 128, false, true},
+      {"d128 G4 h0 (gsum)", {300, 1, 64, 100}, 1, 4, 128, 128, true, false},
+      {"d64 (ignored)", {65, 1, 0, 300}, 2, 4, 64, 64, true, true},
+  };
+  uint64_t salt = 1700;
+  for (DType dt : {DType::bf16, DType::f32})
+    for (const Case& c : cases)
+      for (const char* mode : {static_cast<const char*>(nullptr), "1", "0"})  // G == 2: pushed, pulled, gsum
+        for (bool save : {false, true}) {
+          if ((dt == DType::f32 || c.Hv != 2 * c.Hk) && mode != nullptr) continue;
+          SCOPED_TRACE(std::string(dt::dtype_name(dt)) + " " + c.name + " pair " + (mode ? mode : "unset") +
+                       (save ? ", saved" : ""));
+          pair.set(mode);
+          const Inputs in = make_inputs(c, dt == DType::bf16, ++salt);
+          dqk.set("mma");
+          const auto ref = to_vecs(run(c, in, Device::cuda(), dt, true, save));
+          dqk.set("wgmma");
+          const int64_t launches = dt::ops::cuda::dqk_wg_launches();
+          for (int rep = 0; rep < 2; ++rep) {
+            const auto got = to_vecs(run(c, in, Device::cuda(), dt, true, save));
+            for (int i = 0; i < 8; ++i)
+              EXPECT_TRUE(bitwise_eq(ref[i], got[i]))
+                  << "DT_GDN_DQK=wgmma vs mma, run " << rep << ": " << kNames[i] << wy_diff(ref[i], got[i]);
+          }
+          const bool takes = dt == DType::bf16 && c.dk == 128 && c.dv == 128;  // the shapes dqk_wg_kernel runs
+          EXPECT_EQ(dt::ops::cuda::dqk_wg_launches() - launches, takes ? 2 : 0) << "dqk_wg_kernel launches";
+        }
+  const Case& c = cases[0];
+  pair.set(nullptr);
+  // each with DT_GDN_DQK=mma as the reference, then wgmma: one launch in the compared run
+  auto same_bits = [&](const char* what, auto&& setup, int64_t v_pad = 0) {
+    SCOPED_TRACE(c.name + ", " + what);
+    const Inputs in = make_inputs(c, true, ++salt);
+    setup();
+    dqk.set("mma");
+    const auto ref = to_vecs(run(c, in, Device::cuda(), DType::bf16, true, false, v_pad));
+    dqk.set("wgmma");
+    const int64_t launches = dt::ops::cuda::dqk_wg_launches();
+    const auto got = to_vecs(run(c, in, Device::cuda(), DType::bf16, true, false, v_pad));
+    EXPECT_EQ(dt::ops::cuda::dqk_wg_launches() - launches, 1) << "dqk_wg_kernel launches";
+    for (int i = 0; i < 8; ++i)
+      EXPECT_TRUE(bitwise_eq(ref[i], got[i])) << what << ": " << kNames[i] << wy_diff(ref[i], got[i]);
+  };
+  same_bits("strided v", [] {}, 8);  // token-strided v and dv, as the layer passes them (dqk reads neither)
+  {  // after the whole serial grid (Params.done null: no serial_wait)
+    const ScopedEnv pdl("DT_GDN_SERIAL_PDL");
+    same_bits("DT_GDN_SERIAL_PDL=0", [&] { pdl.set("0"); });
+  }
+  {  // in slabs of 3 chunks (Params.c0; only the first slab overlaps rev, the others follow it)
+    const ScopedEnv slab("DT_GDN_CHUNK_SLAB");
+    same_bits("DT_GDN_CHUNK_SLAB=3", [&] { slab.set("3"); });
+  }
+  // beside wy_wg_kernel (DT_GDN_WY=wgmma in both runs: the A/B's variant with both defines)
+  same_bits("DT_GDN_WY=wgmma", [&] { wy.set("wgmma"); });
+  wy.set(nullptr);
+  {  // and against the CPU recurrence, independently of dqk_kernel
+    const Case& c1 = cases[1];
+    SCOPED_TRACE(c1.name + " vs CPU");
+    dqk.set("wgmma");
+    const Inputs in = make_inputs(c1, true, ++salt);
+    expect_close(run(c1, in, Device::cuda(), DType::bf16), run(c1, in, Device::cpu(), DType::f32), 1e-2,
+                 "DT_GDN_DQK=wgmma bf16 vs CPU");
+  }
+}
+TEST(GdnChunkCuda, DqkWgmmaEnvErrors) {
+  const ScopedEnv dqk("DT_GDN_DQK");
+  const Case t{"tiny", {65, 3}, 1, 2, 128, 128, false, false};
+  dqk.set("yes");
+  EXPECT_DEATH(run(t, make_inputs(t, true, 1750), Device::cuda(), DType::bf16),
+               "DT_GDN_DQK='yes' is not one of: mma ");
 }
 
 // The per-chunk kernels (prep, out, dvl, dqk, wy) launch on [Hv, chunks] in slabs of at most 65535
