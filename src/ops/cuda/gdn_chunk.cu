@@ -2328,6 +2328,11 @@ __global__ __launch_bounds__(kChunkThreads, 3) void wy_wg_kernel(
     asm volatile("" : "+r"(a));
     if (a & 1023) __trap();
   }
+  // No L2 eviction hints in this kernel: its shared base is a uniform register (clusters: 0x400 +
+  // rank << 24), and ptxas 13.0 encoded the hinted copies on it as LDGSTS [R+UR0], desc[UR1] (the
+  // cache-policy descriptor as an odd register pair): CUDA error 715, illegal instruction, at the
+  // first launch (v0.40.0). Without the hint every copy is LDGSTS [R], desc[URn].
+  constexpr L2Hint kLastRead = kL2Normal;
   float* s_rowp = reinterpret_cast<float*>(smem + S::rowp);
   float* s_colp = reinterpret_cast<float*>(smem + S::colp);
   float* s_gam = reinterpret_cast<float*>(smem + S::gam);
@@ -2658,6 +2663,7 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
     asm volatile("" : "+r"(a));
     if (a & 1023) __trap();
   }
+  constexpr L2Hint kLastRead = kL2Normal;  // no L2 hints: see wy_wg_kernel
   float* s_gam = reinterpret_cast<float*>(smem + S::gam);
   float* s_eg = reinterpret_cast<float*>(smem + S::eg);
   float* s_el = reinterpret_cast<float*>(smem + S::el);
