@@ -993,8 +993,8 @@ TEST(GdnChunkCuda, DqkWgmmaSameBits) {
     const ScopedEnv slab("DT_GDN_CHUNK_SLAB");
     same_bits("DT_GDN_CHUNK_SLAB=3", [&] { slab.set("3"); });
   }
-  // beside wy_wg_kernel (DT_GDN_WY=wgmma in both runs: the A/B's variant with both defines)
-  same_bits("DT_GDN_WY=wgmma", [&] { wy.set("wgmma"); });
+  // beside wy_kernel (DT_GDN_WY=mma in both runs; the loops above run beside the default, wy_wg_kernel)
+  same_bits("DT_GDN_WY=mma", [&] { wy.set("mma"); });
   wy.set(nullptr);
   {  // and against the CPU recurrence, independently of dqk_kernel
     const Case& c1 = cases[1];
