@@ -865,19 +865,24 @@ std::string wy_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return fmt::format(" ({} of {} differ, max |diff| {:.3e}, rel. L2 {:.3e})", nbad, a.size(), worst,
                      std::sqrt(num / std::max(den, 1e-300)));
 }
-TEST(GdnChunkCuda, WyWgmmaSameBits) {
-  if (!sm90()) GTEST_SKIP() << "wy_wg_kernel needs sm_90 (wgmma)";
-  const ScopedEnv wy("DT_GDN_WY"), pair("DT_GDN_GQA_PAIR");
-  const std::vector<int32_t> lens{1500, 1, 1250, 64, 0, 2049, 350, 129, 1000, 65, 15, 17, 63, 5, 600};
-  const std::vector<Case> cases{
+// The wgmma kernels' cases and their sweep: `knob` (DT_GDN_WY or DT_GDN_DQK) at mma as the
+// reference, then wgmma twice, bitwise equal; `launches` (wy_wg_launches or dqk_wg_launches) counts
+// 2 where bf16 dk = dv = 128 and 0 elsewhere. bf16 and f32, G = 2's pairs pushed, pulled and gsum,
+// saved intermediates or not.
+const std::vector<Case>& wgmma_cases() {
+  static const std::vector<int32_t> lens{1500, 1, 1250, 64, 0, 2049, 350, 129, 1000, 65, 15, 17, 63, 5, 600};
+  static const std::vector<Case> cases{
       {"d128 G2 h0+dht", lens, 4, 8, 128, 128, true, true},
       {"d128 G1 dht", {1, 15, 16, 17, 63, 64, 65, 700}, 4, 4, 128, 128, false, true},
       {"d128 G4 h0 (gsum)", {300, 1, 64, 100}, 1, 4, 128, 128, true, false},
       {"d64 (ignored)", {65, 1, 0, 300}, 2, 4, 64, 64, true, true},
   };
-  uint64_t salt = 1600;
+  return cases;
+}
+void wgmma_same_bits_sweep(const ScopedEnv& knob, const char* var, int64_t (*launches)(), uint64_t& salt) {
+  const ScopedEnv pair("DT_GDN_GQA_PAIR");
   for (DType dt : {DType::bf16, DType::f32})
-    for (const Case& c : cases)
+    for (const Case& c : wgmma_cases())
       for (const char* mode : {static_cast<const char*>(nullptr), "1", "0"})  // G == 2: pushed, pulled, gsum
         for (bool save : {false, true}) {
           if ((dt == DType::f32 || c.Hv != 2 * c.Hk) && mode != nullptr) continue;
@@ -885,19 +890,26 @@ TEST(GdnChunkCuda, WyWgmmaSameBits) {
                        (save ? ", saved" : ""));
           pair.set(mode);
           const Inputs in = make_inputs(c, dt == DType::bf16, ++salt);
-          wy.set("mma");
+          knob.set("mma");
           const auto ref = to_vecs(run(c, in, Device::cuda(), dt, true, save));
-          wy.set("wgmma");
-          const int64_t launches = dt::ops::cuda::wy_wg_launches();
+          knob.set("wgmma");
+          const int64_t before = launches();
           for (int rep = 0; rep < 2; ++rep) {
             const auto got = to_vecs(run(c, in, Device::cuda(), dt, true, save));
             for (int i = 0; i < 8; ++i)
               EXPECT_TRUE(bitwise_eq(ref[i], got[i]))
-                  << "DT_GDN_WY=wgmma vs mma, run " << rep << ": " << kNames[i] << wy_diff(ref[i], got[i]);
+                  << var << "=wgmma vs mma, run " << rep << ": " << kNames[i] << wy_diff(ref[i], got[i]);
           }
-          const bool takes = dt == DType::bf16 && c.dk == 128 && c.dv == 128;  // the shapes wy_wg_kernel runs
-          EXPECT_EQ(dt::ops::cuda::wy_wg_launches() - launches, takes ? 2 : 0) << "wy_wg_kernel launches";
+          const bool takes = dt == DType::bf16 && c.dk == 128 && c.dv == 128;  // the shapes the wgmma kernel runs
+          EXPECT_EQ(launches() - before, takes ? 2 : 0) << var << "=wgmma: launches";
         }
+}
+TEST(GdnChunkCuda, WyWgmmaSameBits) {
+  if (!sm90()) GTEST_SKIP() << "wy_wg_kernel needs sm_90 (wgmma)";
+  const ScopedEnv wy("DT_GDN_WY"), pair("DT_GDN_GQA_PAIR");
+  const std::vector<Case>& cases = wgmma_cases();
+  uint64_t salt = 1600;
+  wgmma_same_bits_sweep(wy, "DT_GDN_WY", dt::ops::cuda::wy_wg_launches, salt);
   {  // v and dv as token-strided column views, as the layer passes them
     const Case& c = cases[0];
     SCOPED_TRACE(c.name + ", strided v");
@@ -938,36 +950,9 @@ TEST(GdnChunkCuda, DqkWgmmaSameBits) {
   if (!sm90()) GTEST_SKIP() << "dqk_wg_kernel needs sm_90 (wgmma)";
   const ScopedEnv dqk("DT_GDN_DQK"), wy("DT_GDN_WY"), pair("DT_GDN_GQA_PAIR");
   wy.set(nullptr);
-  const std::vector<int32_t> lens{1500, 1, 1250, 64, 0, 2049, 350, 129, 1000, 65, 15, 17, 63, 5, 600};
-  const std::vector<Case> cases{
-      {"d128 G2 h0+dht", lens, 4, 8, 128, 128, true, true},
-      {"d128 G1 dht", {1, 15, 16, 17, 63, 64, 65, 700}, 4, 4, 128, 128, false, true},
-      {"d128 G4 h0 (gsum)", {300, 1, 64, 100}, 1, 4, 128, 128, true, false},
-      {"d64 (ignored)", {65, 1, 0, 300}, 2, 4, 64, 64, true, true},
-  };
+  const std::vector<Case>& cases = wgmma_cases();
   uint64_t salt = 1700;
-  for (DType dt : {DType::bf16, DType::f32})
-    for (const Case& c : cases)
-      for (const char* mode : {static_cast<const char*>(nullptr), "1", "0"})  // G == 2: pushed, pulled, gsum
-        for (bool save : {false, true}) {
-          if ((dt == DType::f32 || c.Hv != 2 * c.Hk) && mode != nullptr) continue;
-          SCOPED_TRACE(std::string(dt::dtype_name(dt)) + " " + c.name + " pair " + (mode ? mode : "unset") +
-                       (save ? ", saved" : ""));
-          pair.set(mode);
-          const Inputs in = make_inputs(c, dt == DType::bf16, ++salt);
-          dqk.set("mma");
-          const auto ref = to_vecs(run(c, in, Device::cuda(), dt, true, save));
-          dqk.set("wgmma");
-          const int64_t launches = dt::ops::cuda::dqk_wg_launches();
-          for (int rep = 0; rep < 2; ++rep) {
-            const auto got = to_vecs(run(c, in, Device::cuda(), dt, true, save));
-            for (int i = 0; i < 8; ++i)
-              EXPECT_TRUE(bitwise_eq(ref[i], got[i]))
-                  << "DT_GDN_DQK=wgmma vs mma, run " << rep << ": " << kNames[i] << wy_diff(ref[i], got[i]);
-          }
-          const bool takes = dt == DType::bf16 && c.dk == 128 && c.dv == 128;  // the shapes dqk_wg_kernel runs
-          EXPECT_EQ(dt::ops::cuda::dqk_wg_launches() - launches, takes ? 2 : 0) << "dqk_wg_kernel launches";
-        }
+  wgmma_same_bits_sweep(dqk, "DT_GDN_DQK", dt::ops::cuda::dqk_wg_launches, salt);
   const Case& c = cases[0];
   pair.set(nullptr);
   // each with DT_GDN_DQK=mma as the reference, then wgmma: one launch in the compared run
