@@ -1559,6 +1559,29 @@ __device__ __forceinline__ void chunk_decays(const float* s_gam, float* s_eg, fl
     s_el[tid] = tid < L ? gexp(ge - s_gam[tid]) : 0.f;
   }
 }
+// ds's epilogue on a warp's [16, 32] tile of dO Delta^T at (m0, n0) (ds_tile's mma.sync tile,
+// dqk_wg_kernel's wgmma one): the diagonal -> s_dsd, then scale Gamma with the strict lower
+// triangle kept, stored through st(r, c, y0, y1).
+template <class ST>
+__device__ __forceinline__ void ds_epilogue(float (&acc)[1][4][4], int m0, int n0, int L, float scale,
+                                            const float* s_gam, float* s_dsd, ST&& st) {
+  frag_pairs(acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+    const bool rv = r < L;
+    if (c == r) s_dsd[r] = rv ? scale * x0 : 0.f;
+    if (c + 1 == r) s_dsd[r] = rv ? scale * x1 : 0.f;
+  });
+  // every factor, then the selects (as prep's A: dqk 1408 -> 1376 us, perf.md v0.35.0)
+  frag_pairs(acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
+    const float gr = s_gam[r];
+    const float2 gc = *reinterpret_cast<const float2*>(s_gam + c);
+    x0 = scale * x0 * gexp(gr - gc.x);
+    x1 = scale * x1 * gexp(gr - gc.y);
+  });
+  frag_pairs(acc, m0, n0, [&](int r, int c, float& y0, float& y1) {
+    const bool rv = r < L;
+    st(r, c, (rv && c < r) ? y0 : 0.f, (rv && c + 1 < r) ? y1 : 0.f);
+  });
+}
 // Step 1: ds = scale (dO Delta^T) (.) Gamma, j < i < L (strict) -> s_ds; diagonal -> s_dsd (fp32).
 // The diagonal of ds enters dq_i q_i and dk_i k_i identically and cancels in dgamma: it is kept
 // out of the MMA operand (s_ds has a zero diagonal) and added to dq, dk in fp32 by the epilogues,
@@ -1570,22 +1593,8 @@ __device__ __forceinline__ void ds_tile(T* s_ds, float* s_dsd, const T* s_do, co
   float r_acc[1][4][4];
   zero(r_acc);
   if (m0 < L && n0 < m0 + 16) warp_gemm<1, 4, false, true>(r_acc, s_do, LDD<T>, s_D, LDD<T>, m0, n0, dv);
-  frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-    const bool rv = r < L;
-    if (c == r) s_dsd[r] = rv ? scale * x0 : 0.f;
-    if (c + 1 == r) s_dsd[r] = rv ? scale * x1 : 0.f;
-  });
-  // every factor, then the selects (as prep's A: dqk 1408 -> 1376 us, perf.md v0.35.0)
-  frag_pairs(r_acc, m0, n0, [&](int r, int c, float& x0, float& x1) {
-    const float gr = s_gam[r];
-    const float2 gc = *reinterpret_cast<const float2*>(s_gam + c);
-    x0 = scale * x0 * gexp(gr - gc.x);
-    x1 = scale * x1 * gexp(gr - gc.y);
-  });
-  frag_pairs(r_acc, m0, n0, [&](int r, int c, float& y0, float& y1) {
-    const bool rv = r < L;
-    store2(s_ds + r * LDC<T> + c, (rv && c < r) ? y0 : 0.f, (rv && c + 1 < r) ? y1 : 0.f);
-  });
+  ds_epilogue(r_acc, m0, n0, L, scale, s_gam, s_dsd,
+              [&](int r, int c, float y0, float y1) { store2(s_ds + r * LDC<T> + c, y0, y1); });
 }
 // Step 4: this warp's part of sum(S0 (.) dS1) over `rows` state rows -> s_ws[warp]; S0 from shared
 // memory ([rows][LDD]), dS1 from global ([rows][dv]) in 16-byte vectors.
@@ -2713,21 +2722,8 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
     wg::wg_commit();
     chunk_decays(s_gam, s_eg, s_el, L, tid);
     wg::wait_acc(a1[0]);
-    const float scale = p.scale;
-    frag_pairs(a1, m0, n0, [&](int r, int c, float& x0, float& x1) {
-      const bool rv = r < L;
-      if (c == r) s_dsd[r] = rv ? scale * x0 : 0.f;
-      if (c + 1 == r) s_dsd[r] = rv ? scale * x1 : 0.f;
-    });
-    frag_pairs(a1, m0, n0, [&](int r, int c, float& x0, float& x1) {
-      const float gr = s_gam[r];
-      const float2 gc = *reinterpret_cast<const float2*>(s_gam + c);
-      x0 = scale * x0 * gexp(gr - gc.x);
-      x1 = scale * x1 * gexp(gr - gc.y);
-    });
-    frag_pairs(a1, m0, n0, [&](int r, int c, float& y0, float& y1) {
-      const bool rv = r < L;
-      store2(reinterpret_cast<bf16*>(smem + S::ds + swe(r, c)), (rv && c < r) ? y0 : 0.f, (rv && c + 1 < r) ? y1 : 0.f);
+    ds_epilogue(a1, m0, n0, L, p.scale, s_gam, s_dsd, [&](int r, int c, float y0, float y1) {
+      store2(reinterpret_cast<bf16*>(smem + S::ds + swe(r, c)), y0, y1);
     });
   }
 #if DQW_QG2
