@@ -2340,7 +2340,8 @@ __global__ __launch_bounds__(kChunkThreads, 3) void wy_wg_kernel(
   // No L2 eviction hints in this kernel: its shared base is a uniform register (clusters: 0x400 +
   // rank << 24), and ptxas 13.0 encoded the hinted copies on it as LDGSTS [R+UR0], desc[UR1] (the
   // cache-policy descriptor as an odd register pair): CUDA error 715, illegal instruction, at the
-  // first launch (v0.40.0). Without the hint every copy is LDGSTS [R], desc[URn].
+  // first launch (v0.40.0; the same fault as IST-DASLab/marlin#44 with CUDA 13.1). Without the
+  // hint every copy is LDGSTS [R], desc[URn].
   constexpr L2Hint kLastRead = kL2Normal;
   float* s_rowp = reinterpret_cast<float*>(smem + S::rowp);
   float* s_colp = reinterpret_cast<float*>(smem + S::colp);
