@@ -67,10 +67,10 @@ void conv_l2norm_bwd_composed(const TensorView& dx, const TensorView& dw, const 
 
 #if DELTATRON_HAVE_CUDA
 namespace dt::ops::cuda {
-// How many times gdn_chunk_bwd launched wy_wg_kernel (DT_GDN_WY=wgmma) in this process: tests
+// How many times gdn_chunk_bwd launched wy_wg_kernel (DT_GDN_WY=wgmma, the default) in this process: tests
 // check that the form they compare actually ran.
 int64_t wy_wg_launches();
-// The same for dqk_wg_kernel (DT_GDN_DQK=wgmma).
+// The same for dqk_wg_kernel (DT_GDN_DQK=wgmma, the default).
 int64_t dqk_wg_launches();
 }  // namespace dt::ops::cuda
 #endif

@@ -581,22 +581,20 @@ __device__ __forceinline__ void load_rows(T* s, int lds, const T* g, int64_t gst
   if (full) load_tile_full<T, C, COLS, NTHR>(s, lds, g, gstride, tid);
   else load_tile(s, lds, g, gstride, C, L, ncols, COLS, tid, NTHR);
 }
-// [C][D] bf16 rows (rows >= L zero) -> two 128-byte-swizzled atoms [C][64] at s (wgmma.cuh);
-// H: the copies' L2 eviction priority (kLastRead for a tile read for the last time).
-template <int NTHR, L2Hint H = kL2Normal, class T>
+// The swizzled loaders below (for the wgmma kernels) copy with no L2 eviction hint. In the cluster
+// kernels wy_wg_kernel and dqk_wg_kernel the shared base is a uniform register (0x400 + rank << 24),
+// and ptxas 13.0 encoded hinted copies on it as LDGSTS [R+UR0], desc[UR1] (the cache-policy
+// descriptor as an odd register pair): CUDA error 715, illegal instruction, at the first launch
+// (docs/perf.md v0.40.0; the same fault as IST-DASLab/marlin#44 with CUDA 13.1).
+// [C][D] bf16 rows (rows >= L zero) -> two 128-byte-swizzled atoms [C][64] at s (wgmma.cuh).
+template <int NTHR, class T>
 __device__ __forceinline__ void load_rows_sw128(unsigned char* s, const T* g, int64_t gstride, int L, int tid) {
   static_assert(sizeof(T) == 2 && D == 128, "load_rows_sw128: bf16 rows of 128");
   constexpr int CPR = D / 8;  // 16-byte chunks per row
-  [[maybe_unused]] uint64_t pol = 0;
-  if constexpr (H == kL2EvictFirst) pol = l2_policy_evict_first();
   for (int idx = tid; idx < C * CPR; idx += NTHR) {
     const int r = idx / CPR, c = idx % CPR;
     const bool ok = r < L;
-    unsigned char* d = s + (c >> 3) * (C * 128) + wg::sw128(r, c & 7);
-    if constexpr (H == kL2EvictFirst)
-      cp_async16_pol(smem_addr(d), ok ? g + r * gstride + 8 * c : g, ok ? 16 : 0, pol);
-    else
-      cp_async16(d, ok ? g + r * gstride + 8 * c : g, ok);
+    cp_async16(s + (c >> 3) * (C * 128) + wg::sw128(r, c & 7), ok ? g + r * gstride + 8 * c : g, ok);
   }
 }
 // load_rows_sw128 with every row valid (L = C): the same copies per thread, whose rows are 8 apart,
@@ -604,35 +602,28 @@ __device__ __forceinline__ void load_rows_sw128(unsigned char* s, const T* g, in
 // the loop above spent ~20 instructions a copy on its index, predicate and 64-bit products (ncu:
 // ~45% of the wg4 state kernel's executed instructions were its tile loads, v0.23.0).
 // Its copies of one thread from the first (shared address sa, global gp): rows RSTEP apart.
-template <int NTHR, L2Hint H = kL2Normal, class T>
+template <int NTHR, class T>
 __device__ __forceinline__ void cp_sw128_rows(uint32_t sa, const T* gp, int64_t gstride) {
   constexpr int CPR = D / 8, RSTEP = NTHR / CPR, N = C / RSTEP;
   static_assert(sizeof(T) == 2 && NTHR % CPR == 0 && RSTEP % 8 == 0 && C % RSTEP == 0, "cp_sw128_rows: shape");
   const int64_t gstep = RSTEP * gstride;
-  [[maybe_unused]] uint64_t pol = 0;
-  if constexpr (H == kL2EvictFirst) pol = l2_policy_evict_first();
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    if constexpr (H == kL2EvictFirst)
-      cp_async16_pol(sa + i * RSTEP * 128, gp + i * gstep, 16, pol);
-    else
-      cp_async16_sa(sa + i * RSTEP * 128, gp + i * gstep);
-  }
+  for (int i = 0; i < N; ++i) cp_async16_sa(sa + i * RSTEP * 128, gp + i * gstep);
 }
-template <int NTHR, L2Hint H = kL2Normal, class T>
+template <int NTHR, class T>
 __device__ __forceinline__ void load_rows_sw128_full(unsigned char* s, const T* g, int64_t gstride, int tid) {
   constexpr int CPR = D / 8;
   const int r = tid / CPR, c = tid % CPR;
-  cp_sw128_rows<NTHR, H>(smem_addr(s + (c >> 3) * (C * 128) + wg::sw128(r, c & 7)), g + r * gstride + 8 * c, gstride);
+  cp_sw128_rows<NTHR>(smem_addr(s + (c >> 3) * (C * 128) + wg::sw128(r, c & 7)), g + r * gstride + 8 * c, gstride);
 }
 // A chunk's dk-wide rows (W, K or Q) into a stage: 128-byte-swizzled atoms for the wgmma kernels
 // (SW, dk == D), else [C][LDD] rows.
-template <int NTHR, bool SW, L2Hint H = kL2Normal, class T>
+template <int NTHR, bool SW, class T>
 __device__ __forceinline__ void load_dk_rows(unsigned char* s, const T* g, int64_t gstride, bool full, int L, int dk,
                                              int tid) {
   if constexpr (SW) {
-    if (L == C) load_rows_sw128_full<NTHR, H>(s, g, gstride, tid);
-    else load_rows_sw128<NTHR, H>(s, g, gstride, L, tid);
+    if (L == C) load_rows_sw128_full<NTHR>(s, g, gstride, tid);
+    else load_rows_sw128<NTHR>(s, g, gstride, L, tid);
   } else {
     load_rows<T, D, NTHR>(reinterpret_cast<T*>(s), LDD<T>, g, gstride, full, L, dk, tid);
   }
@@ -651,15 +642,10 @@ __device__ __forceinline__ void load_state_tiles(unsigned char* base, const Para
 }
 // The chunk's P [C][C] (bf16, every element written by p_tile) into one swizzled atom at s: rows i,
 // 128 bytes of j each (the MN-major B operand of dO^T P, wgmma.cuh).
-template <int NTHR, L2Hint H = kL2Normal, class T>
+template <int NTHR, class T>
 __device__ __forceinline__ void load_p_sw128(unsigned char* s, const T* g, int tid) {
   static_assert(sizeof(T) == 2 && C == 64, "load_p_sw128: bf16 rows of 64");
-  [[maybe_unused]] uint64_t pol = 0;
-  if constexpr (H == kL2EvictFirst) pol = l2_policy_evict_first();
-  for (int idx = tid; idx < C * 8; idx += NTHR) {
-    if constexpr (H == kL2EvictFirst) cp_async16_pol(smem_addr(s + wg::sw128(idx >> 3, idx & 7)), g + 8 * idx, 16, pol);
-    else cp_async16(s + wg::sw128(idx >> 3, idx & 7), g + 8 * idx, true);
-  }
+  for (int idx = tid; idx < C * 8; idx += NTHR) cp_async16(s + wg::sw128(idx >> 3, idx & 7), g + 8 * idx, true);
 }
 // WITH_K = false: all but K and gamma, which the K-split form loads a step ahead (load_rev_k).
 // RP: the chunk's P (g_Pc, its [C][C] tile) instead of dDelta_local's rows.
@@ -2249,6 +2235,15 @@ __device__ __forceinline__ uint32_t dk_(uint32_t base, int kk, uint32_t astride)
 __device__ __forceinline__ uint32_t dm_(uint32_t base, int kk) { return (((base + kk * 2048) & 0x3FFFF) >> 4) | ((C * 128 / 16) << 16); }
 // element (r, c) of a swizzled [C][64 * natoms] bf16 tile, byte offset
 __device__ __forceinline__ uint32_t swe(int r, int c) { return (c >> 6) * (C * 128) + wg::sw128(r, (c & 63) >> 3) + (c & 7) * 2; }
+// the shared address of the dynamic shared memory, trapping unless 1 KB-aligned (the atoms' wgmma
+// descriptors need it); the test is opaque, else the compiler folds it away by __align__(1024)
+__device__ __forceinline__ uint32_t smem_base_1k(const unsigned char* smem) {
+  const uint32_t sb = smem_addr(smem);
+  uint32_t a = sb;
+  asm volatile("" : "+r"(a));
+  if (a & 1023) __trap();
+  return sb;
+}
 }  // namespace wyw
 
 struct WyWgSmem {
@@ -2330,19 +2325,7 @@ __global__ __launch_bounds__(kChunkThreads, 3) void wy_wg_kernel(
   using namespace wyw;
   using wg::m64n64k16_ss;
   using wg::m64n32k16_ss;
-  const uint32_t sb = smem_addr(smem);
-  {  // the swizzled atoms need 1 KB alignment (wgmma descriptors); opaque, else the compiler folds
-     // the test away by __align__(1024)
-    uint32_t a = sb;
-    asm volatile("" : "+r"(a));
-    if (a & 1023) __trap();
-  }
-  // No L2 eviction hints in this kernel: its shared base is a uniform register (clusters: 0x400 +
-  // rank << 24), and ptxas 13.0 encoded the hinted copies on it as LDGSTS [R+UR0], desc[UR1] (the
-  // cache-policy descriptor as an odd register pair): CUDA error 715, illegal instruction, at the
-  // first launch (v0.40.0; the same fault as IST-DASLab/marlin#44 with CUDA 13.1). Without the
-  // hint every copy is LDGSTS [R], desc[URn].
-  constexpr L2Hint kLastRead = kL2Normal;
+  const uint32_t sb = smem_base_1k(smem);
   float* s_rowp = reinterpret_cast<float*>(smem + S::rowp);
   float* s_colp = reinterpret_cast<float*>(smem + S::colp);
   float* s_gam = reinterpret_cast<float*>(smem + S::gam);
@@ -2360,15 +2343,14 @@ __global__ __launch_bounds__(kChunkThreads, 3) void wy_wg_kernel(
   const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
   prefetch_l2_rows<2>(g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk * 2, L, p.dk * 2, tid);
   // phase I: dDelta, Tm, gamma, beta | V | K
-  // (dDelta, Tm, V and dW are read for the last time: L2 evict_first, as wy_kernel's loads)
-  load_dk_rows<kChunkThreads, true, kLastRead>(smem + S::a, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L == C, L, p.dv,
-                                               tid);
-  load_p_sw128<kChunkThreads, kLastRead>(smem + S::tm, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, tid);
+  // (no L2 evict_first on them, unlike wy_kernel's loads: see load_rows_sw128)
+  load_dk_rows<kChunkThreads, true>(smem + S::a, g_dD + vrow * p.dv, int64_t(p.Hv) * p.dv, L == C, L, p.dv, tid);
+  load_p_sw128<kChunkThreads>(smem + S::tm, g_Tm + (int64_t(ci.c) * p.Hv + ci.h) * C * C, tid);
   load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
   load_col(s_beta, g_beta + vrow, p.Hv, C, L, tid, kChunkThreads);
   cp_commit();
-  load_dk_rows<kChunkThreads, true, kLastRead>(smem + S::b, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L == C, L,
-                                               p.dv, tid);
+  load_dk_rows<kChunkThreads, true>(smem + S::b, g_v + ci.bos * p.sv + int64_t(ci.h) * p.dv, p.sv, L == C, L, p.dv,
+                                    tid);
   cp_commit();
   load_dk_rows<kChunkThreads, true>(smem + S::k, g_k + qrow * p.dk, int64_t(p.Hk) * p.dk, L == C, L, p.dk, tid);
   cp_commit();
@@ -2415,8 +2397,7 @@ __global__ __launch_bounds__(kChunkThreads, 3) void wy_wg_kernel(
   else if (p.pair && (tid & 2) == (ci.h & 1) * 2)
     prefetch_l2_rows<D * 4 / 128>(g_dkh + qrow * p.dk, int64_t(p.Hk) * p.dk * 4, L, p.dk * 4, tid);
   prefetch_l2_rows<1>(g_dgam + vrow, int64_t(p.Hv) * 4, L, 4, tid);
-  load_dk_rows<kChunkThreads, true, kLastRead>(smem + S::a, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, L == C, L, p.dk,
-                                               tid);
+  load_dk_rows<kChunkThreads, true>(smem + S::a, g_dW + vrow * p.dk, int64_t(p.Hv) * p.dk, L == C, L, p.dk, tid);
   cp_commit();
   cp_wait<0>();
   wg::fence_proxy_async();
@@ -2561,24 +2542,8 @@ __global__ __launch_bounds__(kChunkThreads, 3) void wy_wg_kernel(
 // registers, so dS1 loads over K and Q: one load phase after the wait (dDelta under Delta dS1^T,
 // state_dot and dk's epilogue), and Delta stays resident. Every token-dimension product runs its 4
 // k-steps (rows and columns >= L are exact zeros). Meant to give dqk_kernel's bits (same k order,
-// same epilogue arithmetic); GdnChunkCuda.DqkWgmmaSameBits checks. The DQW_* defines are the
-// design's A/B variants (sections 6, 7); the defaults fit 128 registers without spilling.
-#ifndef DQW_EARLY5A
-#define DQW_EARLY5A 1  // 1: ds^T Q issued behind ds K (its own group); 0: after the dq epilogue
-#endif
-#ifndef DQW_QG2
-#define DQW_QG2 1  // Q as its own cp.async group, waited (one barrier) behind ds K
-#endif
-#ifndef DQW_KP_LATE
-#define DQW_KP_LATE 1  // 1: K's pairs loaded into registers after step 2 (read from the tile before)
-#endif
-#ifndef DQW_SDOT_AFTER
-#define DQW_SDOT_AFTER 0  // 1: state_dot after step 5's epilogue (while dDelta lands), not under Delta dS1^T
-#endif
-#ifndef DQW_SDOT_UNROLL
-#define DQW_SDOT_UNROLL 2
-#endif
-constexpr int kSdotUnroll = DQW_SDOT_UNROLL;
+// same epilogue arithmetic); GdnChunkCuda.DqkWgmmaSameBits checks. The design's other schedules
+// (its sections 6, 7: the DQW_* switches before v0.40.0) were never run and are gone.
 
 struct DqkWgSmem {
   static constexpr size_t x1 = 0;         // dO [C][128], then dq's pair buffer, then dDelta
@@ -2601,18 +2566,12 @@ static_assert(DqkWgSmem::q - DqkWgSmem::k == D * 128 && DqkWgSmem::s0 % 1024 == 
 
 // [D][D] bf16 state tile (rows D apart in global) -> two swizzled [D][64] atoms; 8 copies a thread,
 // rows 16 apart (r & 7 fixed, so one swizzled column per thread).
-template <L2Hint H>
 __device__ __forceinline__ void load_state_sw128(unsigned char* s, const bf16* g, int tid) {
   const int r = tid >> 4, c = tid & 15;
   const uint32_t sa = smem_addr(s + (c >> 3) * (D * 128) + wg::sw128(r, c & 7));
   const bf16* gp = g + r * D + 8 * c;
-  [[maybe_unused]] uint64_t pol = 0;
-  if constexpr (H == kL2EvictFirst) pol = l2_policy_evict_first();
 #pragma unroll
-  for (int i = 0; i < D / 16; ++i) {
-    if constexpr (H == kL2EvictFirst) cp_async16_pol(sa + i * 16 * 128, gp + i * 16 * D, 16, pol);
-    else cp_async16_sa(sa + i * 16 * 128, gp + i * 16 * D);
-  }
+  for (int i = 0; i < D / 16; ++i) cp_async16_sa(sa + i * 16 * 128, gp + i * 16 * D);
 }
 // state_dot with both tiles swizzled in shared memory: thread tid's vectors idx = 8 tid + 2048 i in
 // today's order (row tid / 16 + 16 i, columns 8 (tid % 16) ..), the same fmaf chain: the same bits.
@@ -2620,7 +2579,7 @@ __device__ __forceinline__ void state_dot_sw(float* s_ws, const unsigned char* s
   const int r = tid >> 4, c = tid & 15;
   const uint32_t off = (c >> 3) * (D * 128) + wg::sw128(r, c & 7);
   float r_s = 0.f;
-#pragma unroll kSdotUnroll
+#pragma unroll 2
   for (int i = 0; i < D / 16; ++i) {
     const uint4 sa = *reinterpret_cast<const uint4*>(s_s + off + i * 2048);
     const uint4 sd = *reinterpret_cast<const uint4*>(s_d + off + i * 2048);
@@ -2653,11 +2612,7 @@ __device__ __forceinline__ void rowdot_kp(const float (&acc)[8][4], const uint32
     }
 }
 
-#ifdef DQW_MAXNREG
-__global__ __maxnreg__(DQW_MAXNREG) void dqk_wg_kernel(
-#else
 __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
-#endif
     Params p, const bf16* __restrict__ g_q, const bf16* __restrict__ g_k, const float* __restrict__ g_gam,
     const bf16* __restrict__ g_do, const bf16* __restrict__ g_D, const bf16* __restrict__ g_dD,
     const bf16* __restrict__ g_h, const bf16* __restrict__ g_dS1, float* __restrict__ g_dqh, bf16* __restrict__ g_dq,
@@ -2667,13 +2622,7 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
   using namespace wyw;
   using wg::m64n32k16_ss;
   using wg::m64n64k16_ss;
-  const uint32_t sb = smem_addr(smem);
-  {
-    uint32_t a = sb;
-    asm volatile("" : "+r"(a));
-    if (a & 1023) __trap();
-  }
-  constexpr L2Hint kLastRead = kL2Normal;  // no L2 hints: see wy_wg_kernel
+  const uint32_t sb = smem_base_1k(smem);
   float* s_gam = reinterpret_cast<float*>(smem + S::gam);
   float* s_eg = reinterpret_cast<float*>(smem + S::eg);
   float* s_el = reinterpret_cast<float*>(smem + S::el);
@@ -2691,24 +2640,17 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
   const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
   const int64_t sbase = (int64_t(ci.c) * p.Hv + ci.h) * (D * D);
   prefetch_l2_rows<2>(g_dS1 + sbase, D * 2, D, D * 2, tid);  // dS1 -> L2 (one line per thread)
-  // g0: dO, Delta, gamma | g1: K, S0, Q   (read once: dO, Delta, S0 evict_first; K, Q shared with the pair)
-  load_dk_rows<kChunkThreads, true, kLastRead>(smem + S::x1, g_do + vrow * D, int64_t(p.Hv) * D, L == C, L, D, tid);
-  load_dk_rows<kChunkThreads, true, kLastRead>(smem + S::dl, g_D + vrow * D, int64_t(p.Hv) * D, L == C, L, D, tid);
+  // g0: dO, Delta, gamma | g1: K, S0, Q   (no L2 evict_first on the read-once tiles: see load_rows_sw128)
+  load_dk_rows<kChunkThreads, true>(smem + S::x1, g_do + vrow * D, int64_t(p.Hv) * D, L == C, L, D, tid);
+  load_dk_rows<kChunkThreads, true>(smem + S::dl, g_D + vrow * D, int64_t(p.Hv) * D, L == C, L, D, tid);
   load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
   cp_commit();
   load_dk_rows<kChunkThreads, true>(smem + S::k, g_k + qrow * D, int64_t(p.Hk) * D, L == C, L, D, tid);
-  load_state_sw128<kLastRead>(smem + S::s0, g_h + sbase, tid);
-#if !DQW_QG2
-  load_dk_rows<kChunkThreads, true>(smem + S::q, g_q + qrow * D, int64_t(p.Hk) * D, L == C, L, D, tid);
-#endif
+  load_state_sw128(smem + S::s0, g_h + sbase, tid);
   cp_commit();
-#if DQW_QG2
   load_dk_rows<kChunkThreads, true>(smem + S::q, g_q + qrow * D, int64_t(p.Hk) * D, L == C, L, D, tid);
   cp_commit();  // g2: Q, waited before ds^T Q
   cp_wait<2>();
-#else
-  cp_wait<1>();
-#endif
   wg::fence_proxy_async();
   __syncthreads();
   // 1. ds = scale (dO Delta^T) (.) Gamma: m64n32 x 8 per warpgroup (ds_tile's warp tiles)
@@ -2727,11 +2669,7 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
       store2(reinterpret_cast<bf16*>(smem + S::ds + swe(r, c)), y0, y1);
     });
   }
-#if DQW_QG2
   cp_wait<1>();
-#else
-  cp_wait<0>();
-#endif
   wg::fence_proxy_async();
   __syncthreads();  // K, S0, (Q,) ds
   const int m0 = 16 * w4, n0 = 64 * wgi;
@@ -2744,16 +2682,6 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
   for (int kk = 0; kk < 8; ++kk)
     m64n64k16_ss<0, 0>(acc[0], dk_(sb + S::x1, kk, C * 128), dk_(sb + S::s0 + wgi * 8192, kk, D * 128), 1);
   wg::wg_commit();
-  uint32_t kp[2][8];  // K at this thread's fragment pairs: dq's diag term, both dgamma row dots (to step 5)
-  auto load_kp = [&] {
-#pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) kp[h2][j] = *reinterpret_cast<const uint32_t*>(smem + S::k + swe(m0 + g + 8 * h2, n0 + 8 * j + 2 * t));
-  };
-#if !DQW_KP_LATE
-  load_kp();
-#endif
   wg::wait_acc(acc[0]);
   frag_pairs(acc, m0, n0, [&](int r, int, float& x0, float& x1) {
     const float f = p.scale * s_eg[r];
@@ -2766,12 +2694,9 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
   for (int kk = 0; kk < 4; ++kk)
     m64n64k16_ss<0, 1>(acc[0], dk_(sb + S::ds, kk, 0), dm_(sb + S::k + wgi * C * 128, kk), 1);
   wg::wg_commit();
-#if DQW_QG2
   cp_wait<0>();
   wg::fence_proxy_async();
   __syncthreads();  // Q (ds K runs meanwhile)
-#endif
-#if DQW_EARLY5A
   // acc5's zeros are ordinary register writes that the compiler may place after 2b's fence: PTX
   // wants a wgmma.fence between them and the first wgmma on acc5 (2b's in-flight group is untouched)
   wg::wg_fence();
@@ -2783,9 +2708,6 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
   wg::wg_hold(acc[0]);
   wg::wg_wait<1>();
   wg::wg_hold(acc[0]);
-#else
-  wg::wait_acc(acc[0]);
-#endif
   // dq epilogue: row dots with q (before the diag term) -> s_red; + diag(ds) k; stored (or summed below)
   rowdot_wg(acc[0], m0, wgi, s_red, lane,
             [&](int r, int c) { return load2(reinterpret_cast<const bf16*>(smem + S::q + swe(r, c))); });
@@ -2795,11 +2717,7 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
 #pragma unroll
       for (int h2 = 0; h2 < 2; ++h2) {
         const int r = m0 + g + 8 * h2, c = n0 + 8 * j + 2 * t;
-#if DQW_KP_LATE
         const float2 kk = load2(reinterpret_cast<const bf16*>(smem + S::k + swe(r, c)));
-#else
-        const float2 kk = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&kp[h2][j]));
-#endif
         float& x0 = acc[0][j][2 * h2];
         float& x1 = acc[0][j][2 * h2 + 1];
         const float y0 = fmaf(s_dsd[r], kk.x, x0), y1 = fmaf(s_dsd[r], kk.y, x1);
@@ -2812,17 +2730,7 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
         }
       }
   }
-#if !DQW_EARLY5A
-  wg::wg_fence();
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-    m64n64k16_ss<1, 1>(acc5[0], dm_(sb + S::ds, kk), dm_(sb + S::q + wgi * C * 128, kk), 1);
-  wg::wg_commit();
-#endif
   if (p.pair) {  // 2b. dq of the key head through the dO tile (every warp's wgmma on dO waited)
-#if !DQW_EARLY5A
-    wg::wait_acc(acc5[0]);
-#endif
     __syncthreads();
     float* xbuf = reinterpret_cast<float*>(smem + S::x1);
     auto& acc2 = reinterpret_cast<float(&)[2][4][4]>(acc);
@@ -2832,13 +2740,13 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
   }
   wg::wait_acc(acc5[0]);
   // step 5's intra part now: (ds^T Q) . k -> s_red3, then + diag(ds) q (Q, K and ds are dead after this)
-#if DQW_KP_LATE
   rowdot_wg(acc5[0], m0, wgi, s_red3, lane,
             [&](int r, int c) { return load2(reinterpret_cast<const bf16*>(smem + S::k + swe(r, c))); });
-  load_kp();
-#else
-  rowdot_kp(acc5[0], kp, m0, wgi, s_red3, lane);
-#endif
+  uint32_t kp[2][8];  // K at this thread's fragment pairs, kept for step 5's row dots once dS1 is over K
+#pragma unroll
+  for (int h2 = 0; h2 < 2; ++h2)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) kp[h2][j] = *reinterpret_cast<const uint32_t*>(smem + S::k + swe(m0 + g + 8 * h2, n0 + 8 * j + 2 * t));
   frag_pairs(acc5, m0, n0, [&](int r, int c, float& x0, float& x1) {
     const float2 qq = load2(reinterpret_cast<const bf16*>(smem + S::q + swe(r, c)));
     x0 = fmaf(s_dsd[r], qq.x, x0);
@@ -2847,9 +2755,9 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
   if (p.done && tid == 0) serial_wait(p, ci.c);
   __syncthreads();  // dO (and its pair buffer), K, Q dead
   if (tid < C) s_dgq[tid] = s_red[tid] + s_red[C + tid] + s_red[2 * C + tid] + s_red[3 * C + tid];
-  load_state_sw128<kLastRead>(smem + S::d1, g_dS1 + sbase, tid);
+  load_state_sw128(smem + S::d1, g_dS1 + sbase, tid);
   cp_commit();
-  load_dk_rows<kChunkThreads, true, kLastRead>(smem + S::x1, g_dD + vrow * D, int64_t(p.Hv) * D, L == C, L, D, tid);
+  load_dk_rows<kChunkThreads, true>(smem + S::x1, g_dD + vrow * D, int64_t(p.Hv) * D, L == C, L, D, tid);
   cp_commit();
   cp_wait<1>();
   wg::fence_proxy_async();
@@ -2862,9 +2770,7 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
     for (int kk = 0; kk < 8; ++kk)
       m64n64k16_ss<0, 0>(st[0], dk_(sb + S::dl, kk, C * 128), dk_(sb + S::d1 + wgi * 8192, kk, D * 128), 1);
     wg::wg_commit();
-#if !DQW_SDOT_AFTER
     state_dot_sw(s_ws, smem + S::s0, smem + S::d1, tid);  // 4. sum(S0 (.) dS1) under the product
-#endif
     wg::wait_acc(st[0]);
     frag_pairs(st, m0, n0, [&](int r, int, float& x0, float& x1) {
       const float f = s_el[r];
@@ -2880,9 +2786,6 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
         if (r < L) store2(g_dkh + (vrow + int64_t(r) * p.Hv) * D + c, x0, x1);
       });
   }
-#if DQW_SDOT_AFTER
-  state_dot_sw(s_ws, smem + S::s0, smem + S::d1, tid);
-#endif
   cp_wait<0>();
   wg::fence_proxy_async();
   __syncthreads();  // dDelta
@@ -3121,24 +3024,20 @@ bool wgmma_device() { return cc_major() == 9; }
 // dk = dv = 128, sm_90; other cases keep wy_kernel) or wy_kernel (mma.sync). The same bits; wgmma
 // 16% faster (888 -> 746 us at the layer's shape, H100). Read at every call.
 std::atomic<int64_t> g_wy_wg_launches{0};  // wy_wg_launches()
-bool wy_wgmma_knob() {
-  const char* v = std::getenv("DT_GDN_WY");
-  if (!v || !*v) return true;
+bool wy_wgmma_knob() {  // unset or empty (-1) and wgmma (1): wy_wg_kernel
   return env::choice("DT_GDN_WY", {{"mma", "wy_kernel: mma.sync from padded tiles"},
-                                   {"wgmma", "wy_wg_kernel: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)"}}) ==
-         1;
+                                   {"wgmma", "wy_wg_kernel: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)"}}) !=
+         0;
 }
 // DT_GDN_DQK: wgmma (unset: the default since v0.40.0) | mma: dqk as dqk_wg_kernel (bf16, dk = dv =
 // 128, sm_90; other cases keep dqk_kernel) or dqk_kernel (mma.sync). Every launch mode is the same
 // for both: pair clusters, gsum's partials, slabs, serial_wait after rev. The same bits; wgmma 18%
 // faster (1302 -> 1071 us at the layer's shape, H100). Read at every call.
 std::atomic<int64_t> g_dqk_wg_launches{0};  // dqk_wg_launches()
-bool dqk_wgmma_knob() {
-  const char* v = std::getenv("DT_GDN_DQK");
-  if (!v || !*v) return true;
+bool dqk_wgmma_knob() {  // unset or empty (-1) and wgmma (1): dqk_wg_kernel
   return env::choice("DT_GDN_DQK",
                      {{"mma", "dqk_kernel: mma.sync from padded tiles"},
-                      {"wgmma", "dqk_wg_kernel: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)"}}) == 1;
+                      {"wgmma", "dqk_wg_kernel: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)"}}) != 0;
 }
 template <class T>
 SerialForm serial_form(int dk, int dv) {
@@ -3749,37 +3648,31 @@ void run_bwd(const TensorView& dq, const TensorView& dk, const TensorView& dv, c
   Tensor dk2 = direct ? Tensor() : Tensor::empty(Shape{T1, p.Hv, p.dk}, DType::f32, dev);  // [T, Hv, dk] f32
   Tensor dW = Tensor::empty(Shape{T1, p.Hv, p.dk}, dt, dev);                // [T, Hv, dk]
   Tensor dgam = Tensor::empty(Shape{T1, p.Hv}, DType::f32, dev);  // [T, Hv] f32
-  bool dqk_wg = false;
-  if constexpr (std::is_same_v<T, bf16>) {
-    dqk_wg = dqk_wgmma_knob() && p.dk == D && p.dv == D && wgmma_device();
-    if (dqk_wg) {
-      launch_chunk_kernel_ex(pb.done != nullptr, dqk_wg_kernel, pb, DqkWgSmem::bytes, st, tptr<bf16>(q), tptr<bf16>(k),
-                             gam.ptr<float>(), tptr<bf16>(do_), Dl.ptr<bf16>(), dD.ptr<bf16>(), h.ptr<bf16>(),
-                             dS1.ptr<bf16>(), direct ? nullptr : dqh.ptr<float>(), tptr<bf16>(dq), dkh.ptr<float>(),
-                             dW.ptr<bf16>(), dgam.ptr<float>());
-      g_dqk_wg_launches.fetch_add(1, std::memory_order_relaxed);
-    }
+  // dqk and wy: the wgmma kernels (bf16, dk = dv = 128, sm_90; DT_GDN_DQK / DT_GDN_WY), else the
+  // mma ones, with the same arguments
+  constexpr bool is_bf16 = std::is_same_v<T, bf16>;
+  const bool wg_shape = p.dk == D && p.dv == D && wgmma_device();
+  auto* dqk = dqk_kernel<T>;
+  size_t dqk_smem = DqkSmem<T>::bytes;
+  const bool dqk_wg = is_bf16 && dqk_wgmma_knob() && wg_shape;
+  if constexpr (is_bf16) {
+    if (dqk_wg) dqk = dqk_wg_kernel, dqk_smem = DqkWgSmem::bytes;
   }
-  if (!dqk_wg)
-    launch_chunk_kernel_ex(pb.done != nullptr, dqk_kernel<T>, pb, DqkSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k),
-                           gam.ptr<float>(), tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(),
-                           direct ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(), dW.ptr<T>(),
-                           dgam.ptr<float>());
-  bool wy_wg = false;
-  if constexpr (std::is_same_v<T, bf16>) {
-    wy_wg = wy_wgmma_knob() && p.dk == D && p.dv == D && wgmma_device();
-    if (wy_wg) {
-      launch_chunk_kernel(wy_wg_kernel, pb, WyWgSmem::bytes, st, tptr<bf16>(k), tptr<bf16>(v), tptr<float>(beta),
-                          gam.ptr<float>(), Tm.ptr<bf16>(), dW.ptr<bf16>(), dD.ptr<bf16>(), dgam.ptr<float>(),
-                          dkh.ptr<float>(), direct ? nullptr : dk2.ptr<float>(), tptr<bf16>(dk), tptr<bf16>(dv),
-                          tptr<float>(dbeta), tptr<float>(dg));
-      g_wy_wg_launches.fetch_add(1, std::memory_order_relaxed);
-    }
+  launch_chunk_kernel_ex(pb.done != nullptr, dqk, pb, dqk_smem, st, tptr<T>(q), tptr<T>(k), gam.ptr<float>(),
+                         tptr<T>(do_), Dl.ptr<T>(), dD.ptr<T>(), h.ptr<T>(), dS1.ptr<T>(),
+                         direct ? nullptr : dqh.ptr<float>(), tptr<T>(dq), dkh.ptr<float>(), dW.ptr<T>(),
+                         dgam.ptr<float>());
+  if (dqk_wg) g_dqk_wg_launches.fetch_add(1, std::memory_order_relaxed);
+  auto* wy = wy_kernel<T>;
+  size_t wy_smem = WySmem<T>::bytes;
+  const bool wy_wg = is_bf16 && wy_wgmma_knob() && wg_shape;
+  if constexpr (is_bf16) {
+    if (wy_wg) wy = wy_wg_kernel, wy_smem = WyWgSmem::bytes;
   }
-  if (!wy_wg)
-    launch_chunk_kernel(wy_kernel<T>, pb, WySmem<T>::bytes, st, tptr<T>(k), tptr<T>(v), tptr<float>(beta),
-                        gam.ptr<float>(), Tm.ptr<T>(), dW.ptr<T>(), dD.ptr<T>(), dgam.ptr<float>(), dkh.ptr<float>(),
-                        direct ? nullptr : dk2.ptr<float>(), tptr<T>(dk), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));
+  launch_chunk_kernel(wy, pb, wy_smem, st, tptr<T>(k), tptr<T>(v), tptr<float>(beta), gam.ptr<float>(), Tm.ptr<T>(),
+                      dW.ptr<T>(), dD.ptr<T>(), dgam.ptr<float>(), dkh.ptr<float>(), direct ? nullptr : dk2.ptr<float>(),
+                      tptr<T>(dk), tptr<T>(dv), tptr<float>(dbeta), tptr<float>(dg));
+  if (wy_wg) g_wy_wg_launches.fetch_add(1, std::memory_order_relaxed);
   if (direct) return;
   const int64_t rows = p.T * p.Hk;
   const int blocks = int(std::min<int64_t>((rows * p.dk / 4 + 255) / 256, 132 * 16));
