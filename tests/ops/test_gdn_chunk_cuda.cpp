@@ -844,16 +844,9 @@ TEST(GdnChunkCuda, GqaPairEnvErrors) {
                "DT_GDN_GQA_PAIR='yes' is not one of: 0 ");
 }
 
-// DT_GDN_WY=wgmma: the WY backward as wy_wg_kernel (bf16, dk = dv = 128, sm_90), every product a
-// wgmma from swizzled shared memory, gives wy_kernel's bits: the same k order and sums, extra
-// k-steps past L multiplying exact zeros. Partial chunks (L < 16, 16 < L < 64), empty sequences,
-// G = 1, 2 (pairs pushed, pulled, and gsum) and 4, saved intermediates or not, token-strided v;
-// the wgmma path also against the CPU recurrence; shapes it does not take (f32, dk < 128) ignore it.
-// A wrong descriptor or fence shows as a mismatch (or NaN: outputs are poisoned), a lost wgmma
-// wait as a race across the repetitions.
-// A mismatch's size: rounding-level (a different summation order) or a wrong product (a
+// A bitwise mismatch's size: rounding-level (a different summation order) or a wrong product (a
 // descriptor, layout or fence), which decides what the first GPU run of a new form looks at.
-std::string wy_diff(const std::vector<float>& a, const std::vector<float>& b) {
+std::string bits_diff(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return " (sizes differ)";
   double num = 0, den = 0, worst = 0;
   size_t nbad = 0;
@@ -898,39 +891,55 @@ void wgmma_same_bits_sweep(const ScopedEnv& knob, const char* var, int64_t (*lau
             const auto got = to_vecs(run(c, in, Device::cuda(), dt, true, save));
             for (int i = 0; i < 8; ++i)
               EXPECT_TRUE(bitwise_eq(ref[i], got[i]))
-                  << var << "=wgmma vs mma, run " << rep << ": " << kNames[i] << wy_diff(ref[i], got[i]);
+                  << var << "=wgmma vs mma, run " << rep << ": " << kNames[i] << bits_diff(ref[i], got[i]);
           }
           const bool takes = dt == DType::bf16 && c.dk == 128 && c.dv == 128;  // the shapes the wgmma kernel runs
           EXPECT_EQ(launches() - before, takes ? 2 : 0) << var << "=wgmma: launches";
         }
 }
+// One comparison on wgmma_cases()[0] (bf16, G = 2, pairs at their default, not saved) under the
+// environment the caller set: `knob` at mma, then at wgmma, bitwise equal, one wgmma launch.
+void wgmma_same_bits_once(const ScopedEnv& knob, const char* what, int64_t (*launches)(), uint64_t& salt,
+                          int64_t v_pad = 0) {
+  const Case& c = wgmma_cases()[0];
+  SCOPED_TRACE(c.name + ", " + what);
+  const ScopedEnv pair("DT_GDN_GQA_PAIR");
+  pair.set(nullptr);
+  const Inputs in = make_inputs(c, true, ++salt);
+  knob.set("mma");
+  const auto ref = to_vecs(run(c, in, Device::cuda(), DType::bf16, true, false, v_pad));
+  knob.set("wgmma");
+  const int64_t before = launches();
+  const auto got = to_vecs(run(c, in, Device::cuda(), DType::bf16, true, false, v_pad));
+  EXPECT_EQ(launches() - before, 1) << what << ": wgmma launches";
+  for (int i = 0; i < 8; ++i)
+    EXPECT_TRUE(bitwise_eq(ref[i], got[i])) << what << ": " << kNames[i] << bits_diff(ref[i], got[i]);
+}
+// The wgmma form against the CPU recurrence (fp32), independently of the mma kernel: wgmma_cases()[1]
+// (G = 1, partial chunks), bf16 within 1e-2 rel. L2.
+void wgmma_matches_cpu(const ScopedEnv& knob, const char* var, uint64_t& salt) {
+  const Case& c = wgmma_cases()[1];
+  SCOPED_TRACE(c.name + " vs CPU");
+  knob.set("wgmma");
+  const Inputs in = make_inputs(c, true, ++salt);
+  expect_close(run(c, in, Device::cuda(), DType::bf16), run(c, in, Device::cpu(), DType::f32), 1e-2,
+               fmt::format("{}=wgmma bf16 vs CPU", var));
+}
+// DT_GDN_WY=wgmma (the default): the WY backward as wy_wg_kernel (bf16, dk = dv = 128, sm_90), every
+// product a wgmma from swizzled shared memory, gives wy_kernel's bits: the same k order and sums,
+// extra k-steps past L multiplying exact zeros. Partial chunks (L < 16, 16 < L < 64), empty
+// sequences, G = 1, 2 (pairs pushed, pulled, and gsum) and 4, saved intermediates or not,
+// token-strided v; the wgmma path also against the CPU recurrence; shapes it does not take (f32,
+// dk < 128) ignore it. A wrong descriptor or fence shows as a mismatch (or NaN: outputs are
+// poisoned), a lost wgmma wait as a race across the repetitions.
 TEST(GdnChunkCuda, WyWgmmaSameBits) {
   if (!sm90()) GTEST_SKIP() << "wy_wg_kernel needs sm_90 (wgmma)";
-  const ScopedEnv wy("DT_GDN_WY"), pair("DT_GDN_GQA_PAIR");
-  const std::vector<Case>& cases = wgmma_cases();
+  const ScopedEnv wy("DT_GDN_WY");
   uint64_t salt = 1600;
   wgmma_same_bits_sweep(wy, "DT_GDN_WY", dt::ops::cuda::wy_wg_launches, salt);
-  {  // v and dv as token-strided column views, as the layer passes them
-    const Case& c = cases[0];
-    SCOPED_TRACE(c.name + ", strided v");
-    pair.set(nullptr);
-    const Inputs in = make_inputs(c, true, ++salt);
-    wy.set("mma");
-    const auto ref = to_vecs(run(c, in, Device::cuda(), DType::bf16, true, false, 8));
-    wy.set("wgmma");
-    const auto got = to_vecs(run(c, in, Device::cuda(), DType::bf16, true, false, 8));
-    for (int i = 0; i < 8; ++i)
-      EXPECT_TRUE(bitwise_eq(ref[i], got[i])) << "strided v: " << kNames[i] << wy_diff(ref[i], got[i]);
-  }
-  {  // and against the CPU recurrence, independently of wy_kernel
-    const Case& c = cases[1];
-    SCOPED_TRACE(c.name + " vs CPU");
-    pair.set(nullptr);
-    wy.set("wgmma");
-    const Inputs in = make_inputs(c, true, ++salt);
-    expect_close(run(c, in, Device::cuda(), DType::bf16), run(c, in, Device::cpu(), DType::f32), 1e-2,
-                 "DT_GDN_WY=wgmma bf16 vs CPU");
-  }
+  // v and dv as token-strided column views, as the layer passes them
+  wgmma_same_bits_once(wy, "strided v", dt::ops::cuda::wy_wg_launches, salt, 8);
+  wgmma_matches_cpu(wy, "DT_GDN_WY", salt);
 }
 TEST(GdnChunkCuda, WyWgmmaEnvErrors) {
   const ScopedEnv wy("DT_GDN_WY");
@@ -948,47 +957,28 @@ TEST(GdnChunkCuda, WyWgmmaEnvErrors) {
 // does not take (f32, dk < 128) ignore it. The launch count: one per gdn_chunk_bwd, whatever the slabs.
 TEST(GdnChunkCuda, DqkWgmmaSameBits) {
   if (!sm90()) GTEST_SKIP() << "dqk_wg_kernel needs sm_90 (wgmma)";
-  const ScopedEnv dqk("DT_GDN_DQK"), wy("DT_GDN_WY"), pair("DT_GDN_GQA_PAIR");
+  const ScopedEnv dqk("DT_GDN_DQK"), wy("DT_GDN_WY");
   wy.set(nullptr);
-  const std::vector<Case>& cases = wgmma_cases();
   uint64_t salt = 1700;
-  wgmma_same_bits_sweep(dqk, "DT_GDN_DQK", dt::ops::cuda::dqk_wg_launches, salt);
-  const Case& c = cases[0];
-  pair.set(nullptr);
-  // each with DT_GDN_DQK=mma as the reference, then wgmma: one launch in the compared run
-  auto same_bits = [&](const char* what, auto&& setup, int64_t v_pad = 0) {
-    SCOPED_TRACE(c.name + ", " + what);
-    const Inputs in = make_inputs(c, true, ++salt);
-    setup();
-    dqk.set("mma");
-    const auto ref = to_vecs(run(c, in, Device::cuda(), DType::bf16, true, false, v_pad));
-    dqk.set("wgmma");
-    const int64_t launches = dt::ops::cuda::dqk_wg_launches();
-    const auto got = to_vecs(run(c, in, Device::cuda(), DType::bf16, true, false, v_pad));
-    EXPECT_EQ(dt::ops::cuda::dqk_wg_launches() - launches, 1) << "dqk_wg_kernel launches";
-    for (int i = 0; i < 8; ++i)
-      EXPECT_TRUE(bitwise_eq(ref[i], got[i])) << what << ": " << kNames[i] << wy_diff(ref[i], got[i]);
-  };
-  same_bits("strided v", [] {}, 8);  // token-strided v and dv, as the layer passes them (dqk reads neither)
+  const auto launches = dt::ops::cuda::dqk_wg_launches;
+  wgmma_same_bits_sweep(dqk, "DT_GDN_DQK", launches, salt);
+  // token-strided v and dv, as the layer passes them (dqk reads neither)
+  wgmma_same_bits_once(dqk, "strided v", launches, salt, 8);
   {  // after the whole serial grid (Params.done null: no serial_wait)
     const ScopedEnv pdl("DT_GDN_SERIAL_PDL");
-    same_bits("DT_GDN_SERIAL_PDL=0", [&] { pdl.set("0"); });
+    pdl.set("0");
+    wgmma_same_bits_once(dqk, "DT_GDN_SERIAL_PDL=0", launches, salt);
   }
   {  // in slabs of 3 chunks (Params.c0; only the first slab overlaps rev, the others follow it)
     const ScopedEnv slab("DT_GDN_CHUNK_SLAB");
-    same_bits("DT_GDN_CHUNK_SLAB=3", [&] { slab.set("3"); });
+    slab.set("3");
+    wgmma_same_bits_once(dqk, "DT_GDN_CHUNK_SLAB=3", launches, salt);
   }
-  // beside wy_kernel (DT_GDN_WY=mma in both runs; the loops above run beside the default, wy_wg_kernel)
-  same_bits("DT_GDN_WY=mma", [&] { wy.set("mma"); });
+  // beside wy_kernel (DT_GDN_WY=mma in both runs; the runs above are beside the default, wy_wg_kernel)
+  wy.set("mma");
+  wgmma_same_bits_once(dqk, "DT_GDN_WY=mma", launches, salt);
   wy.set(nullptr);
-  {  // and against the CPU recurrence, independently of dqk_kernel
-    const Case& c1 = cases[1];
-    SCOPED_TRACE(c1.name + " vs CPU");
-    dqk.set("wgmma");
-    const Inputs in = make_inputs(c1, true, ++salt);
-    expect_close(run(c1, in, Device::cuda(), DType::bf16), run(c1, in, Device::cpu(), DType::f32), 1e-2,
-                 "DT_GDN_DQK=wgmma bf16 vs CPU");
-  }
+  wgmma_matches_cpu(dqk, "DT_GDN_DQK", salt);
 }
 TEST(GdnChunkCuda, DqkWgmmaEnvErrors) {
   const ScopedEnv dqk("DT_GDN_DQK");
