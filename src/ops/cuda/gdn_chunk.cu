@@ -2226,12 +2226,13 @@ __global__ __launch_bounds__(kChunkThreads, kWyMinBlocks<T>) void wy_kernel(
 // operand pair are exact zeros (a k-loop bounded by L made ptxas serialise the wgmma chain).
 // Meant to give wy_kernel's bits (same k order, same sums); GdnChunkCuda.WyWgmmaSameBits checks.
 namespace wyw {  // wy_wg_kernel's descriptors and swizzled element offsets
-// K-major operand (rows of 128-byte atoms, atom stride astride): k-step kk
-// low word of a descriptor: start address >> 4, LBO field (16 bytes for K-major, unused; C*128 for MN-major)
+// Descriptor low words: start address >> 4 | LBO >> 4 << 16 (wgmma.cuh's SS wrappers add the high word).
+// K-major operand in rows of 128-byte atoms (atom stride astride), k-step kk: 32 bytes a step inside
+// an atom; LBO 16 bytes (unused for K-major).
 __device__ __forceinline__ uint32_t dk_(uint32_t base, int kk, uint32_t astride) {
   return (((base + (kk >> 2) * astride + (kk & 3) * 32) & 0x3FFFF) >> 4) | (1u << 16);
 }
-// MN-major operand: k-step kk = rows 16 kk .. 16 kk + 15
+// MN-major operand: k-step kk = rows 16 kk .. 16 kk + 15; LBO one atom (C * 128 bytes)
 __device__ __forceinline__ uint32_t dm_(uint32_t base, int kk) { return (((base + kk * 2048) & 0x3FFFF) >> 4) | ((C * 128 / 16) << 16); }
 // element (r, c) of a swizzled [C][64 * natoms] bf16 tile, byte offset
 __device__ __forceinline__ uint32_t swe(int r, int c) { return (c >> 6) * (C * 128) + wg::sw128(r, (c & 63) >> 3) + (c & 7) * 2; }
