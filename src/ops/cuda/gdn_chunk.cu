@@ -2817,6 +2817,206 @@ __global__ __launch_bounds__(kChunkThreads, 2) void dqk_wg_kernel(
   dgamma_rows(g_dgam + vrow, p.Hv, s_dgq, s_red3, s_red2, s_ws, s_eg, L, tid);
 }
 
+// ---- out through wgmma (bf16, dk = dv = 128, sm_90a; DT_GDN_OUT=wgmma; docs/out-wgmma-design.md) ----
+// out_kernel's products and epilogues with every product an SS wgmma from 128-byte-swizzled atoms:
+// no ldmatrix, no mma.sync. P = (Q K^T) (.) Gamma runs first, from Q and K alone (both inputs of
+// earlier kernels), so it overlaps the wait for the state kernel (serial_wait) instead of following
+// O = Q h_c; h_c and Delta (the state kernel's outputs) then load in one phase, Delta over K.
+// P's product is m64n32 per warpgroup (a warp's accumulator is p_tile's warp tile, rounded the same
+// way); O's are m64n64 (warpgroup wgi: columns 64 wgi .., a warp 16 rows x 64 columns). The norm
+// epilogue reads z straight from global memory into registers (prefetched while h_c and Delta
+// load) and stages the rounded o tile in h_c's dead atoms; its row loop is out_kernel's (tpr = 16
+// lanes a row, the same sums and roundings). P Delta runs its 4 token k-steps whatever L: P's
+// columns >= L and Delta's rows >= L are exact zeros. Meant to give out_kernel's bits (same k
+// order, same roundings); GdnChunkCuda.OutWgmmaSameBits checks.
+struct OutWgSmem {
+  static constexpr size_t q = 0;          // Q [C][128] (2 atoms)
+  static constexpr size_t k = 16384;      // K [C][128]; after P, Delta
+  static constexpr size_t d = k;
+  static constexpr size_t hs = 32768;     // h_c [D][128] (2 atoms [D][64], 16 KB apart); then o (norm)
+  static constexpr size_t pm = 65536;     // P [C][64] (one atom)
+  static constexpr size_t gam = 73728;    // f32 [C]
+  static constexpr size_t bytes = gam + 4 * C;
+};
+static_assert(3 * (OutWgSmem::bytes + kSmemReservedPerCta) <= kSmemPerSm, "out_wg_kernel: three CTAs per SM");
+static_assert(OutWgSmem::k % 1024 == 0 && OutWgSmem::hs % 1024 == 0 && OutWgSmem::pm % 1024 == 0 &&
+                  OutWgSmem::hs - OutWgSmem::k == 2 * C * 128 && OutWgSmem::pm - OutWgSmem::hs == 2 * D * 128,
+              "out_wg_kernel: 1 KB atoms");
+
+namespace outw {
+// stmatrix (not transposed): four 8 x 8 bf16 matrices, register m of a lane = its mma fragment pair
+// of matrix m; lanes 8 m .. 8 m + 7 give the rows' addresses of matrix m.
+__device__ __forceinline__ void stsm_x4_sa(uint32_t sa, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(sa), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+// MN-major operand in [D][64] atoms (h_c): k-step kk = rows 16 kk .. 16 kk + 15; LBO = the atom stride
+__device__ __forceinline__ uint32_t dm_h(uint32_t base, int kk) {
+  return (((base + kk * 2048) & 0x3FFFF) >> 4) | ((D * 128 / 16) << 16);
+}
+// the o tile (norm epilogue): element (r, c) in h_c's atom c / 64 (rows 0 .. C - 1 of it), byte offset
+__device__ __forceinline__ uint32_t swo(int r, int c) { return (c >> 6) * (D * 128) + wg::sw128(r, (c & 63) >> 3) + (c & 7) * 2; }
+constexpr int kTpr = 16;  // the norm's lanes per row at dv = 128 (out_norm's tpr)
+}  // namespace outw
+
+__global__ __launch_bounds__(kChunkThreads, 3) void out_wg_kernel(
+    Params p, const bf16* __restrict__ g_q, const bf16* __restrict__ g_k, const float* __restrict__ g_gam,
+    const bf16* __restrict__ g_h, const bf16* __restrict__ g_D, bf16* __restrict__ g_o, bf16* __restrict__ g_P,
+    const OutNorm nrm) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  using S = OutWgSmem;
+  using namespace wyw;
+  using namespace outw;
+  using wg::m64n32k16_ss;
+  using wg::m64n64k16_ss;
+  const uint32_t sb = smem_base_1k(smem);
+  float* s_gam = reinterpret_cast<float*>(smem + S::gam);
+  const ChunkIdx ci = chunk_idx(p);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = ci.L;
+  const int w4 = warp & 3, wgi = warp >> 2, g = lane >> 2, t = lane & 3;
+  const int64_t qrow = ci.bos * p.Hk + ci.hk, vrow = ci.bos * p.Hv + ci.h;
+  const bool norm = nrm.z != nullptr;
+  // phase I: Q, K, gamma (inputs of earlier kernels: no serial_wait before them)
+  load_dk_rows<kChunkThreads, true>(smem + S::q, g_q + qrow * D, int64_t(p.Hk) * D, L == C, L, D, tid);
+  load_dk_rows<kChunkThreads, true>(smem + S::k, g_k + qrow * D, int64_t(p.Hk) * D, L == C, L, D, tid);
+  load_col(s_gam, g_gam + vrow, p.Hv, C, L, tid, kChunkThreads);
+  cp_commit();
+  cp_wait<0>();
+  wg::fence_proxy_async();
+  __syncthreads();  // Q, K, gamma
+  {  // P = (Q K^T) (.) Gamma, j <= i < L: p_tile's warp tile (rows 16 w4, columns 32 wgi) and rounding
+    const int m0 = 16 * w4, n0 = 32 * wgi;
+    float pa[4][4];
+    zero_tiles(pa);
+    wg::wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk)  // P[64, 32 wgi..] = Q[64, dk] K^T[dk, 32]
+      m64n32k16_ss<0, 0>(pa, dk_(sb + S::q, kk, C * 128), dk_(sb + S::k + wgi * 4096, kk, C * 128), 1);
+    wg::wg_commit();
+    wg::wait_acc(pa);
+#pragma unroll
+    for (int q2 = 0; q2 < 2; ++q2) {  // matrices (j, h2) = (2 q2 + m / 2, m % 2) -> P's atom (stmatrix)
+      uint32_t rr[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int j = 2 * q2 + (m >> 1), h2 = m & 1, r = m0 + g + 8 * h2, c = n0 + 8 * j + 2 * t;
+        const bool rv = r < L;
+        rr[m] = pack_bf16((rv && c <= r) ? pa[j][2 * h2] * gexp(s_gam[r] - s_gam[c]) : 0.f,
+                          (rv && c + 1 <= r) ? pa[j][2 * h2 + 1] * gexp(s_gam[r] - s_gam[c + 1]) : 0.f);
+      }
+      const int mi = lane >> 3;
+      stsm_x4_sa(sb + uint32_t(S::pm) + wg::sw128(m0 + 8 * (mi & 1) + (lane & 7), 4 * wgi + 2 * q2 + (mi >> 1)), rr);
+    }
+  }
+  wg::fence_proxy_async();                   // P's stores -> P Delta (async proxy)
+  if (p.done && tid == 0) serial_wait(p, ci.c);  // h_c and Delta come from the state kernel (with_serial_pdl)
+  __syncthreads();                           // P written; K dead (every warp waited Q K^T); the wait published
+  // phase II: h_c, Delta over K
+  load_state_sw128(smem + S::hs, g_h + (int64_t(ci.c) * p.Hv + ci.h) * (D * D), tid);
+  load_dk_rows<kChunkThreads, true>(smem + S::d, g_D + vrow * D, int64_t(p.Hv) * D, L == C, L, D, tid);
+  cp_commit();
+  if (g_P) {  // P for dvl (saved intermediates): store_p's [C][C] rows, 16-byte vectors
+    bf16* gp = g_P + (int64_t(ci.c) * p.Hv + ci.h) * C * C;
+#pragma unroll
+    for (int i = 0; i < C * C / 8 / kChunkThreads; ++i) {
+      const int idx = tid + i * kChunkThreads;  // 16-byte vector idx: row idx / 8, chunk idx % 8
+      *reinterpret_cast<uint4*>(gp + 8 * idx) = *reinterpret_cast<const uint4*>(smem + S::pm + wg::sw128(idx >> 3, idx & 7));
+    }
+  }
+  // the norm's z slots of this thread (rows grp + 16 i, columns 8 ln ..), loaded under phase II
+  const int ln = tid & (kTpr - 1), grp = tid / kTpr;
+  uint4 r_zr[C / (kChunkThreads / kTpr)];
+  if (norm) {
+#pragma unroll
+    for (int i = 0; i < C / (kChunkThreads / kTpr); ++i) {
+      const int r = grp + i * (kChunkThreads / kTpr);
+      r_zr[i] = r < L ? __ldg(reinterpret_cast<const uint4*>(static_cast<const bf16*>(nrm.z) + (ci.bos + r) * nrm.sz +
+                                                             int64_t(ci.h) * D + 8 * ln))
+                      : make_uint4(0, 0, 0, 0);
+    }
+  }
+  cp_wait<0>();
+  wg::fence_proxy_async();
+  __syncthreads();  // h_c, Delta
+  const int m0 = 16 * w4, n0 = 64 * wgi;
+  float acc[8][4];
+  zero_tiles(acc);
+  wg::wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk)  // O[64, 64 wgi..] = Q[64, dk] h_c[dk, 64]
+    m64n64k16_ss<0, 1>(acc, dk_(sb + S::q, kk, C * 128), dm_h(sb + S::hs + wgi * (D * 128), kk), 1);
+  wg::wg_commit();
+  wg::wait_acc(acc);
+  {  // O = diag(e^gamma) O
+    const int r0 = m0 + g;
+    const float e0 = r0 < L ? gexp(s_gam[r0]) : 0.f, e1 = r0 + 8 < L ? gexp(s_gam[r0 + 8]) : 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      acc[j][0] *= e0, acc[j][1] *= e0;
+      acc[j][2] *= e1, acc[j][3] *= e1;
+    }
+  }
+  wg::wg_hold(acc);  // the scaled values before the fence (else the multiplies sink past it: C7519)
+  wg::wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)  // O[64, 64 wgi..] += P[64, C] Delta[C, 64]
+    m64n64k16_ss<0, 1>(acc, dk_(sb + S::pm, kk, 0), dm_(sb + S::d + wgi * (C * 128), kk), 1);
+  wg::wg_commit();
+  wg::wait_acc(acc);
+  if (!norm) {
+    if (m0 < L)
+      store_frags(g_o + vrow * D, int64_t(p.Hv) * D, reinterpret_cast<const float(&)[1][8][4]>(acc), m0, n0, L, D,
+                  [&](int, float& x0, float& x1) { x0 = p.scale * x0, x1 = p.scale * x1; });
+    return;
+  }
+  // Epilogue: the rounded o tile into h_c's atom wgi (rows 0 .. C - 1), once this warpgroup's four
+  // warps have waited their products (the other warpgroup reads only its own atom), then
+  // out_kernel's row loop: kTpr lanes per row, o and y rows out in 16-byte slots, rstd per row.
+  if (wgi == 0) asm volatile("bar.sync 1, 128;" ::: "memory");  // immediate ids: ptxas counts 2 barriers, not 16
+  else asm volatile("bar.sync 2, 128;" ::: "memory");
+#pragma unroll
+  for (int q2 = 0; q2 < 4; ++q2) {  // matrices (j, h2) = (2 q2 + m / 2, m % 2)
+    uint32_t rr[4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const int j = 2 * q2 + (m >> 1), h2 = m & 1;
+      rr[m] = pack_bf16(p.scale * acc[j][2 * h2], p.scale * acc[j][2 * h2 + 1]);
+    }
+    const int mi = lane >> 3;
+    stsm_x4_sa(sb + uint32_t(S::hs) + wgi * (D * 128) + wg::sw128(m0 + 8 * (mi & 1) + (lane & 7), 2 * q2 + (mi >> 1)), rr);
+  }
+  __syncthreads();  // the o tile
+  constexpr int V = 8, GPB = kChunkThreads / kTpr;
+  float r_w[V];
+  ew::load_param<V>(nrm.w, int64_t(ln) * V, D, nrm.w_vec != 0, r_w);
+  const float inv_d = 1.f / float(p.dv);
+#pragma unroll
+  for (int i = 0; i < C / GPB; ++i) {
+    const int r = grp + i * GPB, e0 = ln * V;
+    const uint4 ov = *reinterpret_cast<const uint4*>(smem + S::hs + swo(r, e0));
+    float r_o[V], r_z[V];
+    ew::unpack16<bf16>(ov, r_o);
+    ew::unpack16<bf16>(r_zr[i], r_z);
+    float r_ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < V; ++e) r_ss = fmaf(r_o[e], r_o[e], r_ss);
+    r_ss = ew::group_sum(r_ss, kTpr);
+    const float r_rstd = rsqrtf(r_ss * inv_d + nrm.eps);
+    if (r >= L) continue;
+    const int64_t tt = ci.bos + r;
+    *reinterpret_cast<uint4*>(g_o + (tt * p.Hv + ci.h) * D + e0) = ov;
+    float r_y[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      const float z = r_z[e];
+      r_y[e] = r_o[e] * r_rstd * r_w[e] * (z * ew::sigmoid_f(z));
+    }
+    ew::store16<bf16>(static_cast<bf16*>(nrm.y) + tt * nrm.sy + int64_t(ci.h) * D + e0, r_y);  // store_slot's whole-slot form
+    if (ln == 0) nrm.rstd[tt * p.Hv + ci.h] = r_rstd;
+  }
+}
+
 // ---- gsum (B12): out[t, hk, :] = sum_{j < G} in[t, hk G + j, :] in head order -------------------
 // With in2 (dk: in2 = wy's parts, in = dqk's): (sum_j in2[.., j, :]) + (sum_j in[.., j, :]), the order
 // in which the G == 2 clusters add them (dqk sums its pair, wy its pair, then adds dqk's).
@@ -3039,6 +3239,20 @@ bool dqk_wgmma_knob() {  // unset or empty (-1) and wgmma (1): dqk_wg_kernel
   return env::choice("DT_GDN_DQK",
                      {{"mma", "dqk_kernel: mma.sync from padded tiles"},
                       {"wgmma", "dqk_wg_kernel: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)"}}) != 0;
+}
+// DT_GDN_OUT: mma (unset: the default, unless built with DT_EXP_OUT_WG=1) | wgmma: the forward's out
+// kernel as out_kernel (mma.sync) or out_wg_kernel (bf16, dk = dv = 128, sm_90; other cases keep
+// out_kernel). Meant to give the same bits (GdnChunkCuda.OutWgmmaSameBits); compile-only so far
+// (exp/out-wgmma, docs/out-wgmma-design.md). Read at every call.
+std::atomic<int64_t> g_out_wg_launches{0};  // out_wg_launches()
+#ifndef DT_EXP_OUT_WG
+#define DT_EXP_OUT_WG 0  // 1: wgmma where DT_GDN_OUT is unset (the A/B's variant)
+#endif
+bool out_wgmma_knob() {  // unset or empty (-1): DT_EXP_OUT_WG; wgmma (1): out_wg_kernel
+  const int i = env::choice("DT_GDN_OUT",
+                            {{"mma", "out_kernel: mma.sync from padded tiles"},
+                             {"wgmma", "out_wg_kernel: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)"}});
+  return i < 0 ? DT_EXP_OUT_WG != 0 : i == 1;
 }
 template <class T>
 SerialForm serial_form(int dk, int dv) {
@@ -3446,8 +3660,20 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
       launch_prep_state<T>(pf, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
                            saved ? Tm.ptr<T>() : nullptr, h_p, Dl_p, tptr<float>(ht), st);
     if (p.NT > 0) {
-      launch_chunk_kernel_ex(pf.done != nullptr, out_kernel<T>, pf, OutSmem<T>::bytes, st, tptr<T>(q), tptr<T>(k),
-                             gam.ptr<float>(), h_p, Dl_p, tptr<T>(o), saved ? P.ptr<T>() : nullptr, nrm);
+      // out_wg_kernel (DT_GDN_OUT=wgmma; bf16, dk = dv = 128, sm_90), else out_kernel: the same arguments
+      const bool out_wg = out_wgmma_knob() && std::is_same_v<T, bf16> && p.dk == D && p.dv == D && wgmma_device();
+      auto* out = out_kernel<T>;
+      size_t out_smem = OutSmem<T>::bytes;
+      if constexpr (std::is_same_v<T, bf16>) {
+        if (out_wg) {
+          DT_CHECK(!nrm.z || nrm.tpr == outw::kTpr, "gdn_chunk: out_wg_kernel's norm epilogue needs {} lanes a row, got {}",
+                   outw::kTpr, nrm.tpr);
+          out = out_wg_kernel, out_smem = OutWgSmem::bytes;
+        }
+      }
+      launch_chunk_kernel_ex(pf.done != nullptr, out, pf, out_smem, st, tptr<T>(q), tptr<T>(k), gam.ptr<float>(), h_p,
+                             Dl_p, tptr<T>(o), saved ? P.ptr<T>() : nullptr, nrm);
+      if (out_wg) g_out_wg_launches.fetch_add(1, std::memory_order_relaxed);
     }
   }
   if (norm && !nrm.z) cuda::gated_rmsnorm_fwd(norm->y, norm->rstd, o, norm->z, norm->w, norm->eps, Stream{st});
@@ -3706,6 +3932,7 @@ int64_t token_stride(const TensorView& x, int64_t packed) { return x.numel() > 0
 
 int64_t wy_wg_launches() { return gck::g_wy_wg_launches.load(std::memory_order_relaxed); }
 int64_t dqk_wg_launches() { return gck::g_dqk_wg_launches.load(std::memory_order_relaxed); }
+int64_t out_wg_launches() { return gck::g_out_wg_launches.load(std::memory_order_relaxed); }
 
 void gdn_chunk_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, const TensorView& k,
                    const TensorView& v, const TensorView& g, const TensorView& beta, const TensorView& h0,
