@@ -22,6 +22,8 @@
 //   * G == 2's GQA sum in clusters of two CTAs (DT_GDN_GQA_PAIR) gives gsum's bits
 //   * the WY backward through wgmma (DT_GDN_WY=wgmma) gives wy_kernel's bits, and matches the CPU
 //   * dqk through wgmma (DT_GDN_DQK=wgmma) gives dqk_kernel's bits, and matches the CPU
+//   * out through wgmma (DT_GDN_OUT=wgmma) gives out_kernel's bits (with and without the norm
+//     epilogue, the saved P), and matches the CPU
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -986,6 +988,104 @@ TEST(GdnChunkCuda, DqkWgmmaEnvErrors) {
   dqk.set("yes");
   EXPECT_DEATH(run(t, make_inputs(t, true, 1750), Device::cuda(), DType::bf16),
                "DT_GDN_DQK='yes' is not one of: mma ");
+}
+
+// The forward alone with the gated norm (GdnOutNorm; z a column view of wider rows, as the layer
+// passes it) on wgmma_cases()[0..2], `knob` at mma, then at wgmma: o, ht, y, rstd and the saved
+// intermediates (P among them) bitwise, with the norm in out's epilogue (DT_GDN_OUT_NORM unset) and
+// as its own kernel after out (=0), each with and without the saved intermediates; one wgmma
+// launch per forward.
+void out_norm_same_bits(const ScopedEnv& knob, int64_t (*launches)(), uint64_t& salt) {
+  const ScopedEnv norm_knob("DT_GDN_OUT_NORM");
+  for (int i = 0; i < 3; ++i) {
+    const Case& c = wgmma_cases()[size_t(i)];
+    const Inputs in = make_inputs(c, true, ++salt);
+    const NormInputs ni = norm_inputs(c, DType::bf16, salt);
+    dt::ops::VarlenBatch vb(cu_of(c.lens), Device::cuda());
+    const Tensor q = upload(in.q, DType::bf16), k = upload(in.k, DType::bf16), v = upload(in.v, DType::bf16);
+    const Tensor g = upload(in.g, DType::f32), beta = upload(in.beta, DType::f32), h0 = upload(in.h0, DType::f32);
+    const int64_t T = c.T();
+    struct Fwd {
+      Tensor o, ht, y, rstd;
+      dt::ops::GdnChunkSaved saved;
+    };
+    auto fwd = [&](bool save) {
+      Fwd r;
+      r.o = Tensor::empty(Shape{T, c.Hv, c.dv}, DType::bf16, Device::cuda());
+      r.y = Tensor::empty(Shape{T, c.Hv, c.dv}, DType::bf16, Device::cuda());
+      r.rstd = Tensor::empty(Shape{T * c.Hv}, DType::f32, Device::cuda());
+      r.ht = Tensor::empty(Shape{c.N(), c.Hv, c.dk, c.dv}, DType::f32, Device::cuda());
+      for (Tensor* x : {&r.o, &r.y, &r.rstd, &r.ht}) dt::testing::poison(*x);
+      const dt::ops::GdnOutNorm norm{r.y, r.rstd, ni.z, ni.w, 1e-6f};
+      dt::ops::GdnArgs args;
+      args.norm = &norm;
+      if (save) args.saved = &r.saved;
+      dt::ops::gdn_chunk_fwd(r.o, r.ht, q, k, v, g, beta, view_or_none(h0), args, vb.meta());
+      return r;
+    };
+    for (const char* mode : {static_cast<const char*>(nullptr), "0"})
+      for (bool save : {false, true}) {
+        SCOPED_TRACE(c.name + ", norm, DT_GDN_OUT_NORM=" + (mode ? mode : "unset") + (save ? ", saved" : ""));
+        norm_knob.set(mode);
+        knob.set("mma");
+        const Fwd ref = fwd(save);
+        knob.set("wgmma");
+        const int64_t before = launches();
+        const Fwd got = fwd(save);
+        EXPECT_EQ(launches() - before, 1) << "wgmma launches";
+        const char* names[] = {"o", "ht", "y", "rstd"};
+        const Tensor* a[] = {&ref.o, &ref.ht, &ref.y, &ref.rstd};
+        const Tensor* b[] = {&got.o, &got.ht, &got.y, &got.rstd};
+        for (int f = 0; f < 4; ++f) {
+          const auto x = dev_vec(*a[f]), y = dev_vec(*b[f]);
+          EXPECT_TRUE(bitwise_eq(x, y)) << names[f] << bits_diff(x, y);
+        }
+        if (!save) continue;
+        ASSERT_EQ(ref.saved.tensors.size(), got.saved.tensors.size());
+        ASSERT_GE(ref.saved.tensors.size(), size_t(7));
+        for (int s : {0, 1, 3, 4, 5, 6}) {  // gamma, W, Tm, h, Delta, P (out's)
+          const auto x = dev_vec(ref.saved.tensors[size_t(s)]), y = dev_vec(got.saved.tensors[size_t(s)]);
+          EXPECT_TRUE(bitwise_eq(x, y)) << "saved tensor " << s << bits_diff(x, y);
+        }
+      }
+  }
+}
+// DT_GDN_OUT=wgmma (exp/out-wgmma; unset: mma): the forward's out kernel as out_wg_kernel (bf16, dk = dv
+// = 128, sm_90), every product an SS wgmma, P = (Q K^T) (.) Gamma before serial_wait, z read into
+// registers, gives out_kernel's bits: the same k order and roundings, P Delta's extra token k-steps
+// past L multiplying exact zeros. WyWgmmaSameBits' sweep (o, and through the backward, which reads the
+// forward's P when the intermediates are saved, every gradient: partial chunks, empty sequences,
+// G = 1, 2, 4, saved or not), token-strided v, without serial_wait (DT_GDN_SERIAL_PDL=0), in slabs
+// of chunks; the norm epilogue on and off (DT_GDN_OUT_NORM=0) with o, y, rstd and the saved P
+// compared directly; and against the CPU recurrence. Shapes it does not take (f32, dk < 128)
+// ignore it. The launch count: one per gdn_chunk_fwd, whatever the slabs.
+TEST(GdnChunkCuda, OutWgmmaSameBits) {
+  if (!sm90()) GTEST_SKIP() << "out_wg_kernel needs sm_90 (wgmma)";
+  const ScopedEnv out("DT_GDN_OUT");
+  uint64_t salt = 1800;
+  const auto launches = dt::ops::cuda::out_wg_launches;
+  wgmma_same_bits_sweep(out, "DT_GDN_OUT", launches, salt);
+  // token-strided v and dv, as the layer passes them (out reads neither)
+  wgmma_same_bits_once(out, "strided v", launches, salt, 8);
+  {  // after the whole serial grid (Params.done null: no serial_wait)
+    const ScopedEnv pdl("DT_GDN_SERIAL_PDL");
+    pdl.set("0");
+    wgmma_same_bits_once(out, "DT_GDN_SERIAL_PDL=0", launches, salt);
+  }
+  {  // in slabs of 3 chunks (Params.c0; only the first slab overlaps the state kernel)
+    const ScopedEnv slab("DT_GDN_CHUNK_SLAB");
+    slab.set("3");
+    wgmma_same_bits_once(out, "DT_GDN_CHUNK_SLAB=3", launches, salt);
+  }
+  out_norm_same_bits(out, launches, salt);
+  wgmma_matches_cpu(out, "DT_GDN_OUT", salt);
+}
+TEST(GdnChunkCuda, OutWgmmaEnvErrors) {
+  const ScopedEnv out("DT_GDN_OUT");
+  const Case t{"tiny", {65, 3}, 1, 2, 128, 128, false, false};
+  out.set("yes");
+  EXPECT_DEATH(run(t, make_inputs(t, true, 1850), Device::cuda(), DType::bf16),
+               "DT_GDN_OUT='yes' is not one of: mma .*, wgmma ");
 }
 
 // The per-chunk kernels (prep, out, dvl, dqk, wy) launch on [Hv, chunks] in slabs of at most 65535
