@@ -1050,7 +1050,7 @@ void out_norm_same_bits(const ScopedEnv& knob, int64_t (*launches)(), uint64_t& 
       }
   }
 }
-// DT_GDN_OUT=wgmma (exp/out-wgmma; unset: mma): the forward's out kernel as out_wg_kernel (bf16, dk = dv
+// DT_GDN_OUT=wgmma (unset: the default since v0.42.0): the forward's out kernel as out_wg_kernel (bf16, dk = dv
 // = 128, sm_90), every product an SS wgmma, P = (Q K^T) (.) Gamma before serial_wait, z read into
 // registers, gives out_kernel's bits: the same k order and roundings, P Delta's extra token k-steps
 // past L multiplying exact zeros. WyWgmmaSameBits' sweep (o, and through the backward, which reads the
@@ -1058,7 +1058,7 @@ void out_norm_same_bits(const ScopedEnv& knob, int64_t (*launches)(), uint64_t& 
 // G = 1, 2, 4, saved or not), token-strided v, without serial_wait (DT_GDN_SERIAL_PDL=0), in slabs
 // of chunks; the norm epilogue on and off (DT_GDN_OUT_NORM=0) with o, y, rstd and the saved P
 // compared directly; and against the CPU recurrence. Shapes it does not take (f32, dk < 128)
-// ignore it. The launch count: one per gdn_chunk_fwd, whatever the slabs.
+// ignore it. The launch count: one per gdn_chunk_fwd, whatever the slabs, and unset launches it.
 TEST(GdnChunkCuda, OutWgmmaSameBits) {
   if (!sm90()) GTEST_SKIP() << "out_wg_kernel needs sm_90 (wgmma)";
   const ScopedEnv out("DT_GDN_OUT");
@@ -1079,6 +1079,11 @@ TEST(GdnChunkCuda, OutWgmmaSameBits) {
   }
   out_norm_same_bits(out, launches, salt);
   wgmma_matches_cpu(out, "DT_GDN_OUT", salt);
+  out.set(nullptr);  // the default
+  const Case t{"tiny", {65, 3}, 1, 2, 128, 128, false, false};
+  const int64_t before = launches();
+  run(t, make_inputs(t, true, ++salt), Device::cuda(), DType::bf16, false);
+  EXPECT_EQ(launches() - before, 1) << "DT_GDN_OUT unset: out_wg_kernel is the default";
 }
 TEST(GdnChunkCuda, OutWgmmaEnvErrors) {
   const ScopedEnv out("DT_GDN_OUT");

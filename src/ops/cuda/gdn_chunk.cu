@@ -3221,39 +3221,28 @@ struct SerialForm {
 // Whether this device runs the wgmma kernels: sm_90 exactly (wgmma is sm_90a's; the build's
 // sm_90a code does not run on later majors).
 bool wgmma_device() { return cc_major() == 9; }
-// DT_GDN_WY: wgmma (unset: the default since v0.40.0) | mma: the WY backward as wy_wg_kernel (bf16,
-// dk = dv = 128, sm_90; other cases keep wy_kernel) or wy_kernel (mma.sync). The same bits; wgmma
-// 16% faster (888 -> 746 us at the layer's shape, H100). Read at every call.
+// One chooser for the three mma/wgmma knobs below: unset or empty (-1) and wgmma (1) pick the
+// wgmma kernel (bf16, dk = dv = 128, sm_90; other cases keep the mma one); mma (0) the mma.sync one.
+// Read at every call, so one build compares both.
+bool wgmma_knob(const char* var, const char* mma_kernel, const char* wg_kernel) {
+  const std::string mma = fmt::format("{}: mma.sync from padded tiles", mma_kernel);
+  const std::string wg = fmt::format("{}: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)", wg_kernel);
+  return env::choice(var, {{"mma", mma.c_str()}, {"wgmma", wg.c_str()}}) != 0;
+}
+// DT_GDN_WY: wgmma (unset: the default since v0.40.0) | mma: the WY backward as wy_wg_kernel or
+// wy_kernel. The same bits; wgmma 16% faster (888 -> 746 us at the layer's shape, H100).
 std::atomic<int64_t> g_wy_wg_launches{0};  // wy_wg_launches()
-bool wy_wgmma_knob() {  // unset or empty (-1) and wgmma (1): wy_wg_kernel
-  return env::choice("DT_GDN_WY", {{"mma", "wy_kernel: mma.sync from padded tiles"},
-                                   {"wgmma", "wy_wg_kernel: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)"}}) !=
-         0;
-}
-// DT_GDN_DQK: wgmma (unset: the default since v0.40.0) | mma: dqk as dqk_wg_kernel (bf16, dk = dv =
-// 128, sm_90; other cases keep dqk_kernel) or dqk_kernel (mma.sync). Every launch mode is the same
-// for both: pair clusters, gsum's partials, slabs, serial_wait after rev. The same bits; wgmma 18%
-// faster (1302 -> 1071 us at the layer's shape, H100). Read at every call.
+bool wy_wgmma_knob() { return wgmma_knob("DT_GDN_WY", "wy_kernel", "wy_wg_kernel"); }
+// DT_GDN_DQK: wgmma (unset: the default since v0.40.0) | mma: dqk as dqk_wg_kernel or dqk_kernel.
+// Every launch mode is the same for both: pair clusters, gsum's partials, slabs, serial_wait after
+// rev. The same bits; wgmma 18% faster (1302 -> 1071 us at the layer's shape, H100).
 std::atomic<int64_t> g_dqk_wg_launches{0};  // dqk_wg_launches()
-bool dqk_wgmma_knob() {  // unset or empty (-1) and wgmma (1): dqk_wg_kernel
-  return env::choice("DT_GDN_DQK",
-                     {{"mma", "dqk_kernel: mma.sync from padded tiles"},
-                      {"wgmma", "dqk_wg_kernel: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)"}}) != 0;
-}
-// DT_GDN_OUT: mma (unset: the default, unless built with DT_EXP_OUT_WG=1) | wgmma: the forward's out
-// kernel as out_kernel (mma.sync) or out_wg_kernel (bf16, dk = dv = 128, sm_90; other cases keep
-// out_kernel). Meant to give the same bits (GdnChunkCuda.OutWgmmaSameBits); compile-only so far
-// (exp/out-wgmma, docs/out-wgmma-design.md). Read at every call.
+bool dqk_wgmma_knob() { return wgmma_knob("DT_GDN_DQK", "dqk_kernel", "dqk_wg_kernel"); }
+// DT_GDN_OUT: wgmma (unset: the default since v0.42.0) | mma: the forward's out kernel as
+// out_wg_kernel or out_kernel (docs/out-wgmma-design.md). The same bits
+// (GdnChunkCuda.OutWgmmaSameBits); wgmma 16% faster (590 -> 497 us at the layer's shape, H200).
 std::atomic<int64_t> g_out_wg_launches{0};  // out_wg_launches()
-#ifndef DT_EXP_OUT_WG
-#define DT_EXP_OUT_WG 0  // 1: wgmma where DT_GDN_OUT is unset (the A/B's variant)
-#endif
-bool out_wgmma_knob() {  // unset or empty (-1): DT_EXP_OUT_WG; wgmma (1): out_wg_kernel
-  const int i = env::choice("DT_GDN_OUT",
-                            {{"mma", "out_kernel: mma.sync from padded tiles"},
-                             {"wgmma", "out_wg_kernel: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)"}});
-  return i < 0 ? DT_EXP_OUT_WG != 0 : i == 1;
-}
+bool out_wgmma_knob() { return wgmma_knob("DT_GDN_OUT", "out_kernel", "out_wg_kernel"); }
 template <class T>
 SerialForm serial_form(int dk, int dv) {
   const int i = env::choice("DT_GDN_SERIAL", {{kSerialNames[0], "CTA-tiled serial kernels"},
