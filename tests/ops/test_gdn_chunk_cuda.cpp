@@ -927,6 +927,22 @@ void wgmma_matches_cpu(const ScopedEnv& knob, const char* var, uint64_t& salt) {
   expect_close(run(c, in, Device::cuda(), DType::bf16), run(c, in, Device::cpu(), DType::f32), 1e-2,
                fmt::format("{}=wgmma bf16 vs CPU", var));
 }
+// wgmma_same_bits_sweep, then single cases in each launch mode a per-chunk kernel has: token-strided v
+// and dv (as the layer passes them), after the whole serial grid (DT_GDN_SERIAL_PDL=0: Params.done
+// null, no serial_wait), and in slabs of 3 chunks (Params.c0; only the first slab overlaps the
+// serial kernel, the others follow it).
+void wgmma_same_bits_modes(const ScopedEnv& knob, const char* var, int64_t (*launches)(), uint64_t& salt) {
+  wgmma_same_bits_sweep(knob, var, launches, salt);
+  wgmma_same_bits_once(knob, "strided v", launches, salt, 8);
+  {
+    const ScopedEnv pdl("DT_GDN_SERIAL_PDL");
+    pdl.set("0");
+    wgmma_same_bits_once(knob, "DT_GDN_SERIAL_PDL=0", launches, salt);
+  }
+  const ScopedEnv slab("DT_GDN_CHUNK_SLAB");
+  slab.set("3");
+  wgmma_same_bits_once(knob, "DT_GDN_CHUNK_SLAB=3", launches, salt);
+}
 // DT_GDN_WY=wgmma (the default): the WY backward as wy_wg_kernel (bf16, dk = dv = 128, sm_90), every
 // product a wgmma from swizzled shared memory, gives wy_kernel's bits: the same k order and sums,
 // extra k-steps past L multiplying exact zeros. Partial chunks (L < 16, 16 < L < 64), empty
@@ -963,19 +979,7 @@ TEST(GdnChunkCuda, DqkWgmmaSameBits) {
   wy.set(nullptr);
   uint64_t salt = 1700;
   const auto launches = dt::ops::cuda::dqk_wg_launches;
-  wgmma_same_bits_sweep(dqk, "DT_GDN_DQK", launches, salt);
-  // token-strided v and dv, as the layer passes them (dqk reads neither)
-  wgmma_same_bits_once(dqk, "strided v", launches, salt, 8);
-  {  // after the whole serial grid (Params.done null: no serial_wait)
-    const ScopedEnv pdl("DT_GDN_SERIAL_PDL");
-    pdl.set("0");
-    wgmma_same_bits_once(dqk, "DT_GDN_SERIAL_PDL=0", launches, salt);
-  }
-  {  // in slabs of 3 chunks (Params.c0; only the first slab overlaps rev, the others follow it)
-    const ScopedEnv slab("DT_GDN_CHUNK_SLAB");
-    slab.set("3");
-    wgmma_same_bits_once(dqk, "DT_GDN_CHUNK_SLAB=3", launches, salt);
-  }
+  wgmma_same_bits_modes(dqk, "DT_GDN_DQK", launches, salt);
   // beside wy_kernel (DT_GDN_WY=mma in both runs; the runs above are beside the default, wy_wg_kernel)
   wy.set("mma");
   wgmma_same_bits_once(dqk, "DT_GDN_WY=mma", launches, salt);
@@ -1064,19 +1068,7 @@ TEST(GdnChunkCuda, OutWgmmaSameBits) {
   const ScopedEnv out("DT_GDN_OUT");
   uint64_t salt = 1800;
   const auto launches = dt::ops::cuda::out_wg_launches;
-  wgmma_same_bits_sweep(out, "DT_GDN_OUT", launches, salt);
-  // token-strided v and dv, as the layer passes them (out reads neither)
-  wgmma_same_bits_once(out, "strided v", launches, salt, 8);
-  {  // after the whole serial grid (Params.done null: no serial_wait)
-    const ScopedEnv pdl("DT_GDN_SERIAL_PDL");
-    pdl.set("0");
-    wgmma_same_bits_once(out, "DT_GDN_SERIAL_PDL=0", launches, salt);
-  }
-  {  // in slabs of 3 chunks (Params.c0; only the first slab overlaps the state kernel)
-    const ScopedEnv slab("DT_GDN_CHUNK_SLAB");
-    slab.set("3");
-    wgmma_same_bits_once(out, "DT_GDN_CHUNK_SLAB=3", launches, salt);
-  }
+  wgmma_same_bits_modes(out, "DT_GDN_OUT", launches, salt);
   out_norm_same_bits(out, launches, salt);
   wgmma_matches_cpu(out, "DT_GDN_OUT", salt);
   out.set(nullptr);  // the default
