@@ -2232,10 +2232,15 @@ namespace wyw {  // wy_wg_kernel's descriptors and swizzled element offsets
 __device__ __forceinline__ uint32_t dk_(uint32_t base, int kk, uint32_t astride) {
   return (((base + (kk >> 2) * astride + (kk & 3) * 32) & 0x3FFFF) >> 4) | (1u << 16);
 }
-// MN-major operand: k-step kk = rows 16 kk .. 16 kk + 15; LBO one atom (C * 128 bytes)
-__device__ __forceinline__ uint32_t dm_(uint32_t base, int kk) { return (((base + kk * 2048) & 0x3FFFF) >> 4) | ((C * 128 / 16) << 16); }
-// element (r, c) of a swizzled [C][64 * natoms] bf16 tile, byte offset
-__device__ __forceinline__ uint32_t swe(int r, int c) { return (c >> 6) * (C * 128) + wg::sw128(r, (c & 63) >> 3) + (c & 7) * 2; }
+// MN-major operand: k-step kk = rows 16 kk .. 16 kk + 15; LBO one atom (`atom` bytes: C * 128 for
+// [C][64] atoms, D * 128 for out's h_c in [D][64] atoms)
+__device__ __forceinline__ uint32_t dm_(uint32_t base, int kk, uint32_t atom = C * 128) {
+  return (((base + kk * 2048) & 0x3FFFF) >> 4) | ((atom / 16) << 16);
+}
+// element (r, c) of a swizzled [rows][64 * natoms] bf16 tile whose atoms are `atom` bytes apart, byte offset
+__device__ __forceinline__ uint32_t swe(int r, int c, uint32_t atom = C * 128) {
+  return (c >> 6) * atom + wg::sw128(r, (c & 63) >> 3) + (c & 7) * 2;
+}
 // the shared address of the dynamic shared memory, trapping unless 1 KB-aligned (the atoms' wgmma
 // descriptors need it); the test is opaque, else the compiler folds it away by __align__(1024)
 __device__ __forceinline__ uint32_t smem_base_1k(const unsigned char* smem) {
@@ -2851,12 +2856,6 @@ __device__ __forceinline__ void stsm_x4_sa(uint32_t sa, const uint32_t (&r)[4]) 
                "r"(r[2]), "r"(r[3])
                : "memory");
 }
-// MN-major operand in [D][64] atoms (h_c): k-step kk = rows 16 kk .. 16 kk + 15; LBO = the atom stride
-__device__ __forceinline__ uint32_t dm_h(uint32_t base, int kk) {
-  return (((base + kk * 2048) & 0x3FFFF) >> 4) | ((D * 128 / 16) << 16);
-}
-// the o tile (norm epilogue): element (r, c) in h_c's atom c / 64 (rows 0 .. C - 1 of it), byte offset
-__device__ __forceinline__ uint32_t swo(int r, int c) { return (c >> 6) * (D * 128) + wg::sw128(r, (c & 63) >> 3) + (c & 7) * 2; }
 constexpr int kTpr = 16;  // the norm's lanes per row at dv = 128 (out_norm's tpr)
 }  // namespace outw
 
@@ -2945,7 +2944,7 @@ __global__ __launch_bounds__(kChunkThreads, 3) void out_wg_kernel(
   wg::wg_fence();
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk)  // O[64, 64 wgi..] = Q[64, dk] h_c[dk, 64]
-    m64n64k16_ss<0, 1>(acc, dk_(sb + S::q, kk, C * 128), dm_h(sb + S::hs + wgi * (D * 128), kk), 1);
+    m64n64k16_ss<0, 1>(acc, dk_(sb + S::q, kk, C * 128), dm_(sb + S::hs + wgi * (D * 128), kk, D * 128), 1);
   wg::wg_commit();
   wg::wait_acc(acc);
   {  // O = diag(e^gamma) O
@@ -2994,7 +2993,8 @@ __global__ __launch_bounds__(kChunkThreads, 3) void out_wg_kernel(
 #pragma unroll
   for (int i = 0; i < C / GPB; ++i) {
     const int r = grp + i * GPB, e0 = ln * V;
-    const uint4 ov = *reinterpret_cast<const uint4*>(smem + S::hs + swo(r, e0));
+    // the o tile in h_c's atoms (rows 0 .. C - 1 of each)
+    const uint4 ov = *reinterpret_cast<const uint4*>(smem + S::hs + swe(r, e0, D * 128));
     float r_o[V], r_z[V];
     ew::unpack16<bf16>(ov, r_o);
     ew::unpack16<bf16>(r_zr[i], r_z);
