@@ -72,7 +72,7 @@ namespace dt::ops::cuda {
 int64_t wy_wg_launches();
 // The same for dqk_wg_kernel (DT_GDN_DQK=wgmma, the default).
 int64_t dqk_wg_launches();
-// The same for out_wg_kernel (gdn_chunk_fwd's out kernel with DT_GDN_OUT=wgmma).
+// The same for out_wg_kernel (gdn_chunk_fwd's out kernel, DT_GDN_OUT=wgmma, the default).
 int64_t out_wg_launches();
 }  // namespace dt::ops::cuda
 #endif
