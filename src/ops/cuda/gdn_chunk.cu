@@ -2849,13 +2849,6 @@ static_assert(OutWgSmem::k % 1024 == 0 && OutWgSmem::hs % 1024 == 0 && OutWgSmem
               "out_wg_kernel: 1 KB atoms");
 
 namespace outw {
-// stmatrix (not transposed): four 8 x 8 bf16 matrices, register m of a lane = its mma fragment pair
-// of matrix m; lanes 8 m .. 8 m + 7 give the rows' addresses of matrix m.
-__device__ __forceinline__ void stsm_x4_sa(uint32_t sa, const uint32_t (&r)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(sa), "r"(r[0]), "r"(r[1]),
-               "r"(r[2]), "r"(r[3])
-               : "memory");
-}
 constexpr int kTpr = 16;  // the norm's lanes per row at dv = 128 (out_norm's tpr)
 }  // namespace outw
 
@@ -3223,26 +3216,28 @@ struct SerialForm {
 bool wgmma_device() { return cc_major() == 9; }
 // One chooser for the three mma/wgmma knobs below: unset or empty (-1) and wgmma (1) pick the
 // wgmma kernel (bf16, dk = dv = 128, sm_90; other cases keep the mma one); mma (0) the mma.sync one.
-// Read at every call, so one build compares both.
-bool wgmma_knob(const char* var, const char* mma_kernel, const char* wg_kernel) {
-  const std::string mma = fmt::format("{}: mma.sync from padded tiles", mma_kernel);
-  const std::string wg = fmt::format("{}: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)", wg_kernel);
-  return env::choice(var, {{"mma", mma.c_str()}, {"wgmma", wg.c_str()}}) != 0;
+// Read at every call, so one build compares both; the meanings are literals, so a read builds nothing.
+#define DT_WGMMA_MEANING(k) k "_wg_kernel: wgmma from swizzled tiles (bf16, dk = dv = 128, sm_90)"
+#define DT_MMA_MEANING(k) k "_kernel: mma.sync from padded tiles"
+bool wgmma_knob(const char* var, const char* mma_meaning, const char* wg_meaning) {
+  return env::choice(var, {{"mma", mma_meaning}, {"wgmma", wg_meaning}}) != 0;
 }
 // DT_GDN_WY: wgmma (unset: the default since v0.40.0) | mma: the WY backward as wy_wg_kernel or
 // wy_kernel. The same bits; wgmma 16% faster (888 -> 746 us at the layer's shape, H100).
 std::atomic<int64_t> g_wy_wg_launches{0};  // wy_wg_launches()
-bool wy_wgmma_knob() { return wgmma_knob("DT_GDN_WY", "wy_kernel", "wy_wg_kernel"); }
+bool wy_wgmma_knob() { return wgmma_knob("DT_GDN_WY", DT_MMA_MEANING("wy"), DT_WGMMA_MEANING("wy")); }
 // DT_GDN_DQK: wgmma (unset: the default since v0.40.0) | mma: dqk as dqk_wg_kernel or dqk_kernel.
 // Every launch mode is the same for both: pair clusters, gsum's partials, slabs, serial_wait after
 // rev. The same bits; wgmma 18% faster (1302 -> 1071 us at the layer's shape, H100).
 std::atomic<int64_t> g_dqk_wg_launches{0};  // dqk_wg_launches()
-bool dqk_wgmma_knob() { return wgmma_knob("DT_GDN_DQK", "dqk_kernel", "dqk_wg_kernel"); }
+bool dqk_wgmma_knob() { return wgmma_knob("DT_GDN_DQK", DT_MMA_MEANING("dqk"), DT_WGMMA_MEANING("dqk")); }
 // DT_GDN_OUT: wgmma (unset: the default since v0.42.0) | mma: the forward's out kernel as
 // out_wg_kernel or out_kernel (docs/out-wgmma-design.md). The same bits
 // (GdnChunkCuda.OutWgmmaSameBits); wgmma 16% faster (590 -> 497 us at the layer's shape, H200).
 std::atomic<int64_t> g_out_wg_launches{0};  // out_wg_launches()
-bool out_wgmma_knob() { return wgmma_knob("DT_GDN_OUT", "out_kernel", "out_wg_kernel"); }
+bool out_wgmma_knob() { return wgmma_knob("DT_GDN_OUT", DT_MMA_MEANING("out"), DT_WGMMA_MEANING("out")); }
+#undef DT_MMA_MEANING
+#undef DT_WGMMA_MEANING
 template <class T>
 SerialForm serial_form(int dk, int dv) {
   const int i = env::choice("DT_GDN_SERIAL", {{kSerialNames[0], "CTA-tiled serial kernels"},
@@ -3649,7 +3644,8 @@ void run_fwd(const TensorView& o, const TensorView& ht, const TensorView& q, con
       launch_prep_state<T>(pf, k, v, g, beta, h0, gam.ptr<float>(), W.ptr<T>(), U.ptr<T>(),
                            saved ? Tm.ptr<T>() : nullptr, h_p, Dl_p, tptr<float>(ht), st);
     if (p.NT > 0) {
-      // out_wg_kernel (DT_GDN_OUT=wgmma; bf16, dk = dv = 128, sm_90), else out_kernel: the same arguments
+      // out_wg_kernel (DT_GDN_OUT=wgmma, the default; bf16, dk = dv = 128, sm_90), else out_kernel: the
+      // same arguments
       const bool out_wg = out_wgmma_knob() && std::is_same_v<T, bf16> && p.dk == D && p.dv == D && wgmma_device();
       auto* out = out_kernel<T>;
       size_t out_smem = OutSmem<T>::bytes;

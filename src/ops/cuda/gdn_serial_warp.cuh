@@ -35,6 +35,13 @@ __device__ __forceinline__ void stsm_x4_t_sa(uint32_t sa, const uint32_t (&r)[4]
                : "memory");
 }
 __device__ __forceinline__ void stsm_x4_t(void* p, const uint32_t (&r)[4]) { stsm_x4_t_sa(smem_addr(p), r); }
+// stmatrix not transposed: register m of a lane = its mma fragment pair of 8 x 8 matrix m; lanes
+// 8 m .. 8 m + 7 give the rows' addresses of matrix m (out_wg_kernel's P and o tiles).
+__device__ __forceinline__ void stsm_x4_sa(uint32_t sa, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(sa), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
 // The A fragment of k-step kk (columns 16 kk .. 16 kk + 15) from fp32 accumulators of n-tiles 2kk, 2kk+1.
 template <int NJ>
 __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&acc)[NJ][4], int kk) {
